@@ -1,0 +1,154 @@
+//! cpu-mix: threads with known CPU behaviour, and their own ground truth.
+//!
+//! - `mix-spin`: a busy loop in user space (the clock is read via the vDSO, no syscalls);
+//! - `mix-syscall`: reads /dev/zero in 64 KiB chunks (mostly system time);
+//! - `mix-tx` / `mix-rx`: a loopback TCP stream (NET_RX softirq on the way).
+//!
+//! When the time is up every worker parks; the main thread then reads each
+//! one's /proc/self/task/<tid>/schedstat (exact while it sleeps), prints them
+//! as JSON, and lets the workers exit.
+//!
+//! Usage: cpu-mix [--seconds S] [--out FILE]
+
+use std::{
+    io::{Read, Write},
+    net::{TcpListener, TcpStream},
+    sync::{Arc, Barrier, mpsc},
+    thread,
+    time::{Duration, Instant},
+};
+
+fn gettid() -> u32 {
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+fn set_name(name: &str) {
+    let c = std::ffi::CString::new(name).unwrap();
+    unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
+/// (run time ns, timeslices) from /proc/self/task/<tid>/schedstat.
+fn schedstat(tid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap_or_default();
+    let f: Vec<u64> = s.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+    (f.first().copied().unwrap_or(0), f.get(2).copied().unwrap_or(0))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let seconds: f64 = arg("--seconds")
+        .map(|s| s.parse().expect("--seconds takes a number"))
+        .unwrap_or(3.0);
+    let out = arg("--out");
+    let run_for = Duration::from_secs_f64(seconds);
+
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let addr = listener.local_addr().unwrap();
+    // done: every worker reports its tid and parks; release: main lets them exit.
+    let release = Arc::new(Barrier::new(5));
+    let (done_tx, done_rx) = mpsc::channel::<(&'static str, u32, u64)>();
+
+    let worker = |name: &'static str, work: Box<dyn FnOnce(Instant) -> u64 + Send>| {
+        let release = release.clone();
+        let done_tx = done_tx.clone();
+        thread::spawn(move || {
+            set_name(name);
+            let units = work(Instant::now() + run_for);
+            done_tx.send((name, gettid(), units)).unwrap();
+            release.wait();
+        })
+    };
+
+    let handles = vec![
+        worker(
+            "mix-spin",
+            Box::new(|until| {
+                let mut x: u64 = 0;
+                while Instant::now() < until {
+                    for i in 0..10_000u64 {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+                    }
+                }
+                std::hint::black_box(x)
+            }),
+        ),
+        worker(
+            "mix-syscall",
+            Box::new(|until| {
+                let mut f = std::fs::File::open("/dev/zero").unwrap();
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut reads = 0;
+                while Instant::now() < until {
+                    f.read_exact(&mut buf).unwrap();
+                    reads += 1;
+                }
+                reads
+            }),
+        ),
+        worker(
+            "mix-rx",
+            Box::new(move |_until| {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut total = 0u64;
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break total,
+                        Ok(n) => total += n as u64,
+                    }
+                }
+            }),
+        ),
+        worker(
+            "mix-tx",
+            Box::new(move |until| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                let buf = vec![7u8; 16 * 1024];
+                let mut total = 0u64;
+                while Instant::now() < until {
+                    s.write_all(&buf).unwrap();
+                    total += buf.len() as u64;
+                    // Leave CPU to the others: a stream, not a saturating flood.
+                    if total.is_multiple_of(4 << 20) {
+                        thread::sleep(Duration::from_millis(2));
+                    }
+                }
+                total
+            }),
+        ),
+    ];
+    drop(done_tx);
+
+    let mut rows = Vec::new();
+    for _ in 0..4 {
+        let (name, tid, units) = done_rx.recv().expect("worker finished");
+        rows.push((name, tid, units));
+    }
+    // All four are parked at the barrier now: their schedstat is final.
+    let json_rows: Vec<String> = rows
+        .iter()
+        .map(|(name, tid, units)| {
+            let (ns, slices) = schedstat(*tid);
+            format!(r#"{{"name":"{name}","tid":{tid},"schedstat_ns":{ns},"timeslices":{slices},"units":{units}}}"#)
+        })
+        .collect();
+    let json = format!(
+        r#"{{"pid":{},"threads":[{}]}}"#,
+        std::process::id(),
+        json_rows.join(",")
+    );
+    release.wait();
+    for h in handles {
+        h.join().unwrap();
+    }
+    match out {
+        Some(path) => std::fs::write(path, json).expect("write --out"),
+        None => println!("{json}"),
+    }
+}

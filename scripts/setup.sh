@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian machine: installs only what is missing.
+# Needs root (apt) and network access to Debian's mirror and crates.io.
+set -euo pipefail
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+# LLVM major must match the nightly rustc that compiles the eBPF crate,
+# because bpf-linker links LLVM bitcode produced by that rustc.
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+LLVM_MAJOR=$(rustc +nightly -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
+[ -n "$LLVM_MAJOR" ] || { log "cannot read LLVM version from 'rustc +nightly -vV'"; exit 1; }
+
+PKGS=(
+  "llvm-${LLVM_MAJOR}-dev" libpolly-"${LLVM_MAJOR}"-dev zlib1g-dev libzstd-dev  # bpf-linker
+  iproute2 iptables procps                                                     # netns / veth / bridge
+  redis-server redis-tools iperf3 fio sysstat                                  # workloads, mpstat
+  bpftrace                                                                     # overhead comparison
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The Debian redis-server package starts a daemon on :6379; vtrace starts its own.
+if systemctl is-active --quiet redis-server 2>/dev/null; then systemctl stop redis-server || true; fi
+
+rustup component list --toolchain nightly --installed | grep -q '^rust-src' \
+  || rustup component add rust-src --toolchain nightly
+
+if ! bpf-linker --version 2>/dev/null | grep -q '0.13.0'; then
+  log "building bpf-linker 0.13.0 against LLVM ${LLVM_MAJOR} (~2 min)"
+  LLVM_PREFIX=/usr/lib/llvm-${LLVM_MAJOR} PATH=/usr/lib/llvm-${LLVM_MAJOR}/bin:$PATH \
+    cargo install --locked bpf-linker@0.13.0 --no-default-features --features "llvm-${LLVM_MAJOR}"
+fi
+log "ok: nightly LLVM ${LLVM_MAJOR}, bpf-linker $(bpf-linker --version | awk '{print $2}')"

@@ -1,0 +1,69 @@
+//! Helpers for the integration tests. The tests run the release binaries
+//! (`vtrace`, `cpu-mix`) as a user would; build them first with
+//! `cargo build --release` (scripts/test.sh does).
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+/// target/<profile>/ of the running test binary.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test binary>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Path of a workspace binary, built beforehand.
+pub fn bin(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(
+        p.is_file(),
+        "{} missing: run `cargo build --release` first (scripts/test.sh does)",
+        p.display()
+    );
+    p
+}
+
+pub fn vtrace(args: &[&str]) -> Output {
+    Command::new(bin("vtrace")).args(args).output().expect("run vtrace")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `vtrace report --format json` of a recording.
+pub fn report_json(recording: &Path) -> serde_json::Value {
+    let o = vtrace(&["report", "--format", "json", recording.to_str().unwrap()]);
+    assert!(o.status.success(), "report failed: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("report JSON parses")
+}
+
+/// A directory removed when dropped, even when the test fails.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("vtrace-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}

@@ -1,0 +1,69 @@
+//! Every program in the embedded eBPF object passes the verifier of the
+//! running kernel, and the probe catalog and the object agree.
+
+use std::collections::BTreeSet;
+
+use aya::programs::Program;
+use vtrace::probes::{CATALOG, Capabilities, Strategy, offsets::KernelOffsets};
+
+#[test]
+fn every_program_passes_the_verifier() {
+    assert!(vtrace_tests::is_root(), "the verifier test loads programs: run as root");
+    let caps = Capabilities::detect();
+    let mut ebpf = vtrace::ebpf::load(&KernelOffsets::resolve(&caps)).expect("object loads");
+    let btf = aya::Btf::from_sys_fs().expect("kernel BTF");
+    // Function each fentry program is meant for, from the catalog.
+    let fentry_target = |name: &str| {
+        CATALOG.iter().flat_map(|p| p.strategies).find_map(|s| match *s {
+            Strategy::FEntry { program, function } if program == name => Some(function),
+            _ => None,
+        })
+    };
+    let mut failures = Vec::new();
+    let mut loaded = 0;
+    for (name, program) in ebpf.programs_mut() {
+        let result = match program {
+            Program::RawTracePoint(p) => p.load().map_err(|e| e.to_string()),
+            Program::TracePoint(p) => p.load().map_err(|e| e.to_string()),
+            // Loads (verifier) even where kprobes cannot attach.
+            Program::KProbe(p) => p.load().map_err(|e| e.to_string()),
+            Program::FEntry(p) => match fentry_target(name) {
+                Some(f) => p.load(f, &btf).map_err(|e| e.to_string()),
+                None => Err("no catalog entry names its target function".into()),
+            },
+            other => Err(format!("unexpected program type {:?}", other.prog_type())),
+        };
+        match result {
+            Ok(()) => loaded += 1,
+            Err(e) => failures.push(format!("{name}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "programs rejected:\n{}", failures.join("\n"));
+    assert!(loaded >= 40, "only {loaded} programs in the object");
+}
+
+#[test]
+fn catalog_and_object_agree() {
+    let caps = Capabilities::detect();
+    let ebpf = vtrace::ebpf::load(&KernelOffsets::resolve(&caps)).expect("object loads");
+    let in_object: BTreeSet<&str> = ebpf.programs().map(|(n, _)| n).collect();
+    let in_catalog: BTreeSet<&str> = CATALOG.iter().flat_map(|p| p.strategies).map(|s| s.program()).collect();
+    let missing: Vec<_> = in_catalog.difference(&in_object).collect();
+    let unused: Vec<_> = in_object.difference(&in_catalog).collect();
+    assert!(
+        missing.is_empty(),
+        "catalog names programs the object lacks: {missing:?}"
+    );
+    assert!(unused.is_empty(), "object has programs no probe uses: {unused:?}");
+}
+
+#[test]
+fn offsets_come_from_this_kernel() {
+    let caps = Capabilities::detect();
+    let o = KernelOffsets::resolve(&caps);
+    assert!(o.task_pid > 0 && o.task_tgid > 0, "task_struct offsets from BTF: {o:?}");
+    assert_eq!(o.task_tgid, o.task_pid + 4, "pid and tgid are adjacent pid_t fields");
+    // sched_switch record: 8-byte common header, prev_comm[16] at 8.
+    assert_eq!(o.tp_switch_next_pid, 56, "{o:?}");
+    assert_eq!(o.tp_softirq_vec, 8, "{o:?}");
+}

@@ -1,0 +1,151 @@
+//! Types shared by the eBPF programs (`vtrace-ebpf`) and userspace (`vtrace`).
+//!
+//! Every struct here is a BPF map value: `#[repr(C)]`, plain old data, no padding
+//! surprises (all fields are 8-byte aligned groups), identical on both sides.
+#![no_std]
+
+/// CPU-time states a thread's time is split into. The index is the slot in
+/// [`ThreadTimes::ns`] and [`CpuState::cpu_ns`].
+pub mod state {
+    pub const USER: usize = 0;
+    pub const SYSTEM: usize = 1;
+    pub const SOFTIRQ: usize = 2;
+    pub const HARDIRQ: usize = 3;
+    pub const GUEST: usize = 4;
+    pub const IDLE: usize = 5;
+    /// Base time of a thread that was already running when recording started
+    /// and whose mode (user or kernel) is not known yet. Resolved in the kernel
+    /// at the thread's next syscall event or context switch, so never reported.
+    pub const UNRESOLVED: usize = 6;
+    /// Number of reported states.
+    pub const REPORTED: usize = 6;
+    /// Number of slots including [`UNRESOLVED`].
+    pub const SLOTS: usize = 7;
+    pub const NAMES: [&str; REPORTED] = ["user", "system", "softirq", "hardirq", "guest", "idle"];
+}
+
+/// Softirq vectors, numbered as in the kernel's `enum { HI_SOFTIRQ = 0, ... }`.
+pub const SOFTIRQ_VECTORS: usize = 10;
+pub const SOFTIRQ_NAMES: [&str; SOFTIRQ_VECTORS] = [
+    "HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU",
+];
+/// `softirq_vec` value when no softirq is running.
+pub const NO_SOFTIRQ: u32 = u32::MAX;
+
+/// Hard interrupt slots: device IRQ numbers below [`IRQ_DEVICE_SLOTS`] map to
+/// themselves (larger ones share the last device slot); x86 system vectors,
+/// which have their own tracepoints, follow.
+pub const IRQ_DEVICE_SLOTS: u32 = 256;
+pub mod irq_vector {
+    pub const LOCAL_TIMER: u32 = 256;
+    pub const RESCHEDULE: u32 = 257;
+    pub const CALL_FUNCTION: u32 = 258;
+    pub const CALL_FUNCTION_SINGLE: u32 = 259;
+    pub const IRQ_WORK: u32 = 260;
+    pub const NAMES: [(u32, &str); 5] = [
+        (LOCAL_TIMER, "LOC (local timer)"),
+        (RESCHEDULE, "RES (reschedule IPI)"),
+        (CALL_FUNCTION, "CAL (function call IPI)"),
+        (CALL_FUNCTION_SINGLE, "CAL (single function call IPI)"),
+        (IRQ_WORK, "IWI (irq work)"),
+    ];
+}
+pub const IRQ_SLOTS: u32 = 264;
+
+/// Bits of [`ThreadTimes::flags`].
+pub mod thread_flag {
+    /// The thread was inside a syscall when it was switched out.
+    pub const IN_SYSCALL: u32 = 1 << 0;
+    /// `sched_process_exit` fired for the thread.
+    pub const EXITED: u32 = 1 << 1;
+    /// A kernel thread (PF_KTHREAD): all of its non-interrupt time is system time.
+    pub const KTHREAD: u32 = 1 << 2;
+    /// Created (fork/clone) while recording, so its whole life was seen.
+    pub const BORN_DURING_RUN: u32 = 1 << 3;
+    /// Guest time came from kvm_entry/kvm_exit, not from tick sampling.
+    pub const GUEST_TRACED: u32 = 1 << 4;
+    /// [`super::ThreadTimes::sched_runtime`] holds a valid reading.
+    pub const RUNTIME_KNOWN: u32 = 1 << 5;
+}
+
+/// Key of the per-thread map reserved for time that found the map full.
+pub const OVERFLOW_TID: u32 = u32::MAX;
+/// Capacity of the per-thread map.
+pub const MAX_THREADS: u32 = 32768;
+
+/// Per-thread CPU time, keyed by tid. Written only at context switch (and
+/// fork/exit), never per syscall or interrupt.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadTimes {
+    /// Nanoseconds per state, indexed by [`state`].
+    pub ns: [u64; state::REPORTED],
+    /// Times the thread was switched out.
+    pub switches: u64,
+    /// cgroup v2 id (inode of the cgroup directory) at the last switch-out.
+    pub cgroup_id: u64,
+    /// The scheduler's `se.sum_exec_runtime` of the thread at its last
+    /// switch-out: the baseline for the next slice's exact length.
+    pub sched_runtime: u64,
+    /// Net ns moved into system time so that slices match the scheduler's
+    /// own accounting (see `account::flush_thread`); diagnostic.
+    pub sched_adjust_ns: i64,
+    pub tgid: u32,
+    /// tgid of the process that forked this thread's process (0 if unknown).
+    pub parent_tgid: u32,
+    pub flags: u32,
+    pub _pad: u32,
+    pub comm: [u8; 16],
+}
+
+/// Per-CPU accounting state machine. One instance per CPU in a per-CPU array,
+/// so the hot path (syscall, irq, softirq events) touches nothing else.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuState {
+    /// Timestamp (CLOCK_MONOTONIC ns) up to which time has been charged.
+    pub last_ts: u64,
+    /// Time charged to the current thread since it was switched in; flushed
+    /// into its [`ThreadTimes`] at switch-out.
+    pub acc: [u64; state::SLOTS],
+    /// Time charged on this CPU per state, all threads together.
+    pub cpu_ns: [u64; state::SLOTS],
+    pub softirq_ns: [u64; SOFTIRQ_VECTORS],
+    pub softirq_count: [u64; SOFTIRQ_VECTORS],
+    /// Hardirq time of the interrupt in progress, flushed into its slot at exit.
+    pub irq_acc: u64,
+    /// Events that found the per-thread map full (their time went to OVERFLOW_TID).
+    pub thread_map_overflows: u64,
+    /// Process-context events (syscall, context switch) that found an
+    /// interrupt still "open" because its exit event was missed; the
+    /// interrupt state was reset.
+    pub state_repairs: u64,
+    /// Current thread on this CPU.
+    pub tid: u32,
+    /// Base state of the current thread: USER, SYSTEM, GUEST, IDLE or UNRESOLVED.
+    pub base: u32,
+    /// Softirq vector running now, or [`NO_SOFTIRQ`].
+    pub softirq_vec: u32,
+    /// Nesting depth of hard interrupts.
+    pub hardirq_depth: u32,
+    /// Slot of the outermost hard interrupt in progress.
+    pub irq_slot: u32,
+    /// 0 until the first event on this CPU: time before it is not invented.
+    pub initialized: u32,
+}
+
+/// Per-CPU time and count of one hard interrupt slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IrqStat {
+    pub ns: u64,
+    pub count: u64,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all three are repr(C), Copy, and made only of integers.
+    unsafe impl aya::Pod for super::ThreadTimes {}
+    unsafe impl aya::Pod for super::CpuState {}
+    unsafe impl aya::Pod for super::IrqStat {}
+}

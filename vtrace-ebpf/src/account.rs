@@ -1,0 +1,235 @@
+//! The CPU attribution state machine: exact nanoseconds per (thread, state).
+//!
+//! Each CPU holds a [`CpuState`]: the current thread, its base state (user,
+//! system, guest, idle or not yet known) and whether a softirq or hardirq is
+//! running on top of it. Every event first *charges* the time since the
+//! previous event on that CPU to whatever was running (the innermost context),
+//! then changes the state. Time is summed per CPU in the per-CPU array and
+//! flushed into the per-thread map only at context switch, so a syscall or
+//! interrupt costs one per-CPU array lookup and a few adds.
+//!
+//! Interrupt time is charged to the interrupted thread (as softirq/hardirq) and
+//! also kept per CPU, per softirq vector and per IRQ.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::map,
+    maps::{HashMap, PerCpuArray},
+};
+use vtrace_common::{
+    CpuState, IRQ_SLOTS, IrqStat, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, ThreadTimes, state,
+    thread_flag,
+};
+
+#[map]
+pub static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
+
+#[map]
+pub static THREADS: HashMap<u32, ThreadTimes> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+#[map]
+pub static IRQS: PerCpuArray<IrqStat> = PerCpuArray::with_max_entries(IRQ_SLOTS, 0);
+
+#[inline(always)]
+pub fn now() -> u64 {
+    unsafe { bpf_ktime_get_ns() }
+}
+
+#[inline(always)]
+pub fn current_tid() -> u32 {
+    bpf_get_current_pid_tgid() as u32
+}
+
+#[inline(always)]
+pub fn cpu_state() -> Option<&'static mut CpuState> {
+    CPU_STATE.get_ptr_mut(0).map(|p| unsafe { &mut *p })
+}
+
+/// Charges the time since the last event on this CPU to the innermost context.
+#[inline(always)]
+pub fn charge(st: &mut CpuState, now: u64) {
+    let delta = now.wrapping_sub(st.last_ts);
+    st.last_ts = now;
+    // Events on one CPU are ordered; a "negative" delta would be a clock bug.
+    if delta >> 62 != 0 {
+        return;
+    }
+    let slot = if st.hardirq_depth > 0 {
+        st.irq_acc += delta;
+        state::HARDIRQ
+    } else if st.softirq_vec != NO_SOFTIRQ {
+        let vec = st.softirq_vec as usize;
+        if vec < SOFTIRQ_VECTORS {
+            st.softirq_ns[vec] += delta;
+        }
+        state::SOFTIRQ
+    } else {
+        st.base as usize
+    };
+    if slot < state::SLOTS {
+        st.acc[slot] += delta;
+        st.cpu_ns[slot] += delta;
+    }
+}
+
+/// Starts the CPU's state machine on its first event (nothing before it is
+/// invented) or charges the elapsed time. Returns the state to act on.
+#[inline(always)]
+pub fn enter(now: u64, base_if_new: usize) -> Option<&'static mut CpuState> {
+    let st = cpu_state()?;
+    if st.initialized == 0 {
+        let tid = current_tid();
+        st.initialized = 1;
+        st.last_ts = now;
+        st.tid = tid;
+        st.base = if tid == 0 { state::IDLE } else { base_if_new } as u32;
+        st.softirq_vec = NO_SOFTIRQ;
+        st.hardirq_depth = 0;
+    } else {
+        charge(st, now);
+    }
+    Some(st)
+}
+
+/// Called by events that only happen in process context (syscalls, context
+/// switches): an interrupt still open here lost its exit event (e.g. one
+/// dropped by BPF recursion protection), so the state is repaired rather than
+/// charging hardirq/softirq time until the end of the run.
+#[inline(always)]
+pub fn in_process_context(st: &mut CpuState) {
+    if st.hardirq_depth != 0 || st.softirq_vec != NO_SOFTIRQ {
+        st.hardirq_depth = 0;
+        st.irq_acc = 0;
+        st.softirq_vec = NO_SOFTIRQ;
+        st.state_repairs += 1;
+    }
+}
+
+/// Moves time charged while the base state was unknown to the state that the
+/// thread turned out to be in.
+#[inline(always)]
+pub fn resolve(st: &mut CpuState, target: usize) {
+    let pending = st.acc[state::UNRESOLVED];
+    st.base = target as u32;
+    if pending == 0 || target >= state::REPORTED {
+        return;
+    }
+    st.acc[state::UNRESOLVED] = 0;
+    st.acc[target] += pending;
+    st.cpu_ns[state::UNRESOLVED] = st.cpu_ns[state::UNRESOLVED].saturating_sub(pending);
+    st.cpu_ns[target] += pending;
+}
+
+/// Adds the CPU's accumulated time for the outgoing thread to its map entry.
+/// Called once per context switch, with the thread's `se.sum_exec_runtime`
+/// when it could be read.
+///
+/// Slices are timed from tracepoint to tracepoint, but the scheduler starts
+/// and stops a thread's clock a few microseconds away from them (in
+/// pick_next_task/put_prev_task). For threads that run in short slices (a
+/// server woken per request) that gap is a large share of their time, so each
+/// slice is set to the scheduler's own length and the difference, scheduler
+/// code either way, is taken to or from system time.
+#[inline(always)]
+pub fn flush_thread(st: &mut CpuState, tid: u32, tgid: u32, flags_set: u32, runtime: Option<u64>) {
+    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+    let guest = if st.acc[state::GUEST] != 0 {
+        thread_flag::GUEST_TRACED
+    } else {
+        0
+    };
+    let known = if runtime.is_some() {
+        thread_flag::RUNTIME_KNOWN
+    } else {
+        0
+    };
+    let runtime_now = runtime.unwrap_or(0);
+    if let Some(t) = THREADS.get_ptr_mut(&tid) {
+        let t = unsafe { &mut *t };
+        if tid != 0 && t.flags & thread_flag::RUNTIME_KNOWN != 0 && runtime_now >= t.sched_runtime && known != 0 {
+            t.sched_adjust_ns += match_scheduler(st, runtime_now - t.sched_runtime);
+        }
+        add_times(t, st);
+        t.switches += 1;
+        t.flags = (t.flags & !(thread_flag::IN_SYSCALL | thread_flag::RUNTIME_KNOWN)) | flags_set | guest | known;
+        t.tgid = tgid;
+        t.cgroup_id = cgroup_id;
+        t.sched_runtime = runtime_now;
+        t.comm = comm;
+        return;
+    }
+    let mut fresh = ThreadTimes {
+        switches: 1,
+        cgroup_id,
+        sched_runtime: runtime_now,
+        tgid,
+        flags: flags_set | guest | known,
+        comm,
+        ..ThreadTimes::default()
+    };
+    add_times(&mut fresh, st);
+    if THREADS.insert(&tid, &fresh, 0).is_err() {
+        st.thread_map_overflows += 1;
+        if let Some(t) = THREADS.get_ptr_mut(&OVERFLOW_TID) {
+            add_times(unsafe { &mut *t }, st);
+        }
+    }
+}
+
+/// Makes the slice in `st.acc` last `sched_ns`; returns the ns added (or
+/// removed, negative) to system time.
+#[inline(always)]
+fn match_scheduler(st: &mut CpuState, sched_ns: u64) -> i64 {
+    let mut seen: u64 = 0;
+    for s in 0..state::REPORTED {
+        seen += st.acc[s];
+    }
+    if sched_ns >= seen {
+        let more = sched_ns - seen;
+        st.acc[state::SYSTEM] += more;
+        more as i64
+    } else {
+        let mut less = seen - sched_ns;
+        let from_system = if less < st.acc[state::SYSTEM] {
+            less
+        } else {
+            st.acc[state::SYSTEM]
+        };
+        st.acc[state::SYSTEM] -= from_system;
+        less -= from_system;
+        let from_user = if less < st.acc[state::USER] {
+            less
+        } else {
+            st.acc[state::USER]
+        };
+        st.acc[state::USER] -= from_user;
+        -((from_system + from_user) as i64)
+    }
+}
+
+#[inline(always)]
+fn add_times(t: &mut ThreadTimes, st: &CpuState) {
+    t.ns[state::USER] += st.acc[state::USER];
+    t.ns[state::SYSTEM] += st.acc[state::SYSTEM];
+    t.ns[state::SOFTIRQ] += st.acc[state::SOFTIRQ];
+    t.ns[state::HARDIRQ] += st.acc[state::HARDIRQ];
+    t.ns[state::GUEST] += st.acc[state::GUEST];
+    t.ns[state::IDLE] += st.acc[state::IDLE];
+}
+
+/// Records the end of the outermost hard interrupt in its IRQ slot.
+#[inline(always)]
+pub fn irq_done(st: &mut CpuState) {
+    let slot = if st.irq_slot < IRQ_SLOTS {
+        st.irq_slot
+    } else {
+        IRQ_SLOTS - 1
+    };
+    if let Some(s) = IRQS.get_ptr_mut(slot) {
+        let s = unsafe { &mut *s };
+        s.ns += st.irq_acc;
+        s.count += 1;
+    }
+    st.irq_acc = 0;
+}

@@ -1,0 +1,39 @@
+//! Load-time constants written by userspace (`EbpfLoader::override_global`):
+//! offsets resolved from the running kernel's BTF and tracepoint format files.
+
+macro_rules! globals {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            #[unsafe(no_mangle)]
+            pub static $name: u32 = 0;
+        )*
+    };
+}
+
+globals! {
+    /// `offsetof(struct task_struct, pid)` from BTF.
+    TASK_PID_OFFSET,
+    /// `offsetof(struct task_struct, tgid)` from BTF.
+    TASK_TGID_OFFSET,
+    /// `offsetof(struct task_struct, flags)` from BTF.
+    TASK_FLAGS_OFFSET,
+    /// `offsetof(struct task_struct, se) + offsetof(struct sched_entity, sum_exec_runtime)`.
+    TASK_RUNTIME_OFFSET,
+    /// sched/sched_switch record: offset of `prev_state`.
+    TP_SWITCH_PREV_STATE,
+    /// sched/sched_switch record: offset of `next_pid`.
+    TP_SWITCH_NEXT_PID,
+    /// sched/sched_process_fork record: offset of `child_pid`.
+    TP_FORK_CHILD_PID,
+    /// irq/irq_handler_entry and _exit records: offset of `irq`.
+    TP_IRQ_IRQ,
+    /// irq/softirq_entry and _exit records: offset of `vec`.
+    TP_SOFTIRQ_VEC,
+}
+
+/// Reads a global without letting the compiler fold it to its initial 0.
+#[inline(always)]
+pub fn get(global: &'static u32) -> u32 {
+    unsafe { core::ptr::read_volatile(global) }
+}

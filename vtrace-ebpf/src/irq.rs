@@ -1,0 +1,196 @@
+//! Hard and soft interrupts. Device IRQs come from irq_handler_entry/exit;
+//! x86 system vectors (local timer, IPIs, irq work) have their own
+//! tracepoints in irq_vectors and are kept in their own slots.
+
+use aya_ebpf::{
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
+};
+use vtrace_common::{IRQ_DEVICE_SLOTS, NO_SOFTIRQ, SOFTIRQ_VECTORS, irq_vector, state};
+
+use crate::{account, config};
+
+#[inline(always)]
+fn on_hardirq_entry(slot: u32) {
+    let Some(st) = account::enter(account::now(), state::UNRESOLVED) else {
+        return;
+    };
+    if st.hardirq_depth == 0 {
+        st.irq_slot = slot;
+        st.irq_acc = 0;
+    }
+    st.hardirq_depth += 1;
+}
+
+#[inline(always)]
+fn on_hardirq_exit() {
+    let Some(st) = account::enter(account::now(), state::UNRESOLVED) else {
+        return;
+    };
+    if st.hardirq_depth == 0 {
+        return; // entered before this CPU's first event
+    }
+    st.hardirq_depth -= 1;
+    if st.hardirq_depth == 0 {
+        account::irq_done(st);
+    }
+}
+
+#[inline(always)]
+fn device_slot(irq: u32) -> u32 {
+    if irq < IRQ_DEVICE_SLOTS {
+        irq
+    } else {
+        IRQ_DEVICE_SLOTS - 1
+    }
+}
+
+#[inline(always)]
+fn on_softirq_entry(vec: u32) {
+    let Some(st) = account::enter(account::now(), state::UNRESOLVED) else {
+        return;
+    };
+    st.softirq_vec = if (vec as usize) < SOFTIRQ_VECTORS {
+        vec
+    } else {
+        NO_SOFTIRQ
+    };
+}
+
+#[inline(always)]
+fn on_softirq_exit() {
+    let Some(st) = account::enter(account::now(), state::UNRESOLVED) else {
+        return;
+    };
+    let vec = st.softirq_vec as usize;
+    if vec < SOFTIRQ_VECTORS {
+        st.softirq_count[vec] += 1;
+    }
+    st.softirq_vec = NO_SOFTIRQ;
+}
+
+/// TP_PROTO(int irq, struct irqaction *action)
+#[raw_tracepoint(tracepoint = "irq_handler_entry")]
+pub fn raw_irq_handler_entry(ctx: RawTracePointContext) -> i32 {
+    let irq: u64 = ctx.arg(0);
+    on_hardirq_entry(device_slot(irq as u32));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "irq_handler_exit")]
+pub fn raw_irq_handler_exit(_ctx: RawTracePointContext) -> i32 {
+    on_hardirq_exit();
+    0
+}
+
+#[tracepoint(category = "irq", name = "irq_handler_entry")]
+pub fn tp_irq_handler_entry(ctx: TracePointContext) -> i32 {
+    let irq: i32 = unsafe { ctx.read_at(config::get(&config::TP_IRQ_IRQ) as usize) }.unwrap_or(0);
+    on_hardirq_entry(device_slot(irq as u32));
+    0
+}
+
+#[tracepoint(category = "irq", name = "irq_handler_exit")]
+pub fn tp_irq_handler_exit(_ctx: TracePointContext) -> i32 {
+    on_hardirq_exit();
+    0
+}
+
+/// TP_PROTO(unsigned int vec_nr)
+#[raw_tracepoint(tracepoint = "softirq_entry")]
+pub fn raw_softirq_entry(ctx: RawTracePointContext) -> i32 {
+    let vec: u64 = ctx.arg(0);
+    on_softirq_entry(vec as u32);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "softirq_exit")]
+pub fn raw_softirq_exit(_ctx: RawTracePointContext) -> i32 {
+    on_softirq_exit();
+    0
+}
+
+#[tracepoint(category = "irq", name = "softirq_entry")]
+pub fn tp_softirq_entry(ctx: TracePointContext) -> i32 {
+    let vec: u32 = unsafe { ctx.read_at(config::get(&config::TP_SOFTIRQ_VEC) as usize) }.unwrap_or(u32::MAX);
+    on_softirq_entry(vec);
+    0
+}
+
+#[tracepoint(category = "irq", name = "softirq_exit")]
+pub fn tp_softirq_exit(_ctx: TracePointContext) -> i32 {
+    on_softirq_exit();
+    0
+}
+
+/// irq_vectors entry/exit pairs: raw and classic flavours per system vector.
+macro_rules! system_vector {
+    ($slot:expr, $raw_entry:ident, $raw_exit:ident, $tp_entry:ident, $tp_exit:ident, $entry:literal, $exit:literal) => {
+        #[raw_tracepoint(tracepoint = $entry)]
+        pub fn $raw_entry(_ctx: RawTracePointContext) -> i32 {
+            on_hardirq_entry($slot);
+            0
+        }
+        #[raw_tracepoint(tracepoint = $exit)]
+        pub fn $raw_exit(_ctx: RawTracePointContext) -> i32 {
+            on_hardirq_exit();
+            0
+        }
+        #[tracepoint(category = "irq_vectors", name = $entry)]
+        pub fn $tp_entry(_ctx: TracePointContext) -> i32 {
+            on_hardirq_entry($slot);
+            0
+        }
+        #[tracepoint(category = "irq_vectors", name = $exit)]
+        pub fn $tp_exit(_ctx: TracePointContext) -> i32 {
+            on_hardirq_exit();
+            0
+        }
+    };
+}
+
+system_vector!(
+    irq_vector::LOCAL_TIMER,
+    raw_local_timer_entry,
+    raw_local_timer_exit,
+    tp_local_timer_entry,
+    tp_local_timer_exit,
+    "local_timer_entry",
+    "local_timer_exit"
+);
+system_vector!(
+    irq_vector::RESCHEDULE,
+    raw_reschedule_entry,
+    raw_reschedule_exit,
+    tp_reschedule_entry,
+    tp_reschedule_exit,
+    "reschedule_entry",
+    "reschedule_exit"
+);
+system_vector!(
+    irq_vector::CALL_FUNCTION,
+    raw_call_function_entry,
+    raw_call_function_exit,
+    tp_call_function_entry,
+    tp_call_function_exit,
+    "call_function_entry",
+    "call_function_exit"
+);
+system_vector!(
+    irq_vector::CALL_FUNCTION_SINGLE,
+    raw_call_function_single_entry,
+    raw_call_function_single_exit,
+    tp_call_function_single_entry,
+    tp_call_function_single_exit,
+    "call_function_single_entry",
+    "call_function_single_exit"
+);
+system_vector!(
+    irq_vector::IRQ_WORK,
+    raw_irq_work_entry,
+    raw_irq_work_exit,
+    tp_irq_work_entry,
+    tp_irq_work_exit,
+    "irq_work_entry",
+    "irq_work_exit"
+);

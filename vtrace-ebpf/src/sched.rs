@@ -1,0 +1,148 @@
+//! Scheduler hooks: context switch (flushes per-thread time), fork (marks new
+//! threads as seen from birth), exit (marks threads whose totals are final).
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
+    macros::{raw_tracepoint, tracepoint},
+    programs::{RawTracePointContext, TracePointContext},
+};
+use vtrace_common::{ThreadTimes, state, thread_flag};
+
+use crate::{account, config};
+
+/// PF_KTHREAD from include/linux/sched.h.
+const PF_KTHREAD: u32 = 0x0020_0000;
+
+#[inline(always)]
+fn read_task_u32(task: u64, offset: u32) -> u32 {
+    unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u32) }.unwrap_or(0)
+}
+
+/// `prev_running`: the outgoing thread was preempted (TASK_RUNNING) rather
+/// than blocking, which for a thread of unknown mode means it was in user space.
+#[inline(always)]
+fn on_switch(prev_running: bool, next_tid: u32) {
+    let now = account::now();
+    let Some(st) = account::cpu_state() else { return };
+    if st.initialized == 0 {
+        st.initialized = 1;
+        st.softirq_vec = vtrace_common::NO_SOFTIRQ;
+        st.hardirq_depth = 0;
+    } else {
+        // `st` is this CPU's state; charge through it rather than calling
+        // account::enter, which would create a second &mut to the same value.
+        account::charge(st, now);
+        account::in_process_context(st);
+        let id = bpf_get_current_pid_tgid();
+        let task = unsafe { bpf_get_current_task() };
+        let kthread = read_task_u32(task, config::get(&config::TASK_FLAGS_OFFSET)) & PF_KTHREAD != 0;
+        if st.base == state::UNRESOLVED as u32 {
+            let mode = if kthread || !prev_running {
+                state::SYSTEM
+            } else {
+                state::USER
+            };
+            account::resolve(st, mode);
+        }
+        let mut flags = 0;
+        if st.base == state::SYSTEM as u32 {
+            flags |= thread_flag::IN_SYSCALL;
+        }
+        if kthread {
+            flags |= thread_flag::KTHREAD;
+        }
+        let runtime_offset = config::get(&config::TASK_RUNTIME_OFFSET);
+        let runtime = if runtime_offset == 0 {
+            None
+        } else {
+            unsafe { bpf_probe_read_kernel((task + runtime_offset as u64) as *const u64) }.ok()
+        };
+        account::flush_thread(st, id as u32, (id >> 32) as u32, flags, runtime);
+    }
+    st.acc = [0; state::SLOTS];
+    st.tid = next_tid;
+    st.last_ts = now;
+    st.base = if next_tid == 0 {
+        state::IDLE
+    } else {
+        match unsafe { account::THREADS.get(&next_tid) } {
+            Some(t) if t.flags & (thread_flag::IN_SYSCALL | thread_flag::KTHREAD) != 0 => state::SYSTEM,
+            Some(_) => state::USER,
+            None => state::UNRESOLVED,
+        }
+    } as u32;
+}
+
+/// A thread created while recording starts inside the kernel (returning from
+/// clone), so it is known to be in "syscall" mode from birth.
+#[inline(always)]
+fn on_fork(child_tid: u32, child_tgid: u32) {
+    let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // A new task's se.sum_exec_runtime starts at 0 (__sched_fork).
+    let fresh = ThreadTimes {
+        tgid: child_tgid,
+        parent_tgid,
+        flags: thread_flag::IN_SYSCALL | thread_flag::BORN_DURING_RUN | thread_flag::RUNTIME_KNOWN,
+        ..ThreadTimes::default()
+    };
+    let _ = account::THREADS.insert(&child_tid, &fresh, 0);
+}
+
+#[inline(always)]
+fn on_exit() {
+    let tid = account::current_tid();
+    if let Some(t) = account::THREADS.get_ptr_mut(&tid) {
+        unsafe { (*t).flags |= thread_flag::EXITED };
+    }
+}
+
+/// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn raw_sched_switch(ctx: RawTracePointContext) -> i32 {
+    let next: u64 = ctx.arg(2);
+    let prev_state: u64 = ctx.arg(3);
+    on_switch(
+        prev_state as u32 == 0,
+        read_task_u32(next, config::get(&config::TASK_PID_OFFSET)),
+    );
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_switch")]
+pub fn tp_sched_switch(ctx: TracePointContext) -> i32 {
+    let prev_state: i64 = unsafe { ctx.read_at(config::get(&config::TP_SWITCH_PREV_STATE) as usize) }.unwrap_or(1);
+    let next_tid: u32 = unsafe { ctx.read_at(config::get(&config::TP_SWITCH_NEXT_PID) as usize) }.unwrap_or(0);
+    on_switch(prev_state == 0, next_tid);
+    0
+}
+
+/// TP_PROTO(struct task_struct *parent, struct task_struct *child)
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn raw_sched_process_fork(ctx: RawTracePointContext) -> i32 {
+    let child: u64 = ctx.arg(1);
+    on_fork(
+        read_task_u32(child, config::get(&config::TASK_PID_OFFSET)),
+        read_task_u32(child, config::get(&config::TASK_TGID_OFFSET)),
+    );
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_fork")]
+pub fn tp_sched_process_fork(ctx: TracePointContext) -> i32 {
+    let child_tid: u32 = unsafe { ctx.read_at(config::get(&config::TP_FORK_CHILD_PID) as usize) }.unwrap_or(0);
+    // The record has no tgid; the first switch-out of the child fills it in.
+    on_fork(child_tid, 0);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "sched_process_exit")]
+pub fn raw_sched_process_exit(_ctx: RawTracePointContext) -> i32 {
+    on_exit();
+    0
+}
+
+#[tracepoint(category = "sched", name = "sched_process_exit")]
+pub fn tp_sched_process_exit(_ctx: TracePointContext) -> i32 {
+    on_exit();
+    0
+}

@@ -1,0 +1,25 @@
+//! Builds the eBPF object (vtrace-ebpf, target bpfel-unknown-none, nightly +
+//! bpf-linker) with aya-build; `src/ebpf.rs` embeds it.
+use anyhow::{Context as _, anyhow};
+use aya_build::Toolchain;
+
+fn main() -> anyhow::Result<()> {
+    let cargo_metadata::Metadata { packages, .. } = cargo_metadata::MetadataCommand::new()
+        .no_deps()
+        .exec()
+        .context("cargo metadata")?;
+    let ebpf = packages
+        .iter()
+        .find(|p| p.name.as_str() == "vtrace-ebpf")
+        .ok_or_else(|| anyhow!("vtrace-ebpf package not found in the workspace"))?;
+    let root_dir = ebpf
+        .manifest_path
+        .parent()
+        .ok_or_else(|| anyhow!("no parent for {}", ebpf.manifest_path))?;
+    let package = aya_build::Package {
+        name: ebpf.name.as_str(),
+        root_dir: root_dir.as_str(),
+        ..Default::default()
+    };
+    aya_build::build_ebpf([package], Toolchain::default())
+}

@@ -1,0 +1,3 @@
+//! Figures derived from a recording, independent of how they are shown.
+
+pub mod cpu;

@@ -1,0 +1,6 @@
+//! Collectors: userspace, one per concern. Each reads what its probes
+//! accumulate in the kernel (or what /proc says) and turns it into rows.
+
+pub mod bpf_stats;
+pub mod cpu;
+pub mod procfs;

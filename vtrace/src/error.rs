@@ -1,0 +1,64 @@
+//! Errors the library returns. Each names the cause and, where there is one,
+//! the fix, because users see them as one-line messages.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "vtrace needs root, or the capabilities CAP_BPF and CAP_PERFMON (plus CAP_SYS_RESOURCE), to load eBPF programs: \
+         run it with sudo, or grant them with `setcap cap_bpf,cap_perfmon,cap_sys_resource+ep <path to vtrace>`"
+    )]
+    MissingPrivilege,
+
+    #[error(
+        "tracefs is not mounted at {path} and mounting it failed ({reason}): \
+         mount it with `mount -t tracefs nodev {path}`"
+    )]
+    TracefsNotMounted { path: PathBuf, reason: String },
+
+    #[error("cannot write the recording to {path}: {reason}; choose a writable path with -o")]
+    OutputNotWritable { path: PathBuf, reason: String },
+
+    #[error("{path} is not a vtrace recording ({reason}); record one with `vtrace record -o FILE`")]
+    NotARecording { path: PathBuf, reason: String },
+
+    #[error("{path} is a corrupt vtrace recording ({reason}); it cannot be read, record it again")]
+    CorruptRecording { path: PathBuf, reason: String },
+
+    #[error(
+        "{path} was written with recording schema version {found}, this vtrace reads version {supported}: \
+         use a vtrace release that matches"
+    )]
+    SchemaVersion { path: PathBuf, found: u32, supported: u32 },
+
+    #[error("unknown platform '{name}': known platforms are {known}")]
+    UnknownPlatform { name: String, known: String },
+
+    #[error("no probe of the CPU attribution engine could be attached: {0}")]
+    NoProbes(String),
+
+    #[error("cannot read kernel type information: {0}")]
+    Btf(String),
+
+    #[error("eBPF: {0}")]
+    Ebpf(String),
+
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("recording table {table}: {reason}")]
+    Table { table: &'static str, reason: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Wraps an I/O error with what was being done.
+pub fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+    let context = context.into();
+    move |source| Error::Io { context, source }
+}

@@ -1,0 +1,23 @@
+//! vtrace: where the CPU and the latency go along the virtualization I/O path.
+//!
+//! Data flow, one module per stage:
+//! `probes` (kernel programs, catalog, attach) -> `collectors` (userspace
+//! readers, one per concern) -> `recording` (on-disk schema) -> `analysis`
+//! (derived figures) -> `report` (text, JSON, CSV). `record` drives the first
+//! three; `workload` holds the embedded default run.
+
+pub mod analysis;
+pub mod collectors;
+pub mod ebpf;
+pub mod error;
+pub mod privileges;
+pub mod probes;
+pub mod record;
+pub mod recording;
+pub mod report;
+pub mod workload;
+
+pub use error::{Error, Result};
+
+/// Platforms `--platform` accepts.
+pub const PLATFORMS: &[&str] = &["host"];

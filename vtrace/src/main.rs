@@ -1,0 +1,164 @@
+//! The `vtrace` command line. Library errors become one-line messages here.
+
+use std::{path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use vtrace::{
+    record::{RecordOptions, record},
+    recording,
+    report::{self, Format, ReportOptions},
+};
+
+#[derive(Parser)]
+#[command(
+    name = "vtrace",
+    version,
+    about = "Where the CPU and the latency go along the virtualization I/O path"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Record CPU attribution while a command runs, for a duration, or until Ctrl-C.
+    Record {
+        /// Platform whose instances to select.
+        #[arg(long, default_value = "host")]
+        platform: String,
+        /// Select this process and its descendants (repeatable).
+        #[arg(long = "pid")]
+        pids: Vec<u32>,
+        /// Select threads with this name (repeatable).
+        #[arg(long = "comm")]
+        comms: Vec<String>,
+        /// Select processes in this cgroup v2 path or below (repeatable).
+        #[arg(long = "cgroup")]
+        cgroups: Vec<PathBuf>,
+        /// Stop after this long when no command is given (e.g. 10s, 1m).
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+        duration: Duration,
+        /// Time-series snapshot interval.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+        interval: Duration,
+        /// Where to write the recording (a directory).
+        #[arg(short, long, default_value = "run.vtrace")]
+        output: PathBuf,
+        /// Command to run and record; recording stops when it exits, and vtrace exits with its status.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Report a recording as text tables, JSON or CSV.
+    Report {
+        recording: PathBuf,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// Rows per table (text).
+        #[arg(long, default_value_t = 15)]
+        top: usize,
+    },
+    /// List every probe and the attach method it would use on this kernel, or why it cannot.
+    Probes {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The embedded default: redis-server in a network namespace behind a veth pair,
+    /// driven by redis-benchmark (GET/SET, 64 B values), recorded and reported.
+    Demo {
+        #[arg(short, long, default_value = "demo.vtrace")]
+        output: PathBuf,
+        /// redis-benchmark requests per test.
+        #[arg(long, default_value_t = 200_000)]
+        requests: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("vtrace: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Record {
+            platform,
+            pids,
+            comms,
+            cgroups,
+            duration,
+            interval,
+            output,
+            command,
+        } => {
+            let opts = RecordOptions {
+                platform,
+                pids,
+                comms,
+                cgroups,
+                duration: Some(duration),
+                interval,
+                output,
+                command,
+            };
+            let outcome = record(&opts)?;
+            eprintln!(
+                "vtrace: recorded {:.1} s into {} ({} threads); `vtrace report {}` shows it",
+                outcome.recording.meta.wall_ns as f64 / 1e9,
+                outcome.path.display(),
+                outcome.recording.threads.len(),
+                outcome.path.display()
+            );
+            Ok(outcome.exit_code)
+        }
+        Command::Report {
+            recording: path,
+            format,
+            top,
+        } => {
+            let rec = recording::read(&path)?;
+            print!("{}", report::render(&rec, &ReportOptions { format, top }));
+            Ok(0)
+        }
+        Command::Probes { json } => {
+            let plan = vtrace::record::probe_plan();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&plan).context("serialize probes")?);
+            } else {
+                println!("{:<28}{:<9}{:<12}note", "probe", "layer", "method");
+                for p in &plan {
+                    let method = p.method.clone().unwrap_or_else(|| "unavailable".into());
+                    println!(
+                        "{:<28}{:<9}{:<12}{}",
+                        p.id,
+                        p.layer,
+                        method,
+                        p.reason.clone().unwrap_or_default()
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Command::Demo { output, requests } => {
+            let outcome = vtrace::workload::demo::run(output, requests)?;
+            print!(
+                "{}",
+                report::render(
+                    &outcome.recording,
+                    &ReportOptions {
+                        format: Format::Text,
+                        top: 15
+                    }
+                )
+            );
+            eprintln!("vtrace: recording kept in {}", outcome.path.display());
+            Ok(outcome.exit_code)
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! What the running kernel offers, detected once: BTF, tracefs and its
+//! events, kprobe/uprobe PMUs, kallsyms. Strategies are checked against it
+//! so that `vtrace probes` can say why a strategy is unusable before trying.
+
+use std::{
+    collections::HashSet,
+    fs,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use super::catalog::Strategy;
+
+pub const BTF_PATH: &str = "/sys/kernel/btf/vmlinux";
+pub const TRACEFS_PATHS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+/// Comma-separated attach methods to treat as unavailable (e.g. `raw_tp`),
+/// to exercise fallback strategies on a kernel that has the preferred ones.
+pub const SKIP_METHODS_ENV: &str = "VTRACE_SKIP_METHODS";
+
+pub struct Capabilities {
+    pub kernel_release: String,
+    /// Parsed vmlinux BTF, or why it is missing.
+    pub btf: Result<Arc<btf_rs::Btf>, String>,
+    /// Mounted tracefs, or why none is.
+    pub tracefs: Result<PathBuf, String>,
+    pub kprobe_pmu: bool,
+    pub uprobe_pmu: bool,
+    /// Functions kprobes can attach to (available_filter_functions), if readable.
+    kprobe_functions: Option<HashSet<String>>,
+}
+
+impl Capabilities {
+    pub fn detect() -> Self {
+        let btf = if Path::new(BTF_PATH).exists() {
+            btf_rs::Btf::from_file(BTF_PATH)
+                .map(Arc::new)
+                .map_err(|e| format!("cannot parse {BTF_PATH}: {e}"))
+        } else {
+            Err(format!(
+                "{BTF_PATH} missing (kernel built without CONFIG_DEBUG_INFO_BTF)"
+            ))
+        };
+        let tracefs = find_tracefs()
+            .ok_or_else(|| "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)".to_string());
+        let kprobe_functions = tracefs.as_ref().ok().and_then(|t| {
+            fs::read_to_string(t.join("available_filter_functions")).ok().map(|s| {
+                s.lines()
+                    .filter_map(|l| l.split_whitespace().next())
+                    .map(str::to_string)
+                    .collect()
+            })
+        });
+        Capabilities {
+            kernel_release: fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+            btf,
+            tracefs,
+            kprobe_pmu: Path::new("/sys/bus/event_source/devices/kprobe/type").exists(),
+            uprobe_pmu: Path::new("/sys/bus/event_source/devices/uprobe/type").exists(),
+            kprobe_functions,
+        }
+    }
+
+    fn btf_has(&self, name: &str) -> Result<(), String> {
+        let btf = self.btf.as_ref().map_err(|e| e.clone())?;
+        match btf.resolve_ids_by_name(name) {
+            Ok(ids) if !ids.is_empty() => Ok(()),
+            _ => Err(format!("{name} not in kernel BTF")),
+        }
+    }
+
+    /// Whether this kernel can use `strategy`, or why not.
+    pub fn check(&self, strategy: &Strategy) -> Result<(), String> {
+        if let Ok(skip) = std::env::var(SKIP_METHODS_ENV)
+            && skip.split(',').any(|m| m.trim() == strategy.method())
+        {
+            return Err(format!("disabled by {SKIP_METHODS_ENV}"));
+        }
+        match *strategy {
+            Strategy::FEntry { function, .. } => self.btf_has(function),
+            Strategy::KProbe { function, .. } => {
+                if !self.kprobe_pmu {
+                    return Err("kprobes unavailable: no kprobe PMU (kernel built without CONFIG_KPROBES)".into());
+                }
+                match &self.kprobe_functions {
+                    Some(f) if !f.contains(function) => Err(format!("{function} is not a traceable kernel function")),
+                    _ => Ok(()),
+                }
+            }
+            Strategy::BtfTracepoint { tracepoint, .. } | Strategy::RawTracepoint { tracepoint, .. } => self
+                .btf_has(&format!("btf_trace_{tracepoint}"))
+                .map_err(|_| format!("tracepoint {tracepoint} not in this kernel")),
+            Strategy::Tracepoint { category, name, .. } => {
+                let tracefs = self.tracefs.as_ref().map_err(|e| e.clone())?;
+                if tracefs.join("events").join(category).join(name).is_dir() {
+                    Ok(())
+                } else {
+                    Err(format!("tracepoint {category}:{name} not in this kernel"))
+                }
+            }
+        }
+    }
+}
+
+fn find_tracefs() -> Option<PathBuf> {
+    TRACEFS_PATHS
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.join("events").is_dir())
+}
+
+/// Makes sure tracefs is mounted (classic tracepoints need it to resolve event
+/// ids), mounting it at /sys/kernel/tracing if needed.
+pub fn ensure_tracefs() -> crate::Result<PathBuf> {
+    if let Some(p) = find_tracefs() {
+        return Ok(p);
+    }
+    let path = PathBuf::from(TRACEFS_PATHS[0]);
+    let c = |s: &str| std::ffi::CString::new(s).unwrap();
+    let rc = unsafe {
+        libc::mount(
+            c("nodev").as_ptr(),
+            c(TRACEFS_PATHS[0]).as_ptr(),
+            c("tracefs").as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(crate::Error::TracefsNotMounted {
+            path,
+            reason: std::io::Error::last_os_error().to_string(),
+        });
+    }
+    Ok(path)
+}

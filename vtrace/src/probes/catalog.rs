@@ -1,0 +1,216 @@
+//! The probe registry: every probe point vtrace knows, its layer, and its
+//! attach strategies in order of preference. Each strategy names the eBPF
+//! program (in `vtrace-ebpf/src/<family>.rs`) that implements it.
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layer {
+    Sched,
+    Irq,
+    Softirq,
+    Syscall,
+    Kvm,
+    Vmm,
+    Vhost,
+    Tun,
+    Net,
+    Fs,
+    Block,
+    Uprobe,
+    Sample,
+}
+
+impl Layer {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::Sched => "sched",
+            Layer::Irq => "irq",
+            Layer::Softirq => "softirq",
+            Layer::Syscall => "syscall",
+            Layer::Kvm => "kvm",
+            Layer::Vmm => "vmm",
+            Layer::Vhost => "vhost",
+            Layer::Tun => "tun",
+            Layer::Net => "net",
+            Layer::Fs => "fs",
+            Layer::Block => "block",
+            Layer::Uprobe => "uprobe",
+            Layer::Sample => "sample",
+        }
+    }
+}
+
+/// One way to attach a probe. Ordered best-first in [`ProbeSpec::strategies`]:
+/// fentry (cheapest, typed) > kprobe > tp_btf > raw_tp > tracepoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strategy {
+    FEntry {
+        program: &'static str,
+        function: &'static str,
+    },
+    KProbe {
+        program: &'static str,
+        function: &'static str,
+    },
+    BtfTracepoint {
+        program: &'static str,
+        tracepoint: &'static str,
+    },
+    RawTracepoint {
+        program: &'static str,
+        tracepoint: &'static str,
+    },
+    Tracepoint {
+        program: &'static str,
+        category: &'static str,
+        name: &'static str,
+    },
+}
+
+impl Strategy {
+    pub fn method(&self) -> &'static str {
+        match self {
+            Strategy::FEntry { .. } => "fentry",
+            Strategy::KProbe { .. } => "kprobe",
+            Strategy::BtfTracepoint { .. } => "tp_btf",
+            Strategy::RawTracepoint { .. } => "raw_tp",
+            Strategy::Tracepoint { .. } => "tracepoint",
+        }
+    }
+
+    pub fn program(&self) -> &'static str {
+        match *self {
+            Strategy::FEntry { program, .. }
+            | Strategy::KProbe { program, .. }
+            | Strategy::BtfTracepoint { program, .. }
+            | Strategy::RawTracepoint { program, .. }
+            | Strategy::Tracepoint { program, .. } => program,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeSpec {
+    pub id: &'static str,
+    pub layer: Layer,
+    pub what: &'static str,
+    pub strategies: &'static [Strategy],
+}
+
+/// raw_tp first (no record formatting, args straight from TP_PROTO), the
+/// classic tracepoint as fallback (kernels without raw_tp, or a raw_tp that
+/// fails to attach).
+macro_rules! tracepoint_probe {
+    ($id:literal, $layer:expr, $what:literal, $category:literal) => {
+        ProbeSpec {
+            id: $id,
+            layer: $layer,
+            what: $what,
+            strategies: &[
+                Strategy::RawTracepoint {
+                    program: concat!("raw_", $id),
+                    tracepoint: $id,
+                },
+                Strategy::Tracepoint {
+                    program: concat!("tp_", $id),
+                    category: $category,
+                    name: $id,
+                },
+            ],
+        }
+    };
+}
+
+/// Every probe point, in attach order. Probes of the CPU attribution engine
+/// come first, and each `*_exit` precedes its `*_entry`: attaching a probe
+/// patches kernel text with IPIs, so an entry attached before its exit would
+/// see interrupts whose end it never sees. An exit without an entry is ignored.
+pub const CATALOG: &[ProbeSpec] = &[
+    tracepoint_probe!(
+        "sched_switch",
+        Layer::Sched,
+        "context switch: flushes per-thread CPU time",
+        "sched"
+    ),
+    tracepoint_probe!(
+        "sched_process_fork",
+        Layer::Sched,
+        "thread creation: new threads are tracked from birth",
+        "sched"
+    ),
+    tracepoint_probe!(
+        "sched_process_exit",
+        Layer::Sched,
+        "thread exit: totals of exited threads are kept",
+        "sched"
+    ),
+    tracepoint_probe!("sys_exit", Layer::Syscall, "system -> user transition", "raw_syscalls"),
+    tracepoint_probe!("sys_enter", Layer::Syscall, "user -> system transition", "raw_syscalls"),
+    tracepoint_probe!("irq_handler_exit", Layer::Irq, "device interrupt handler end", "irq"),
+    tracepoint_probe!("irq_handler_entry", Layer::Irq, "device interrupt handler start", "irq"),
+    tracepoint_probe!(
+        "local_timer_exit",
+        Layer::Irq,
+        "x86 local APIC timer interrupt end",
+        "irq_vectors"
+    ),
+    tracepoint_probe!(
+        "local_timer_entry",
+        Layer::Irq,
+        "x86 local APIC timer interrupt start",
+        "irq_vectors"
+    ),
+    tracepoint_probe!("reschedule_exit", Layer::Irq, "x86 reschedule IPI end", "irq_vectors"),
+    tracepoint_probe!(
+        "reschedule_entry",
+        Layer::Irq,
+        "x86 reschedule IPI start",
+        "irq_vectors"
+    ),
+    tracepoint_probe!(
+        "call_function_exit",
+        Layer::Irq,
+        "x86 function call IPI end",
+        "irq_vectors"
+    ),
+    tracepoint_probe!(
+        "call_function_entry",
+        Layer::Irq,
+        "x86 function call IPI start",
+        "irq_vectors"
+    ),
+    tracepoint_probe!(
+        "call_function_single_exit",
+        Layer::Irq,
+        "x86 single function call IPI end",
+        "irq_vectors"
+    ),
+    tracepoint_probe!(
+        "call_function_single_entry",
+        Layer::Irq,
+        "x86 single function call IPI start",
+        "irq_vectors"
+    ),
+    tracepoint_probe!("irq_work_exit", Layer::Irq, "x86 irq work interrupt end", "irq_vectors"),
+    tracepoint_probe!(
+        "irq_work_entry",
+        Layer::Irq,
+        "x86 irq work interrupt start",
+        "irq_vectors"
+    ),
+    tracepoint_probe!("softirq_exit", Layer::Softirq, "softirq end (per vector)", "irq"),
+    tracepoint_probe!("softirq_entry", Layer::Softirq, "softirq start (per vector)", "irq"),
+    tracepoint_probe!("kvm_exit", Layer::Kvm, "vCPU leaves the guest: guest time ends", "kvm"),
+    tracepoint_probe!(
+        "kvm_entry",
+        Layer::Kvm,
+        "vCPU enters the guest: guest time starts",
+        "kvm"
+    ),
+];
+
+pub fn find(id: &str) -> Option<&'static ProbeSpec> {
+    CATALOG.iter().find(|p| p.id == id)
+}

@@ -1,0 +1,161 @@
+//! Kernel layout the eBPF programs need but cannot learn themselves (Rust eBPF
+//! has no CO-RE): struct member offsets from BTF and tracepoint record
+//! offsets from tracefs format files. Passed in as load-time globals.
+
+use std::{fs, path::Path};
+
+use super::Capabilities;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelOffsets {
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_flags: u32,
+    pub task_runtime: u32,
+    pub tp_switch_prev_state: u32,
+    pub tp_switch_next_pid: u32,
+    pub tp_fork_child_pid: u32,
+    pub tp_irq_irq: u32,
+    pub tp_softirq_vec: u32,
+}
+
+impl KernelOffsets {
+    /// Resolves what the running kernel provides; what it lacks stays 0 and the
+    /// strategies that need it are unavailable anyway (no BTF: no raw_tp;
+    /// no tracefs: no tracepoints).
+    pub fn resolve(caps: &Capabilities) -> Self {
+        let mut o = KernelOffsets::default();
+        if let Ok(btf) = &caps.btf {
+            o.task_pid = member_offset(btf, "task_struct", "pid").unwrap_or(0);
+            o.task_tgid = member_offset(btf, "task_struct", "tgid").unwrap_or(0);
+            o.task_flags = member_offset(btf, "task_struct", "flags").unwrap_or(0);
+            o.task_runtime = match (
+                member_offset(btf, "task_struct", "se"),
+                member_offset(btf, "sched_entity", "sum_exec_runtime"),
+            ) {
+                (Some(se), Some(rt)) => se + rt,
+                _ => 0,
+            };
+        }
+        if let Ok(tracefs) = &caps.tracefs {
+            let f = |cat: &str, ev: &str, field: &str| {
+                tracepoint_field(tracefs, cat, ev, field).map(|f| f.offset).unwrap_or(0)
+            };
+            o.tp_switch_prev_state = f("sched", "sched_switch", "prev_state");
+            o.tp_switch_next_pid = f("sched", "sched_switch", "next_pid");
+            o.tp_fork_child_pid = f("sched", "sched_process_fork", "child_pid");
+            o.tp_irq_irq = f("irq", "irq_handler_entry", "irq");
+            o.tp_softirq_vec = f("irq", "softirq_entry", "vec");
+        }
+        o
+    }
+
+    /// (global name in vtrace-ebpf/src/config.rs, value)
+    pub fn globals(&self) -> [(&'static str, u32); 9] {
+        [
+            ("TASK_RUNTIME_OFFSET", self.task_runtime),
+            ("TASK_PID_OFFSET", self.task_pid),
+            ("TASK_TGID_OFFSET", self.task_tgid),
+            ("TASK_FLAGS_OFFSET", self.task_flags),
+            ("TP_SWITCH_PREV_STATE", self.tp_switch_prev_state),
+            ("TP_SWITCH_NEXT_PID", self.tp_switch_next_pid),
+            ("TP_FORK_CHILD_PID", self.tp_fork_child_pid),
+            ("TP_IRQ_IRQ", self.tp_irq_irq),
+            ("TP_SOFTIRQ_VEC", self.tp_softirq_vec),
+        ]
+    }
+}
+
+/// Byte offset of `member` in `struct name`, searching anonymous nested
+/// structs and unions.
+pub fn member_offset(btf: &btf_rs::Btf, name: &str, member: &str) -> Option<u32> {
+    let types = btf.resolve_types_by_name(name).ok()?;
+    types.iter().find_map(|t| match t {
+        btf_rs::Type::Struct(s) => find_member(btf, s, member, 0),
+        _ => None,
+    })
+}
+
+fn find_member(btf: &btf_rs::Btf, s: &btf_rs::Struct, member: &str, base_bits: u32) -> Option<u32> {
+    for m in &s.members {
+        let bits = base_bits + m.bit_offset();
+        let name = btf.resolve_name(m).unwrap_or_default();
+        if name == member {
+            return Some(bits / 8);
+        }
+        if name.is_empty()
+            && let Ok(btf_rs::Type::Struct(inner) | btf_rs::Type::Union(inner)) = btf.resolve_chained_type(m)
+            && let Some(off) = find_member(btf, &inner, member, bits)
+        {
+            return Some(off);
+        }
+    }
+    None
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TracepointField {
+    pub c_type: String,
+    pub name: String,
+    pub offset: u32,
+    pub size: u32,
+    pub signed: bool,
+}
+
+/// Parses one `field:TYPE NAME;\toffset:N;\tsize:N;\tsigned:N;` line.
+pub fn parse_format_line(line: &str) -> Option<TracepointField> {
+    let mut decl = None;
+    let (mut offset, mut size, mut signed) = (None, None, false);
+    for part in line.trim().split(';') {
+        let part = part.trim();
+        if let Some(v) = part.strip_prefix("field:") {
+            decl = Some(v.trim().to_string());
+        } else if let Some(v) = part.strip_prefix("offset:") {
+            offset = v.trim().parse().ok();
+        } else if let Some(v) = part.strip_prefix("size:") {
+            size = v.trim().parse().ok();
+        } else if let Some(v) = part.strip_prefix("signed:") {
+            signed = v.trim() == "1";
+        }
+    }
+    let decl = decl?;
+    let (c_type, name) = decl.rsplit_once(' ')?;
+    // `char prev_comm[16]` -> name prev_comm
+    let name = name.split('[').next()?.to_string();
+    Some(TracepointField {
+        c_type: c_type.to_string(),
+        name,
+        offset: offset?,
+        size: size?,
+        signed,
+    })
+}
+
+pub fn tracepoint_fields(tracefs: &Path, category: &str, event: &str) -> Vec<TracepointField> {
+    fs::read_to_string(tracefs.join("events").join(category).join(event).join("format"))
+        .map(|s| s.lines().filter_map(parse_format_line).collect())
+        .unwrap_or_default()
+}
+
+pub fn tracepoint_field(tracefs: &Path, category: &str, event: &str, field: &str) -> Option<TracepointField> {
+    tracepoint_fields(tracefs, category, event)
+        .into_iter()
+        .find(|f| f.name == field)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_format_lines() {
+        let f = parse_format_line("\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;").unwrap();
+        assert_eq!(
+            (f.name.as_str(), f.offset, f.size, f.signed),
+            ("prev_comm", 8, 16, false)
+        );
+        let f = parse_format_line("\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;").unwrap();
+        assert_eq!((f.c_type.as_str(), f.offset, f.signed), ("pid_t", 56, true));
+        assert!(parse_format_line("print fmt: \"x\"").is_none());
+    }
+}

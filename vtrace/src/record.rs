@@ -1,0 +1,593 @@
+//! `vtrace record`: attach, run (a command, a duration, or until Ctrl-C),
+//! snapshot every interval, and write the recording atomically, also when
+//! the workload fails or the user interrupts.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::{Path, PathBuf},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use vtrace_common::{IRQ_DEVICE_SLOTS, OVERFLOW_TID, SOFTIRQ_NAMES, ThreadTimes, irq_vector, state, thread_flag};
+
+use crate::{
+    Error, Result,
+    collectors::{
+        bpf_stats,
+        cpu::{CpuCollector, CpuSnapshot, monotonic_ns},
+        procfs::{self, TaskStat},
+    },
+    probes::{self, CATALOG, Capabilities, ProbeStatus, capabilities::ensure_tracefs, offsets::KernelOffsets},
+    recording::{
+        self, CpuRow, FORMAT_NAME, Host, IntervalRow, IrqRow, Metadata, OutputSlot, Overhead, Recording,
+        SCHEMA_VERSION, Selectors, SoftirqRow, ThreadRow, Workload,
+    },
+};
+
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub platform: String,
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    pub cgroups: Vec<PathBuf>,
+    /// Stop after this long (ignored when a command is given: it stops when the command exits).
+    pub duration: Option<Duration>,
+    /// Snapshot (time series) interval.
+    pub interval: Duration,
+    pub output: PathBuf,
+    pub command: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RecordOutcome {
+    pub path: PathBuf,
+    /// The command's exit status as a shell reports it (128+signal when killed), 0 without a command.
+    pub exit_code: i32,
+    pub recording: Recording,
+}
+
+/// Checks everything that can be checked before the workload starts.
+pub fn preflight(opts: &RecordOptions) -> Result<OutputSlot> {
+    if !crate::PLATFORMS.contains(&opts.platform.as_str()) {
+        return Err(Error::UnknownPlatform {
+            name: opts.platform.clone(),
+            known: crate::PLATFORMS.join(", "),
+        });
+    }
+    crate::privileges::check()?;
+    ensure_tracefs()?;
+    OutputSlot::claim(&opts.output)
+}
+
+pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {
+    let slot = preflight(opts)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(crate::error::io("start the async runtime"))?;
+    rt.block_on(run(opts, slot))
+}
+
+enum Stop {
+    WorkloadExited(std::process::ExitStatus),
+    WorkloadFailedToStart(String),
+    Duration,
+    Signal(&'static str),
+}
+
+async fn run(opts: &RecordOptions, slot: OutputSlot) -> Result<RecordOutcome> {
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let caps = Capabilities::detect();
+    let offsets = KernelOffsets::resolve(&caps);
+    let mut ebpf = crate::ebpf::load(&offsets)?;
+    let mut collector = CpuCollector::new(&mut ebpf)?;
+    let stats = bpf_stats::enable();
+    let mut notes = Vec::new();
+    if let Err(e) = &stats {
+        notes.push(format!("self-overhead unknown: {e}"));
+    }
+
+    let start_unix = unix_ns();
+    let start_mono = monotonic_ns();
+    let tasks_at_start = procfs::scan_tasks();
+    let probes = probes::attach_all(&mut ebpf, &caps, CATALOG);
+    if let Some(p) = probes.iter().find(|p| p.id == "sched_switch" && !p.available) {
+        return Err(Error::NoProbes(format!(
+            "sched_switch: {}",
+            p.reason.clone().unwrap_or_default()
+        )));
+    }
+
+    let mut sigint = signal(SignalKind::interrupt()).map_err(crate::error::io("install SIGINT handler"))?;
+    let mut sigterm = signal(SignalKind::terminate()).map_err(crate::error::io("install SIGTERM handler"))?;
+    let mut child = None;
+    let mut workload = None;
+    let mut stop = None;
+    if let Some((program, args)) = opts.command.split_first() {
+        match tokio::process::Command::new(program).args(args).spawn() {
+            Ok(c) => {
+                workload = Some(Workload {
+                    command: opts.command.clone(),
+                    pid: c.id().unwrap_or(0),
+                    ..Default::default()
+                });
+                child = Some(c);
+            }
+            Err(e) => stop = Some(Stop::WorkloadFailedToStart(format!("cannot start {program}: {e}"))),
+        }
+    }
+
+    let deadline = match (&child, opts.duration) {
+        (None, Some(d)) => Some(tokio::time::Instant::now() + d),
+        _ => None,
+    };
+    let mut ticker = tokio::time::interval(opts.interval);
+    ticker.tick().await; // the first tick fires at once
+    let mut series = Series::default();
+    let mut guest = GuestSampler::new(&tasks_at_start);
+    while stop.is_none() {
+        tokio::select! {
+            status = async { child.as_mut().unwrap().wait().await }, if child.is_some() => {
+                stop = Some(match status {
+                    Ok(s) => Stop::WorkloadExited(s),
+                    Err(e) => Stop::WorkloadFailedToStart(e.to_string()),
+                });
+            }
+            _ = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() => stop = Some(Stop::Duration),
+            _ = sigint.recv() => stop = Some(Stop::Signal("SIGINT")),
+            _ = sigterm.recv() => stop = Some(Stop::Signal("SIGTERM")),
+            _ = ticker.tick() => {
+                let snap = collector.snapshot(monotonic_ns(), true)?;
+                series.push(&snap, start_mono);
+                guest.sample();
+            }
+        }
+    }
+    let stop = stop.unwrap();
+
+    // Interrupted while a command runs: pass the signal on and let it finish
+    // (bounded), so its exit status and its last CPU time are recorded.
+    let mut exit_status = match &stop {
+        Stop::WorkloadExited(s) => Some(*s),
+        _ => None,
+    };
+    if let (Some(c), Stop::Signal(name)) = (child.as_mut(), &stop) {
+        if let Some(pid) = c.id() {
+            let sig = if *name == "SIGTERM" {
+                libc::SIGTERM
+            } else {
+                libc::SIGINT
+            };
+            unsafe { libc::kill(pid as i32, sig) };
+        }
+        exit_status = match tokio::time::timeout(Duration::from_secs(5), c.wait()).await {
+            Ok(Ok(s)) => Some(s),
+            _ => {
+                let _ = c.kill().await;
+                c.wait().await.ok()
+            }
+        };
+    }
+
+    let end_mono = monotonic_ns();
+    let end_unix = unix_ns();
+    let programs = bpf_stats::read(&ebpf, &probes);
+    let final_snap = collector.snapshot(end_mono, false)?;
+    series.push(&final_snap, start_mono);
+    guest.sample();
+    drop(ebpf); // detaches every program
+    drop(stats);
+
+    let exit_code = match (&stop, exit_status) {
+        (Stop::WorkloadFailedToStart(msg), _) => {
+            eprintln!("vtrace: {msg}");
+            127
+        }
+        (_, Some(s)) => exit_code_of(s),
+        (_, None) => 0,
+    };
+    if let (Some(w), Some(s)) = (workload.as_mut(), exit_status) {
+        use std::os::unix::process::ExitStatusExt;
+        w.exit_code = s.code();
+        w.signal = s.signal();
+    }
+    let stopped_by = match &stop {
+        Stop::WorkloadExited(_) => "workload exited".to_string(),
+        Stop::WorkloadFailedToStart(m) => format!("workload failed to start: {m}"),
+        Stop::Duration => "duration elapsed".to_string(),
+        Stop::Signal(s) => s.to_string(),
+    };
+
+    let cpus = final_snap.cpus.len() as u32;
+    let wall_ns = end_mono.saturating_sub(start_mono);
+    let selection = Selection::new(opts, workload.as_ref(), &tasks_at_start, &final_snap);
+    let guest_ticks = guest.deltas();
+    let clock_ticks = procfs::clock_ticks();
+    let threads = thread_rows(&final_snap, &selection, &guest_ticks, clock_ticks, &opts.platform);
+    if threads.iter().any(|t| t.guest_source == "tick_sampled") {
+        notes.push(
+            "kvm_entry/kvm_exit did not fire on this kernel: guest time of vCPU threads is tick-sampled from \
+             /proc/<tid>/stat guest_time (resolution 1/USER_HZ) and moved out of their system time"
+                .into(),
+        );
+    }
+    let bpf_run_time_ns: u64 = programs.iter().map(|p| p.run_time_ns).sum();
+    let overhead = Overhead {
+        bpf_run_time_ns,
+        bpf_run_count: programs.iter().map(|p| p.run_count).sum(),
+        bpf_cpu_fraction: bpf_run_time_ns as f64 / (wall_ns.max(1) as f64 * cpus.max(1) as f64),
+        thread_map_overflows: final_snap.cpus.iter().map(|c| c.thread_map_overflows).sum(),
+        state_repairs: final_snap.cpus.iter().map(|c| c.state_repairs).sum(),
+        ..self_usage()
+    };
+    let rec = Recording {
+        meta: Metadata {
+            format: FORMAT_NAME.into(),
+            schema_version: SCHEMA_VERSION,
+            vtrace_version: env!("CARGO_PKG_VERSION").into(),
+            host: Host {
+                hostname: hostname(),
+                kernel: caps.kernel_release.clone(),
+                cpus,
+                clock_ticks,
+            },
+            command_line: std::env::args().collect(),
+            selectors: Selectors {
+                platform: opts.platform.clone(),
+                pids: opts.pids.clone(),
+                comms: opts.comms.clone(),
+                cgroups: opts.cgroups.iter().map(|p| p.display().to_string()).collect(),
+            },
+            workload,
+            stopped_by,
+            start_unix_ns: start_unix,
+            end_unix_ns: end_unix,
+            wall_ns,
+            probes,
+            overhead,
+            notes,
+        },
+        threads,
+        cpus: cpu_rows(&final_snap),
+        softirqs: softirq_rows(&final_snap),
+        hardirqs: irq_rows(&final_snap),
+        intervals: series.rows,
+        programs,
+    };
+    let path = recording::write(&slot, &rec)?;
+    Ok(RecordOutcome {
+        path,
+        exit_code,
+        recording: rec,
+    })
+}
+
+fn exit_code_of(s: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn self_usage() -> Overhead {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1_000;
+    Overhead {
+        vtrace_user_ns: ns(ru.ru_utime),
+        vtrace_system_ns: ns(ru.ru_stime),
+        vtrace_peak_rss_kib: ru.ru_maxrss as u64,
+        ..Default::default()
+    }
+}
+
+/// Per-interval deltas of each thread's totals.
+#[derive(Default)]
+struct Series {
+    last_at: Option<u64>,
+    last: HashMap<u32, [u64; state::REPORTED]>,
+    rows: Vec<IntervalRow>,
+}
+
+impl Series {
+    fn push(&mut self, snap: &CpuSnapshot, start_mono: u64) {
+        let mut now: HashMap<u32, ([u64; state::REPORTED], u32)> = HashMap::new();
+        for (tid, t) in &snap.threads {
+            let e = now.entry(*tid).or_insert(([0; state::REPORTED], t.tgid));
+            for s in 0..state::REPORTED {
+                e.0[s] += t.ns[s];
+            }
+        }
+        let start_ns = self.last_at.unwrap_or(start_mono).saturating_sub(start_mono);
+        let end_ns = snap.at_ns.saturating_sub(start_mono);
+        let mut tids: Vec<_> = now.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            let (cur, pid) = now[&tid];
+            let prev = self.last.get(&tid).copied().unwrap_or_default();
+            let d: Vec<u64> = (0..state::REPORTED).map(|s| cur[s].saturating_sub(prev[s])).collect();
+            if d.iter().any(|&v| v > 0) {
+                self.rows.push(IntervalRow {
+                    start_ns,
+                    end_ns,
+                    tid,
+                    pid,
+                    user_ns: d[state::USER],
+                    system_ns: d[state::SYSTEM],
+                    softirq_ns: d[state::SOFTIRQ],
+                    hardirq_ns: d[state::HARDIRQ],
+                    guest_ns: d[state::GUEST],
+                    idle_ns: d[state::IDLE],
+                });
+            }
+            self.last.insert(tid, cur);
+        }
+        self.last_at = Some(snap.at_ns);
+    }
+}
+
+/// guest_time of every thread at the start and at its last sighting.
+struct GuestSampler {
+    first: HashMap<u32, u64>,
+    last: HashMap<u32, u64>,
+}
+
+impl GuestSampler {
+    fn new(at_start: &HashMap<(u32, u32), TaskStat>) -> Self {
+        let first: HashMap<u32, u64> = at_start.iter().map(|((_, tid), s)| (*tid, s.guest_ticks)).collect();
+        GuestSampler {
+            last: first.clone(),
+            first,
+        }
+    }
+
+    fn sample(&mut self) {
+        for ((_, tid), s) in procfs::scan_tasks() {
+            if s.guest_ticks > 0 || self.last.contains_key(&tid) {
+                self.last.insert(tid, s.guest_ticks);
+            }
+        }
+    }
+
+    fn deltas(&self) -> HashMap<u32, u64> {
+        self.last
+            .iter()
+            .filter_map(|(tid, &last)| {
+                let d = last.saturating_sub(self.first.get(tid).copied().unwrap_or(0));
+                (d > 0).then_some((*tid, d))
+            })
+            .collect()
+    }
+}
+
+/// Which processes the selectors (and the command's process tree) cover.
+struct Selection {
+    tgids: HashSet<u32>,
+    comms: Vec<String>,
+    cgroup_ids: HashSet<u64>,
+    own_tgid: u32,
+}
+
+impl Selection {
+    fn new(
+        opts: &RecordOptions,
+        workload: Option<&Workload>,
+        at_start: &HashMap<(u32, u32), TaskStat>,
+        snap: &CpuSnapshot,
+    ) -> Self {
+        // Parent of each process: from /proc for processes that predate the
+        // run, from the fork tracepoint for the ones born during it.
+        let mut parent: HashMap<u32, u32> = at_start.iter().map(|((tgid, _), s)| (*tgid, s.ppid)).collect();
+        for (_, t) in &snap.threads {
+            if t.flags & thread_flag::BORN_DURING_RUN != 0 && t.parent_tgid != t.tgid && t.tgid != 0 {
+                parent.insert(t.tgid, t.parent_tgid);
+            }
+        }
+        let roots: HashSet<u32> = opts.pids.iter().copied().chain(workload.map(|w| w.pid)).collect();
+        let mut tgids = HashSet::new();
+        for &tgid in parent.keys().chain(roots.iter()) {
+            let mut cur = tgid;
+            for _ in 0..64 {
+                if roots.contains(&cur) {
+                    tgids.insert(tgid);
+                    break;
+                }
+                match parent.get(&cur) {
+                    Some(&p) if p != 0 && p != cur => cur = p,
+                    _ => break,
+                }
+            }
+        }
+        let cgroup_ids = match procfs::cgroup2_root() {
+            Some(root) => opts
+                .cgroups
+                .iter()
+                .flat_map(|c| {
+                    let p = if c.is_absolute() && c.exists() {
+                        c.clone()
+                    } else {
+                        Path::new(&root).join(c.strip_prefix("/").unwrap_or(c))
+                    };
+                    procfs::cgroup_ids_under(&p)
+                })
+                .collect(),
+            None => HashSet::new(),
+        };
+        Selection {
+            tgids,
+            comms: opts.comms.clone(),
+            cgroup_ids,
+            own_tgid: std::process::id(),
+        }
+    }
+
+    fn selects(&self, t: &ThreadTimes, comm: &str) -> bool {
+        self.tgids.contains(&t.tgid) || self.comms.iter().any(|c| c == comm) || self.cgroup_ids.contains(&t.cgroup_id)
+    }
+}
+
+fn comm_of(t: &ThreadTimes) -> String {
+    let end = t.comm.iter().position(|&b| b == 0).unwrap_or(t.comm.len());
+    String::from_utf8_lossy(&t.comm[..end]).into_owned()
+}
+
+/// Roles on the host platform; platform profiles refine these.
+fn role_of(tid: u32, t: &ThreadTimes, selected: bool, guest: bool, own_tgid: u32) -> &'static str {
+    if tid == 0 {
+        "idle"
+    } else if tid == OVERFLOW_TID {
+        "overflow"
+    } else if t.flags & thread_flag::KTHREAD != 0 {
+        "kernel"
+    } else if t.tgid == own_tgid {
+        "vtrace"
+    } else if guest {
+        "vcpu"
+    } else if selected {
+        "app"
+    } else {
+        "other"
+    }
+}
+
+fn thread_rows(
+    snap: &CpuSnapshot,
+    sel: &Selection,
+    guest_ticks: &HashMap<u32, u64>,
+    clock_ticks: u64,
+    platform: &str,
+) -> Vec<ThreadRow> {
+    snap.threads
+        .iter()
+        .map(|(tid, t)| {
+            let comm = if *tid == 0 { "swapper".to_string() } else { comm_of(t) };
+            let (mut system_ns, mut guest_ns) = (t.ns[state::SYSTEM], t.ns[state::GUEST]);
+            let guest_source = if t.flags & thread_flag::GUEST_TRACED != 0 {
+                "kvm_tracepoints"
+            } else if let Some(&ticks) = guest_ticks.get(tid) {
+                // The vCPU ran the guest inside ioctl(KVM_RUN), which the engine
+                // saw as system time: move the sampled amount over.
+                guest_ns = (ticks * 1_000_000_000 / clock_ticks.max(1)).min(system_ns);
+                system_ns -= guest_ns;
+                "tick_sampled"
+            } else {
+                "none"
+            };
+            let selected = sel.selects(t, &comm);
+            ThreadRow {
+                tid: *tid,
+                pid: t.tgid,
+                ppid: t.parent_tgid,
+                role: role_of(*tid, t, selected, guest_ns > 0, sel.own_tgid).into(),
+                platform: platform.into(),
+                comm,
+                selected,
+                kthread: t.flags & thread_flag::KTHREAD != 0,
+                exited: t.flags & thread_flag::EXITED != 0,
+                born_during_run: t.flags & thread_flag::BORN_DURING_RUN != 0,
+                user_ns: t.ns[state::USER],
+                system_ns,
+                softirq_ns: t.ns[state::SOFTIRQ],
+                hardirq_ns: t.ns[state::HARDIRQ],
+                guest_ns,
+                idle_ns: t.ns[state::IDLE],
+                guest_source: guest_source.into(),
+                switches: t.switches,
+                cgroup_id: t.cgroup_id,
+            }
+        })
+        .collect()
+}
+
+fn cpu_rows(snap: &CpuSnapshot) -> Vec<CpuRow> {
+    snap.cpus
+        .iter()
+        .enumerate()
+        .map(|(cpu, c)| CpuRow {
+            cpu: cpu as u32,
+            user_ns: c.cpu_ns[state::USER],
+            system_ns: c.cpu_ns[state::SYSTEM],
+            softirq_ns: c.cpu_ns[state::SOFTIRQ],
+            hardirq_ns: c.cpu_ns[state::HARDIRQ],
+            guest_ns: c.cpu_ns[state::GUEST],
+            idle_ns: c.cpu_ns[state::IDLE],
+        })
+        .collect()
+}
+
+fn softirq_rows(snap: &CpuSnapshot) -> Vec<SoftirqRow> {
+    let mut rows = Vec::new();
+    for (cpu, c) in snap.cpus.iter().enumerate() {
+        for (v, name) in SOFTIRQ_NAMES.iter().enumerate() {
+            if c.softirq_ns[v] > 0 || c.softirq_count[v] > 0 {
+                rows.push(SoftirqRow {
+                    cpu: cpu as u32,
+                    vector: name.to_string(),
+                    ns: c.softirq_ns[v],
+                    count: c.softirq_count[v],
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// Device IRQ names from /proc/interrupts (its last column).
+fn irq_names() -> HashMap<u32, String> {
+    std::fs::read_to_string("/proc/interrupts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (num, rest) = l.trim_start().split_once(':')?;
+            let irq = num.trim().parse::<u32>().ok()?;
+            Some((irq, rest.split_whitespace().last().unwrap_or("").to_string()))
+        })
+        .collect()
+}
+
+fn irq_rows(snap: &CpuSnapshot) -> Vec<IrqRow> {
+    let names = irq_names();
+    let mut rows = Vec::new();
+    for (cpu, slots) in snap.irqs.iter().enumerate() {
+        for (slot, s) in slots.iter().enumerate() {
+            if s.count == 0 && s.ns == 0 {
+                continue;
+            }
+            let slot = slot as u32;
+            let name = if slot < IRQ_DEVICE_SLOTS {
+                names.get(&slot).cloned().unwrap_or_else(|| format!("irq {slot}"))
+            } else {
+                irq_vector::NAMES
+                    .iter()
+                    .find(|(v, _)| *v == slot)
+                    .map(|(_, n)| n.to_string())
+                    .unwrap_or_default()
+            };
+            rows.push(IrqRow {
+                cpu: cpu as u32,
+                irq: slot,
+                name,
+                ns: s.ns,
+                count: s.count,
+            });
+        }
+    }
+    rows
+}
+
+/// `vtrace probes`: the catalog judged against this kernel.
+pub fn probe_plan() -> Vec<ProbeStatus> {
+    probes::plan(&Capabilities::detect(), CATALOG)
+}

@@ -1,0 +1,179 @@
+//! Recording contents: `meta.json` ([`Metadata`]) and the tables. Documented
+//! for users in docs/recording-schema.md; keep the two in step.
+
+use serde::{Deserialize, Serialize};
+
+use super::table::table;
+use crate::probes::ProbeStatus;
+
+table! {
+    /// CPU time per thread over the whole run (exited threads included).
+    ThreadRow = "threads" {
+        tid: u32,
+        /// Thread group id (the process id).
+        pid: u32,
+        /// Process that created this thread's process (0 if it predates the run).
+        ppid: u32,
+        comm: String,
+        platform: String,
+        /// Platform component: app, vmm, vcpu, kernel, idle, vtrace, other, ...
+        role: String,
+        /// Matched the recording's selectors (--pid/--comm/--cgroup or the command's process tree).
+        selected: bool,
+        kthread: bool,
+        exited: bool,
+        /// Created while recording: its whole life was seen.
+        born_during_run: bool,
+        user_ns: u64,
+        system_ns: u64,
+        softirq_ns: u64,
+        hardirq_ns: u64,
+        guest_ns: u64,
+        idle_ns: u64,
+        /// "kvm_tracepoints" (exact), "tick_sampled" (/proc guest_time) or "none".
+        guest_source: String,
+        switches: u64,
+        cgroup_id: u64,
+    }
+}
+
+table! {
+    /// CPU time per CPU and state.
+    CpuRow = "cpus" {
+        cpu: u32,
+        user_ns: u64,
+        system_ns: u64,
+        softirq_ns: u64,
+        hardirq_ns: u64,
+        guest_ns: u64,
+        idle_ns: u64,
+    }
+}
+
+table! {
+    /// Softirq time and count per CPU and vector.
+    SoftirqRow = "softirqs" {
+        cpu: u32,
+        vector: String,
+        ns: u64,
+        count: u64,
+    }
+}
+
+table! {
+    /// Hard interrupt time and count per CPU and IRQ (device IRQs and x86 system vectors).
+    IrqRow = "hardirqs" {
+        cpu: u32,
+        /// Device IRQ number, or 256+ for system vectors.
+        irq: u32,
+        name: String,
+        ns: u64,
+        count: u64,
+    }
+}
+
+table! {
+    /// Per-thread CPU time per snapshot interval (the time series).
+    IntervalRow = "intervals" {
+        /// Interval start and end, ns since the recording started.
+        start_ns: u64,
+        end_ns: u64,
+        tid: u32,
+        pid: u32,
+        user_ns: u64,
+        system_ns: u64,
+        softirq_ns: u64,
+        hardirq_ns: u64,
+        guest_ns: u64,
+        idle_ns: u64,
+    }
+}
+
+table! {
+    /// Self-overhead per eBPF program, from the kernel's BPF run-time statistics.
+    ProgramRow = "programs" {
+        probe: String,
+        program: String,
+        method: String,
+        run_count: u64,
+        run_time_ns: u64,
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    pub hostname: String,
+    pub kernel: String,
+    pub cpus: u32,
+    /// Clock ticks per second of /proc time fields (USER_HZ).
+    pub clock_ticks: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Selectors {
+    pub platform: String,
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    pub cgroups: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    pub command: Vec<String>,
+    pub pid: u32,
+    /// Exit code, when it exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number, when a signal ended it.
+    pub signal: Option<i32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Overhead {
+    /// Sum of run time of all vtrace eBPF programs (kernel BPF stats).
+    pub bpf_run_time_ns: u64,
+    pub bpf_run_count: u64,
+    /// bpf_run_time_ns / (wall_ns x cpus).
+    pub bpf_cpu_fraction: f64,
+    /// CPU time of the vtrace process itself (collection, snapshots, writing).
+    pub vtrace_user_ns: u64,
+    pub vtrace_system_ns: u64,
+    pub vtrace_peak_rss_kib: u64,
+    /// Context switches whose thread found the per-thread map full (time kept under tid 4294967295).
+    pub thread_map_overflows: u64,
+    /// Interrupts whose exit event was missed, found open and closed at the next syscall or switch.
+    pub state_repairs: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    /// Always [`super::FORMAT_NAME`].
+    pub format: String,
+    pub schema_version: u32,
+    pub vtrace_version: String,
+    pub host: Host,
+    /// vtrace's own command line.
+    pub command_line: Vec<String>,
+    pub selectors: Selectors,
+    pub workload: Option<Workload>,
+    /// Why recording stopped: "workload exited", "duration elapsed", "SIGINT", "SIGTERM".
+    pub stopped_by: String,
+    pub start_unix_ns: u64,
+    pub end_unix_ns: u64,
+    pub wall_ns: u64,
+    pub probes: Vec<ProbeStatus>,
+    pub overhead: Overhead,
+    /// Caveats a reader of the numbers must know (e.g. tick-sampled guest time).
+    pub notes: Vec<String>,
+}
+
+/// Everything in one recording.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Recording {
+    pub meta: Metadata,
+    pub threads: Vec<ThreadRow>,
+    pub cpus: Vec<CpuRow>,
+    pub softirqs: Vec<SoftirqRow>,
+    pub hardirqs: Vec<IrqRow>,
+    pub intervals: Vec<IntervalRow>,
+    pub programs: Vec<ProgramRow>,
+}

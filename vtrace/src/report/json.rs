@@ -1,0 +1,76 @@
+//! `vtrace report --format json`. Field names are part of the documented
+//! schema (docs/recording-schema.md, "Report JSON").
+
+use serde_json::{Value, json};
+
+use super::ns_per_event;
+use crate::{analysis::cpu::CpuBreakdown, recording::Recording};
+
+pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
+    let threads: Vec<Value> = cpu
+        .threads
+        .iter()
+        .map(|t| {
+            json!({
+                "pid": t.pid, "tid": t.tid, "comm": t.comm, "role": t.role, "platform": t.platform,
+                "selected": t.selected, "kthread": t.kthread, "exited": t.exited,
+                "user_ns": t.user_ns, "system_ns": t.system_ns, "softirq_ns": t.softirq_ns,
+                "hardirq_ns": t.hardirq_ns, "guest_ns": t.guest_ns, "idle_ns": t.idle_ns,
+                "total_ns": t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns + t.guest_ns,
+                "guest_source": t.guest_source, "switches": t.switches,
+            })
+        })
+        .collect();
+    let runs: std::collections::HashMap<&str, (u64, u64)> = rec
+        .programs
+        .iter()
+        .map(|p| (p.probe.as_str(), (p.run_count, p.run_time_ns)))
+        .collect();
+    let probes: Vec<Value> = rec
+        .meta
+        .probes
+        .iter()
+        .map(|p| {
+            let (events, _) = runs.get(p.id.as_str()).copied().unwrap_or_default();
+            json!({"id": p.id, "layer": p.layer, "method": p.method, "available": p.available,
+                   "reason": p.reason, "events": events})
+        })
+        .collect();
+    let programs: Vec<Value> = rec
+        .programs
+        .iter()
+        .map(|p| {
+            json!({"probe": p.probe, "program": p.program, "method": p.method, "run_count": p.run_count,
+                   "run_time_ns": p.run_time_ns, "ns_per_event": ns_per_event(p.run_time_ns, p.run_count)})
+        })
+        .collect();
+    let o = &rec.meta.overhead;
+    json!({
+        "schema_version": rec.meta.schema_version,
+        "wall_ns": cpu.wall_ns,
+        "cpus": cpu.cpus,
+        "platform": rec.meta.selectors.platform,
+        "workload": rec.meta.workload,
+        "stopped_by": rec.meta.stopped_by,
+        "states": cpu.total,
+        "roles": cpu.by_role,
+        "processes": cpu.by_process,
+        "threads": threads,
+        "per_cpu": rec.cpus,
+        "softirq_vectors": cpu.softirq_vectors,
+        "hardirqs": cpu.hardirqs,
+        "probes": probes,
+        "overhead": {
+            "bpf_run_time_ns": o.bpf_run_time_ns,
+            "bpf_run_count": o.bpf_run_count,
+            "bpf_cpu_fraction": o.bpf_cpu_fraction,
+            "vtrace_user_ns": o.vtrace_user_ns,
+            "vtrace_system_ns": o.vtrace_system_ns,
+            "vtrace_peak_rss_kib": o.vtrace_peak_rss_kib,
+            "thread_map_overflows": o.thread_map_overflows,
+            "state_repairs": o.state_repairs,
+            "programs": programs,
+        },
+        "notes": rec.meta.notes,
+    })
+}

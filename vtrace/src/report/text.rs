@@ -1,0 +1,239 @@
+//! Text tables for a terminal.
+
+use std::fmt::Write as _;
+
+use super::ns_per_event;
+use crate::{
+    analysis::cpu::{CpuBreakdown, StateTimes},
+    recording::Recording,
+};
+
+fn secs(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e9)
+}
+
+fn pct(ns: u64, of: u64) -> String {
+    if of == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", ns as f64 * 100.0 / of as f64)
+    }
+}
+
+const STATE_HEADER: &str = "    user(s)  system(s) softirq(s) hardirq(s)   guest(s)   total(s)  %capacity";
+
+fn state_cols(t: &StateTimes, capacity: u64) -> String {
+    format!(
+        "{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}{:>11}",
+        secs(t.user_ns),
+        secs(t.system_ns),
+        secs(t.softirq_ns),
+        secs(t.hardirq_ns),
+        secs(t.guest_ns),
+        secs(t.busy_ns()),
+        pct(t.busy_ns(), capacity)
+    )
+}
+
+pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
+    let m = &rec.meta;
+    let cap = cpu.capacity_ns();
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "vtrace {} | kernel {} | {} CPUs | platform {}",
+        m.vtrace_version, m.host.kernel, cpu.cpus, m.selectors.platform
+    );
+    let _ = write!(
+        o,
+        "wall {} s (capacity {} CPU-s) | stopped by: {}",
+        secs(cpu.wall_ns),
+        secs(cap),
+        m.stopped_by
+    );
+    if let Some(w) = &m.workload {
+        let status = match (w.exit_code, w.signal) {
+            (Some(c), _) => format!("exit {c}"),
+            (None, Some(s)) => format!("killed by signal {s}"),
+            _ => "status unknown".into(),
+        };
+        let _ = write!(o, " | workload `{}` (pid {}, {status})", w.command.join(" "), w.pid);
+    }
+    o.push_str("\n\n");
+
+    let t = &cpu.total;
+    let _ = writeln!(o, "CPU time, all CPUs (percent of wall x CPUs)");
+    for (name, ns) in [
+        ("user", t.user_ns),
+        ("system", t.system_ns),
+        ("softirq", t.softirq_ns),
+        ("hardirq", t.hardirq_ns),
+        ("guest", t.guest_ns),
+        ("idle", t.idle_ns),
+    ] {
+        let _ = writeln!(o, "  {name:<8}{:>10} s {:>7}", secs(ns), pct(ns, cap));
+    }
+    let untracked = cap.saturating_sub(t.busy_ns() + t.idle_ns);
+    let _ = writeln!(
+        o,
+        "  {:<8}{:>10} s {:>7}  (before each CPU's first event)\n",
+        "unseen",
+        secs(untracked),
+        pct(untracked, cap)
+    );
+
+    let _ = writeln!(
+        o,
+        "By platform and role\n  {:<10}{:<10}{:>8}{STATE_HEADER}",
+        "platform", "role", "threads"
+    );
+    for g in &cpu.by_role {
+        let _ = writeln!(
+            o,
+            "  {:<10}{:<10}{:>8}{}",
+            g.platform,
+            g.role,
+            g.threads,
+            state_cols(&g.times, cap)
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\nTop processes\n  {:>8} {:<16}{:<8}{:>8}{STATE_HEADER}",
+        "pid", "comm", "role", "threads"
+    );
+    for g in cpu.by_process.iter().filter(|g| g.total_ns > 0).take(top) {
+        let _ = writeln!(
+            o,
+            "  {:>8} {:<16}{:<8}{:>8}{}",
+            g.pid.unwrap_or(0),
+            g.comm,
+            g.role,
+            g.threads,
+            state_cols(&g.times, cap)
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\nTop threads\n  {:>8} {:>8} {:<16}{:<8}{STATE_HEADER}",
+        "pid", "tid", "comm", "role"
+    );
+    for th in cpu
+        .threads
+        .iter()
+        .filter(|t| StateTimes::of_thread(t).busy_ns() > 0)
+        .take(top)
+    {
+        let _ = writeln!(
+            o,
+            "  {:>8} {:>8} {:<16}{:<8}{}",
+            th.pid,
+            th.tid,
+            th.comm,
+            th.role,
+            state_cols(&StateTimes::of_thread(th), cap)
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\nSoftirq vectors (all CPUs)\n  {:<10}{:>12}{:>12}{:>12}",
+        "vector", "time(s)", "count", "mean(us)"
+    );
+    for v in &cpu.softirq_vectors {
+        let mean = if v.count > 0 {
+            v.ns as f64 / v.count as f64 / 1e3
+        } else {
+            0.0
+        };
+        let _ = writeln!(o, "  {:<10}{:>12}{:>12}{:>12.2}", v.vector, secs(v.ns), v.count, mean);
+    }
+    let _ = writeln!(
+        o,
+        "\nHard interrupts (all CPUs)\n  {:>5} {:<32}{:>12}{:>12}",
+        "irq", "name", "time(s)", "count"
+    );
+    for i in cpu.hardirqs.iter().take(top) {
+        let _ = writeln!(o, "  {:>5} {:<32}{:>12}{:>12}", i.irq, i.name, secs(i.ns), i.count);
+    }
+
+    let _ = writeln!(o, "\nPer CPU\n  {:>4}{STATE_HEADER}    idle(s)", "cpu");
+    for c in &rec.cpus {
+        let st = StateTimes {
+            user_ns: c.user_ns,
+            system_ns: c.system_ns,
+            softirq_ns: c.softirq_ns,
+            hardirq_ns: c.hardirq_ns,
+            guest_ns: c.guest_ns,
+            idle_ns: c.idle_ns,
+        };
+        let _ = writeln!(
+            o,
+            "  {:>4}{}{:>11}",
+            c.cpu,
+            state_cols(&st, cpu.wall_ns),
+            secs(c.idle_ns)
+        );
+    }
+
+    let _ = writeln!(
+        o,
+        "\nProbes\n  {:<28}{:<9}{:<12}{:>12}  note",
+        "probe", "layer", "method", "events"
+    );
+    for p in &m.probes {
+        let events = rec
+            .programs
+            .iter()
+            .find(|r| r.probe == p.id)
+            .map(|r| r.run_count.to_string())
+            .unwrap_or_else(|| "-".into());
+        let method = p.method.clone().unwrap_or_else(|| "unavailable".into());
+        let _ = writeln!(
+            o,
+            "  {:<28}{:<9}{:<12}{:>12}  {}",
+            p.id,
+            p.layer,
+            method,
+            events,
+            p.reason.clone().unwrap_or_default()
+        );
+    }
+
+    let ov = &m.overhead;
+    let _ = writeln!(
+        o,
+        "\nvtrace's own cost\n  eBPF programs: {} s over {} events ({:.4}% of capacity); vtrace process: user {} s, system {} s, peak RSS {} MiB; per-thread map overflows: {}; interrupt state repairs: {}",
+        secs(ov.bpf_run_time_ns),
+        ov.bpf_run_count,
+        ov.bpf_cpu_fraction * 100.0,
+        secs(ov.vtrace_user_ns),
+        secs(ov.vtrace_system_ns),
+        ov.vtrace_peak_rss_kib / 1024,
+        ov.thread_map_overflows,
+        ov.state_repairs
+    );
+    let _ = writeln!(
+        o,
+        "  {:<28}{:>12}{:>14}{:>12}",
+        "program", "events", "run time(s)", "ns/event"
+    );
+    let mut progs = rec.programs.clone();
+    progs.sort_by_key(|p| std::cmp::Reverse(p.run_time_ns));
+    for p in &progs {
+        let _ = writeln!(
+            o,
+            "  {:<28}{:>12}{:>14}{:>12.0}",
+            p.program,
+            p.run_count,
+            secs(p.run_time_ns),
+            ns_per_event(p.run_time_ns, p.run_count)
+        );
+    }
+    for n in &m.notes {
+        let _ = writeln!(o, "\nnote: {n}");
+    }
+    o
+}

@@ -1,0 +1,101 @@
+//! A network namespace joined to the host by a veth pair, torn down on drop
+//! (also when a later step fails), so nothing is left behind.
+
+use std::process::{Child, Command, Stdio};
+
+use crate::{Error, Result};
+
+/// Runs a set-up command, failing with its stderr.
+pub fn sh(args: &[&str]) -> Result<()> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(crate::error::io(format!("run {}", args.join(" "))))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Io {
+            context: format!("{} failed", args.join(" ")),
+            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        })
+    }
+}
+
+fn quiet(args: &[&str]) {
+    let _ = Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// netns `name` with `ns_if` (addr `ns_addr`) inside, `host_if` (addr `host_addr`) outside.
+pub struct Netns {
+    pub name: String,
+    pub host_if: String,
+    pub ns_if: String,
+    pub host_addr: String,
+    pub ns_addr: String,
+    processes: Vec<Child>,
+}
+
+impl Netns {
+    pub fn create(name: &str, host_if: &str, ns_if: &str, host_addr: &str, ns_addr: &str, prefix: u8) -> Result<Self> {
+        // Leftovers of an interrupted earlier run would make `ip` fail.
+        quiet(&["ip", "netns", "del", name]);
+        quiet(&["ip", "link", "del", host_if]);
+        let n = Netns {
+            name: name.into(),
+            host_if: host_if.into(),
+            ns_if: ns_if.into(),
+            host_addr: host_addr.into(),
+            ns_addr: ns_addr.into(),
+            processes: Vec::new(),
+        };
+        sh(&["ip", "netns", "add", name])?;
+        sh(&["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if])?;
+        sh(&["ip", "link", "set", ns_if, "netns", name])?;
+        sh(&["ip", "addr", "add", &format!("{host_addr}/{prefix}"), "dev", host_if])?;
+        sh(&["ip", "link", "set", host_if, "up"])?;
+        sh(&[
+            "ip",
+            "-n",
+            name,
+            "addr",
+            "add",
+            &format!("{ns_addr}/{prefix}"),
+            "dev",
+            ns_if,
+        ])?;
+        sh(&["ip", "-n", name, "link", "set", ns_if, "up"])?;
+        sh(&["ip", "-n", name, "link", "set", "lo", "up"])?;
+        Ok(n)
+    }
+
+    /// Starts `args` inside the namespace; it is killed when the namespace goes.
+    pub fn spawn(&mut self, args: &[&str]) -> Result<u32> {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.name])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(crate::error::io(format!("start {} in netns {}", args[0], self.name)))?;
+        let pid = child.id();
+        self.processes.push(child);
+        Ok(pid)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for c in &mut self.processes {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        quiet(&["ip", "netns", "del", &self.name]);
+        quiet(&["ip", "link", "del", &self.host_if]);
+    }
+}
