@@ -120,6 +120,9 @@ pub struct CpuState {
     /// interrupt still "open" because its exit event was missed; the
     /// interrupt state was reset.
     pub state_repairs: u64,
+    /// Context switches whose outgoing thread was not the one the last
+    /// sched_switch switched in: a switch happened that no tracepoint reported.
+    pub untraced_switches: u64,
     /// Current thread on this CPU.
     pub tid: u32,
     /// Base state of the current thread: USER, SYSTEM, GUEST, IDLE or UNRESOLVED.

@@ -105,6 +105,19 @@ pub fn in_process_context(st: &mut CpuState) {
     }
 }
 
+/// Moves this slice's time in `from` to `to` (per thread and per CPU).
+#[inline(always)]
+pub fn move_slice_time(st: &mut CpuState, from: usize, to: usize) {
+    if from >= state::SLOTS || to >= state::SLOTS {
+        return;
+    }
+    let ns = st.acc[from];
+    st.acc[from] = 0;
+    st.acc[to] += ns;
+    st.cpu_ns[from] = st.cpu_ns[from].saturating_sub(ns);
+    st.cpu_ns[to] += ns;
+}
+
 /// Moves time charged while the base state was unknown to the state that the
 /// thread turned out to be in.
 #[inline(always)]

@@ -34,6 +34,24 @@ fn on_switch(prev_running: bool, next_tid: u32) {
         account::charge(st, now);
         account::in_process_context(st);
         let id = bpf_get_current_pid_tgid();
+        let prev_tid = id as u32;
+        if prev_tid != st.tid {
+            // A switch happened that no sched_switch event reported (seen on
+            // this kernel). The slice's owner is uncertain: keep its time on
+            // the CPU, give idle time to the idle task, and let the
+            // scheduler-runtime match in flush_thread trim a real thread's
+            // slice to what it actually ran.
+            st.untraced_switches += 1;
+            if prev_tid == 0 {
+                account::move_slice_time(st, state::USER, state::IDLE);
+                account::move_slice_time(st, state::SYSTEM, state::IDLE);
+                account::move_slice_time(st, state::UNRESOLVED, state::IDLE);
+                st.base = state::IDLE as u32;
+            } else if st.tid == 0 {
+                account::move_slice_time(st, state::IDLE, state::UNRESOLVED);
+                st.base = state::UNRESOLVED as u32;
+            }
+        }
         let task = unsafe { bpf_get_current_task() };
         let kthread = read_task_u32(task, config::get(&config::TASK_FLAGS_OFFSET)) & PF_KTHREAD != 0;
         if st.base == state::UNRESOLVED as u32 {
@@ -57,7 +75,7 @@ fn on_switch(prev_running: bool, next_tid: u32) {
         } else {
             unsafe { bpf_probe_read_kernel((task + runtime_offset as u64) as *const u64) }.ok()
         };
-        account::flush_thread(st, id as u32, (id >> 32) as u32, flags, runtime);
+        account::flush_thread(st, prev_tid, (id >> 32) as u32, flags, runtime);
     }
     st.acc = [0; state::SLOTS];
     st.tid = next_tid;

@@ -219,6 +219,7 @@ async fn run(opts: &RecordOptions, slot: OutputSlot) -> Result<RecordOutcome> {
         bpf_cpu_fraction: bpf_run_time_ns as f64 / (wall_ns.max(1) as f64 * cpus.max(1) as f64),
         thread_map_overflows: final_snap.cpus.iter().map(|c| c.thread_map_overflows).sum(),
         state_repairs: final_snap.cpus.iter().map(|c| c.state_repairs).sum(),
+        untraced_switches: final_snap.cpus.iter().map(|c| c.untraced_switches).sum(),
         ..self_usage()
     };
     let rec = Recording {

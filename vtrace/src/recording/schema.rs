@@ -142,6 +142,8 @@ pub struct Overhead {
     pub thread_map_overflows: u64,
     /// Interrupts whose exit event was missed, found open and closed at the next syscall or switch.
     pub state_repairs: u64,
+    /// Context switches no sched_switch event reported (detected at the next one).
+    pub untraced_switches: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

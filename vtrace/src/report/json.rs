@@ -69,6 +69,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
             "vtrace_peak_rss_kib": o.vtrace_peak_rss_kib,
             "thread_map_overflows": o.thread_map_overflows,
             "state_repairs": o.state_repairs,
+            "untraced_switches": o.untraced_switches,
             "programs": programs,
         },
         "notes": rec.meta.notes,

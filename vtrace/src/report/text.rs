@@ -205,7 +205,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
     let ov = &m.overhead;
     let _ = writeln!(
         o,
-        "\nvtrace's own cost\n  eBPF programs: {} s over {} events ({:.4}% of capacity); vtrace process: user {} s, system {} s, peak RSS {} MiB; per-thread map overflows: {}; interrupt state repairs: {}",
+        "\nvtrace's own cost\n  eBPF programs: {} s over {} events ({:.4}% of capacity); vtrace process: user {} s, system {} s, peak RSS {} MiB; per-thread map overflows: {}; interrupt state repairs: {}; untraced context switches: {}",
         secs(ov.bpf_run_time_ns),
         ov.bpf_run_count,
         ov.bpf_cpu_fraction * 100.0,
@@ -213,7 +213,8 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
         secs(ov.vtrace_system_ns),
         ov.vtrace_peak_rss_kib / 1024,
         ov.thread_map_overflows,
-        ov.state_repairs
+        ov.state_repairs,
+        ov.untraced_switches
     );
     let _ = writeln!(
         o,
