@@ -35,6 +35,20 @@ pub enum Error {
     #[error("unknown platform '{name}': known platforms are {known}")]
     UnknownPlatform { name: String, known: String },
 
+    #[error(
+        "no running instance of platform '{platform}'{}: detected instances: {detected} \
+         (start one, e.g. `vtrace lab up {platform}`, or see `vtrace platforms`)",
+        instance.as_ref().map(|i| format!(" with id {i}")).unwrap_or_default()
+    )]
+    NoInstance {
+        platform: String,
+        instance: Option<String>,
+        detected: String,
+    },
+
+    #[error("bad platform profiles in {what}: {reason}")]
+    PlatformFile { what: String, reason: String },
+
     #[error("no probe of the CPU attribution engine could be attached: {0}")]
     NoProbes(String),
 

@@ -4,12 +4,14 @@
 //! `probes` (kernel programs, catalog, attach) -> `collectors` (userspace
 //! readers, one per concern) -> `recording` (on-disk schema) -> `analysis`
 //! (derived figures) -> `report` (text, JSON, CSV). `record` drives the first
-//! three; `workload` holds the embedded default run.
+//! three; `platforms` says which threads and devices belong to which platform
+//! instance; `workload` holds the embedded default run.
 
 pub mod analysis;
 pub mod collectors;
 pub mod ebpf;
 pub mod error;
+pub mod platforms;
 pub mod privileges;
 pub mod probes;
 pub mod record;
@@ -18,6 +20,3 @@ pub mod report;
 pub mod workload;
 
 pub use error::{Error, Result};
-
-/// Platforms `--platform` accepts.
-pub const PLATFORMS: &[&str] = &["host"];

@@ -25,9 +25,15 @@ struct Cli {
 enum Command {
     /// Record CPU attribution while a command runs, for a duration, or until Ctrl-C.
     Record {
-        /// Platform whose instances to select.
+        /// Platform whose instances to select (see `vtrace platforms`).
         #[arg(long, default_value = "host")]
         platform: String,
+        /// One instance of the platform: its id (e.g. linuxvm:1234) or root pid.
+        #[arg(long)]
+        instance: Option<String>,
+        /// Extra platform profiles (TOML, the format of vtrace/src/platforms/profiles.toml).
+        #[arg(long)]
+        platform_file: Option<PathBuf>,
         /// Select this process and its descendants (repeatable).
         #[arg(long = "pid")]
         pids: Vec<u32>,
@@ -59,6 +65,14 @@ enum Command {
         #[arg(long, default_value_t = 15)]
         top: usize,
     },
+    /// List the platform instances running now: processes, threads, roles and devices.
+    Platforms {
+        #[arg(long)]
+        json: bool,
+        /// Extra platform profiles (TOML).
+        #[arg(long)]
+        platform_file: Option<PathBuf>,
+    },
     /// List every probe and the attach method it would use on this kernel, or why it cannot.
     Probes {
         #[arg(long)]
@@ -89,6 +103,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Record {
             platform,
+            instance,
+            platform_file,
             pids,
             comms,
             cgroups,
@@ -99,6 +115,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => {
             let opts = RecordOptions {
                 platform,
+                instance,
+                platform_file,
                 pids,
                 comms,
                 cgroups,
@@ -124,6 +142,29 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         } => {
             let rec = recording::read(&path)?;
             print!("{}", report::render(&rec, &ReportOptions { format, top }));
+            Ok(0)
+        }
+        Command::Platforms { json, platform_file } => {
+            let profiles = vtrace::platforms::profiles(platform_file.as_deref())?;
+            let instances = vtrace::platforms::detect(&profiles, &vtrace::platforms::SystemSnapshot::live());
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&instances).context("serialize instances")?
+                );
+            } else if instances.is_empty() {
+                println!("no platform instance detected (everything runs on the host platform)");
+            } else {
+                for i in &instances {
+                    println!("{} [{}] root pid {}", i.id, i.variant, i.root_pid);
+                    for t in &i.threads {
+                        println!("  {:>8} {:>8} {:<16} {}", t.pid, t.tid, t.comm, t.role);
+                    }
+                    for d in &i.devices {
+                        println!("  dev {:<16} ifindex {:<5} {:<8} {}", d.name, d.ifindex, d.kind, d.role);
+                    }
+                }
+            }
             Ok(0)
         }
         Command::Probes { json } => {

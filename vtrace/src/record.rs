@@ -17,6 +17,7 @@ use crate::{
         cpu::{CpuCollector, CpuSnapshot, monotonic_ns},
         procfs::{self, TaskStat},
     },
+    platforms::{self, Instance, Profile, SystemSnapshot, attribute::Attribution},
     probes::{self, CATALOG, Capabilities, ProbeStatus, capabilities::ensure_tracefs, offsets::KernelOffsets},
     recording::{
         self, CpuRow, FORMAT_NAME, Host, IntervalRow, IrqRow, Metadata, OutputSlot, Overhead, Recording,
@@ -27,6 +28,10 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct RecordOptions {
     pub platform: String,
+    /// One instance of the platform (its id or root pid); all of them when None.
+    pub instance: Option<String>,
+    /// Extra platform profiles.
+    pub platform_file: Option<PathBuf>,
     pub pids: Vec<u32>,
     pub comms: Vec<String>,
     pub cgroups: Vec<PathBuf>,
@@ -46,26 +51,49 @@ pub struct RecordOutcome {
     pub recording: Recording,
 }
 
+/// What preflight found: where to write, and the platform's instances.
+pub struct Prepared {
+    slot: OutputSlot,
+    profiles: Vec<Profile>,
+    instances: Vec<Instance>,
+}
+
+/// The selected platform's instances running now (none for `host`).
+fn platform_instances(opts: &RecordOptions, profiles: &[Profile]) -> Result<Vec<Instance>> {
+    if opts.platform == platforms::HOST {
+        return Ok(Vec::new());
+    }
+    let all = platforms::detect(profiles, &SystemSnapshot::live());
+    platforms::select(profiles, all, &opts.platform, opts.instance.as_deref())
+}
+
 /// Checks everything that can be checked before the workload starts.
-pub fn preflight(opts: &RecordOptions) -> Result<OutputSlot> {
-    if !crate::PLATFORMS.contains(&opts.platform.as_str()) {
-        return Err(Error::UnknownPlatform {
-            name: opts.platform.clone(),
-            known: crate::PLATFORMS.join(", "),
-        });
+pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
+    let profiles = platforms::profiles(opts.platform_file.as_deref())?;
+    if opts.platform != platforms::HOST {
+        // An unknown name fails here, before privileges are looked at.
+        if let Err(e @ Error::UnknownPlatform { .. }) = platforms::select(&profiles, Vec::new(), &opts.platform, None) {
+            return Err(e);
+        }
     }
     crate::privileges::check()?;
     ensure_tracefs()?;
-    OutputSlot::claim(&opts.output)
+    let instances = platform_instances(opts, &profiles)?;
+    let slot = OutputSlot::claim(&opts.output)?;
+    Ok(Prepared {
+        slot,
+        profiles,
+        instances,
+    })
 }
 
 pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {
-    let slot = preflight(opts)?;
+    let prepared = preflight(opts)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(crate::error::io("start the async runtime"))?;
-    rt.block_on(run(opts, slot))
+    rt.block_on(run(opts, prepared))
 }
 
 enum Stop {
@@ -75,7 +103,12 @@ enum Stop {
     Signal(&'static str),
 }
 
-async fn run(opts: &RecordOptions, slot: OutputSlot) -> Result<RecordOutcome> {
+async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> {
+    let Prepared {
+        slot,
+        profiles,
+        instances: instances_at_start,
+    } = prepared;
     use tokio::signal::unix::{SignalKind, signal};
 
     let caps = Capabilities::detect();
@@ -202,9 +235,27 @@ async fn run(opts: &RecordOptions, slot: OutputSlot) -> Result<RecordOutcome> {
     let cpus = final_snap.cpus.len() as u32;
     let wall_ns = end_mono.saturating_sub(start_mono);
     let selection = Selection::new(opts, workload.as_ref(), &tasks_at_start, &final_snap);
+    // Instances again at the end: processes and threads started during the run.
+    let instances_at_end = platform_instances(opts, &profiles).unwrap_or_default();
+    let attribution = Attribution::new(profiles, vec![instances_at_start, instances_at_end]);
+    for i in attribution.instances() {
+        let devices: Vec<String> = i.devices.iter().map(|d| format!("{} ({})", d.name, d.role)).collect();
+        notes.push(format!(
+            "instance {} ({}): {} processes, {} threads, devices: {}",
+            i.id,
+            i.variant,
+            i.processes.len(),
+            i.threads.len(),
+            if devices.is_empty() {
+                "none".to_string()
+            } else {
+                devices.join(", ")
+            }
+        ));
+    }
     let guest_ticks = guest.deltas();
     let clock_ticks = procfs::clock_ticks();
-    let threads = thread_rows(&final_snap, &selection, &guest_ticks, clock_ticks, &opts.platform);
+    let threads = thread_rows(&final_snap, &selection, &attribution, &guest_ticks, clock_ticks);
     if threads.iter().any(|t| t.guest_source == "tick_sampled") {
         notes.push(
             "kvm_entry/kvm_exit did not fire on this kernel: guest time of vCPU threads is tick-sampled from \
@@ -375,6 +426,8 @@ impl GuestSampler {
 
 /// Which processes the selectors (and the command's process tree) cover.
 struct Selection {
+    /// Parent of each process (from /proc at start, from fork events after).
+    parent: HashMap<u32, u32>,
     tgids: HashSet<u32>,
     comms: Vec<String>,
     cgroup_ids: HashSet<u64>,
@@ -427,6 +480,7 @@ impl Selection {
             None => HashSet::new(),
         };
         Selection {
+            parent,
             tgids,
             comms: opts.comms.clone(),
             cgroup_ids,
@@ -466,10 +520,18 @@ fn role_of(tid: u32, t: &ThreadTimes, selected: bool, guest: bool, own_tgid: u32
 fn thread_rows(
     snap: &CpuSnapshot,
     sel: &Selection,
+    attribution: &Attribution,
     guest_ticks: &HashMap<u32, u64>,
     clock_ticks: u64,
-    platform: &str,
 ) -> Vec<ThreadRow> {
+    // A process is named after its main thread.
+    let process_comm: HashMap<u32, String> = snap
+        .threads
+        .iter()
+        .filter(|(tid, t)| *tid == t.tgid)
+        .map(|(tid, t)| (*tid, comm_of(t)))
+        .collect();
+    let parent = |pid: u32| sel.parent.get(&pid).copied();
     snap.threads
         .iter()
         .map(|(tid, t)| {
@@ -486,13 +548,28 @@ fn thread_rows(
             } else {
                 "none"
             };
-            let selected = sel.selects(t, &comm);
+            let pcomm = process_comm.get(&t.tgid).cloned().unwrap_or_else(|| comm.clone());
+            // Kernel threads belong to no instance, except vhost workers (kernel threads before Linux 6.4).
+            let claimable = *tid != 0 && (t.flags & thread_flag::KTHREAD == 0 || comm.starts_with("vhost-"));
+            let claimed = claimable
+                .then(|| attribution.classify(*tid, t.tgid, &comm, &pcomm, &parent))
+                .flatten();
+            let selected = sel.selects(t, &comm) || claimed.is_some();
+            let (platform, instance, role) = match claimed {
+                Some(a) => (a.platform, a.instance, a.role),
+                None => (
+                    platforms::HOST.to_string(),
+                    String::new(),
+                    role_of(*tid, t, selected, guest_ns > 0, sel.own_tgid).to_string(),
+                ),
+            };
             ThreadRow {
                 tid: *tid,
                 pid: t.tgid,
                 ppid: t.parent_tgid,
-                role: role_of(*tid, t, selected, guest_ns > 0, sel.own_tgid).into(),
-                platform: platform.into(),
+                role,
+                platform,
+                instance,
                 comm,
                 selected,
                 kthread: t.flags & thread_flag::KTHREAD != 0,

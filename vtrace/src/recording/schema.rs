@@ -16,6 +16,8 @@ table! {
         ppid: u32,
         comm: String,
         platform: String,
+        /// Platform instance id (`<platform>:<root pid>`), empty on the host.
+        instance: String,
         /// Platform component: app, vmm, vcpu, kernel, idle, vtrace, other, ...
         role: String,
         /// Matched the recording's selectors (--pid/--comm/--cgroup or the command's process tree).

@@ -12,7 +12,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         .iter()
         .map(|t| {
             json!({
-                "pid": t.pid, "tid": t.tid, "comm": t.comm, "role": t.role, "platform": t.platform,
+                "pid": t.pid, "tid": t.tid, "comm": t.comm, "role": t.role, "platform": t.platform, "instance": t.instance,
                 "selected": t.selected, "kthread": t.kthread, "exited": t.exited,
                 "user_ns": t.user_ns, "system_ns": t.system_ns, "softirq_ns": t.softirq_ns,
                 "hardirq_ns": t.hardirq_ns, "guest_ns": t.guest_ns, "idle_ns": t.idle_ns,

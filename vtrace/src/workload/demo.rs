@@ -71,6 +71,8 @@ pub fn run(output: PathBuf, requests: u32) -> Result<RecordOutcome> {
     wait_for_redis(SERVER_ADDR, Duration::from_secs(10))?;
     let opts = RecordOptions {
         platform: "host".into(),
+        instance: None,
+        platform_file: None,
         pids: vec![redis],
         comms: vec![],
         cgroups: vec![],

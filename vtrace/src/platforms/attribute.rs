@@ -1,0 +1,100 @@
+//! Maps recorded threads to platform instances and roles: threads seen by
+//! detection directly, and threads born during the run through their process
+//! or its parent chain (the kernel records each new process's parent).
+
+use std::collections::HashMap;
+
+use super::{Instance, Profile, snapshot::ProcInfo, thread_role};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attributed {
+    pub platform: String,
+    pub instance: String,
+    pub role: String,
+}
+
+pub struct Attribution {
+    profiles: Vec<Profile>,
+    instances: Vec<Instance>,
+    /// tid -> (instance index, role) from detection.
+    by_tid: HashMap<u32, (usize, String)>,
+    /// pid -> instance index.
+    by_pid: HashMap<u32, usize>,
+}
+
+impl Attribution {
+    /// `snapshots` of instances, oldest first (e.g. at the start and end of a recording).
+    pub fn new(profiles: Vec<Profile>, snapshots: Vec<Vec<Instance>>) -> Self {
+        let mut instances: Vec<Instance> = Vec::new();
+        let mut by_tid = HashMap::new();
+        let mut by_pid = HashMap::new();
+        for snap in snapshots {
+            for inst in snap {
+                let idx = match instances.iter().position(|i| i.id == inst.id) {
+                    Some(i) => i,
+                    None => {
+                        instances.push(inst.clone());
+                        instances.len() - 1
+                    }
+                };
+                for t in &inst.threads {
+                    by_tid.insert(t.tid, (idx, t.role.clone()));
+                }
+                for p in &inst.processes {
+                    by_pid.insert(*p, idx);
+                }
+            }
+        }
+        Attribution {
+            profiles,
+            instances,
+            by_tid,
+            by_pid,
+        }
+    }
+
+    pub fn instances(&self) -> &[Instance] {
+        &self.instances
+    }
+
+    /// Instance and role of a thread, or None when no instance claims it.
+    /// `parent` gives a process's parent pid (None when unknown).
+    pub fn classify(
+        &self,
+        tid: u32,
+        pid: u32,
+        comm: &str,
+        process_comm: &str,
+        parent: &dyn Fn(u32) -> Option<u32>,
+    ) -> Option<Attributed> {
+        let make = |idx: usize, role: String| {
+            let i = &self.instances[idx];
+            Some(Attributed {
+                platform: i.platform.clone(),
+                instance: i.id.clone(),
+                role,
+            })
+        };
+        if let Some((idx, role)) = self.by_tid.get(&tid) {
+            return make(*idx, role.clone());
+        }
+        let mut cur = pid;
+        for _ in 0..64 {
+            if let Some(&idx) = self.by_pid.get(&cur) {
+                let profile = self.profiles.iter().find(|p| p.name == self.instances[idx].platform)?;
+                let proc_info = ProcInfo {
+                    pid,
+                    comm: process_comm.into(),
+                    ..Default::default()
+                };
+                let is_root = pid == self.instances[idx].root_pid;
+                return make(idx, thread_role(profile, is_root, &proc_info, comm));
+            }
+            match parent(cur) {
+                Some(p) if p > 1 && p != cur => cur = p,
+                _ => return None,
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,251 @@
+//! Profiles applied to a system snapshot: which instances of which platforms
+//! run, and the role of each of their threads and devices.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::{
+    profile::{Profile, RoleRule, RootRule, any_glob, glob},
+    snapshot::{ProcInfo, SystemSnapshot},
+};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ThreadRole {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub role: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DeviceRole {
+    pub name: String,
+    pub ifindex: u32,
+    pub netns: u64,
+    pub kind: String,
+    /// tap, veth, veth-peer, bridge, vf.
+    pub role: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Instance {
+    pub platform: String,
+    /// Platform variant (uk-vhost / uk-virtio, linuxvm-vhost / linuxvm-virtio), or the platform.
+    pub variant: String,
+    /// `<platform>:<root pid>`.
+    pub id: String,
+    pub root_pid: u32,
+    pub processes: Vec<u32>,
+    pub threads: Vec<ThreadRole>,
+    pub devices: Vec<DeviceRole>,
+}
+
+impl Instance {
+    pub fn role_of(&self, tid: u32) -> Option<&str> {
+        self.threads.iter().find(|t| t.tid == tid).map(|t| t.role.as_str())
+    }
+}
+
+fn state_file_pids(snap: &SystemSnapshot, pattern: &str) -> Vec<u32> {
+    snap.state_files
+        .iter()
+        .filter(|(path, _)| glob(pattern, path))
+        .filter_map(|(_, content)| {
+            match serde_json::from_str::<serde_json::Value>(content) {
+                Ok(v) => ["init_process_pid", "pid"].iter().find_map(|k| v[*k].as_u64()),
+                Err(_) => content
+                    .split(|c: char| !c.is_ascii_digit())
+                    .find(|s| !s.is_empty())?
+                    .parse()
+                    .ok(),
+            }
+            .map(|p| p as u32)
+        })
+        .filter(|&p| p > 0)
+        .collect()
+}
+
+fn root_matches(rule: &RootRule, p: &ProcInfo, parent_comm: &str) -> bool {
+    (rule.comm.is_empty() || any_glob(&rule.comm, &p.comm))
+        && (rule.exe.is_empty() || any_glob(&rule.exe, &p.exe))
+        && (rule.cmdline_any.is_empty() || rule.cmdline_any.iter().any(|s| p.cmdline.contains(s.as_str())))
+        && !rule.cmdline_none.iter().any(|s| p.cmdline.contains(s.as_str()))
+        && (rule.parent_comm.is_empty() || any_glob(&rule.parent_comm, parent_comm))
+        && rule.state_file.is_none()
+}
+
+fn role_matches(rule: &RoleRule, is_root: bool, p: &ProcInfo, thread_comm: &str) -> bool {
+    rule.root.is_none_or(|r| r == is_root)
+        && (rule.process.is_empty() || any_glob(&rule.process, &p.comm))
+        && (rule.thread.is_empty() || any_glob(&rule.thread, thread_comm))
+        && (rule.cmdline_any.is_empty() || rule.cmdline_any.iter().any(|s| p.cmdline.contains(s.as_str())))
+}
+
+/// The role a profile gives a thread.
+pub fn thread_role(profile: &Profile, is_root: bool, p: &ProcInfo, thread_comm: &str) -> String {
+    profile
+        .role
+        .iter()
+        .find(|r| role_matches(r, is_root, p, thread_comm))
+        .map(|r| r.role.clone())
+        .unwrap_or_else(|| profile.default_role.clone())
+}
+
+/// Every instance of every profile in `snap`, highest-priority platform first.
+pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
+    let by_pid: HashMap<u32, &ProcInfo> = snap.processes.iter().map(|p| (p.pid, p)).collect();
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for p in &snap.processes {
+        children.entry(p.ppid).or_default().push(p.pid);
+    }
+    let mut claimed: HashSet<u32> = HashSet::new();
+    let mut instances = Vec::new();
+    for profile in profiles {
+        let mut roots: Vec<u32> = Vec::new();
+        for rule in &profile.root {
+            if let Some(pattern) = &rule.state_file {
+                roots.extend(
+                    state_file_pids(snap, pattern)
+                        .into_iter()
+                        .filter(|p| by_pid.contains_key(p)),
+                );
+            } else {
+                for p in &snap.processes {
+                    let parent = by_pid.get(&p.ppid).map(|q| q.comm.as_str()).unwrap_or("");
+                    if root_matches(rule, p, parent) {
+                        roots.push(p.pid);
+                    }
+                }
+            }
+        }
+        roots.sort_unstable();
+        roots.dedup();
+        // A root inside another root's tree of the same profile is part of it.
+        let root_set: HashSet<u32> = roots.iter().copied().collect();
+        roots.retain(|&r| {
+            let mut cur = by_pid.get(&r).map(|p| p.ppid).unwrap_or(0);
+            for _ in 0..64 {
+                if cur <= 1 {
+                    return true;
+                }
+                if root_set.contains(&cur) {
+                    return false;
+                }
+                cur = by_pid.get(&cur).map(|p| p.ppid).unwrap_or(0);
+            }
+            true
+        });
+        for root in roots {
+            if claimed.contains(&root) {
+                continue;
+            }
+            // The root and its descendants not claimed by an earlier instance.
+            let mut procs = Vec::new();
+            let mut stack = vec![root];
+            while let Some(pid) = stack.pop() {
+                if !claimed.insert(pid) {
+                    continue;
+                }
+                procs.push(pid);
+                stack.extend(children.get(&pid).into_iter().flatten().copied());
+            }
+            // vhost workers: `vhost-<owner pid>`, kernel threads before Linux 6.4.
+            for p in &snap.processes {
+                if let Some(owner) = p.comm.strip_prefix("vhost-").and_then(|s| s.parse::<u32>().ok())
+                    && procs.contains(&owner)
+                    && claimed.insert(p.pid)
+                {
+                    procs.push(p.pid);
+                }
+            }
+            procs.sort_unstable();
+            let mut threads = Vec::new();
+            let mut uses_vhost = false;
+            for pid in &procs {
+                let p = by_pid[pid];
+                uses_vhost |= p.vhost_fds;
+                for t in &p.threads {
+                    uses_vhost |= t.comm.starts_with("vhost-");
+                    let role = thread_role(profile, *pid == root, p, &t.comm);
+                    threads.push(ThreadRole {
+                        pid: *pid,
+                        tid: t.tid,
+                        comm: t.comm.clone(),
+                        role,
+                    });
+                }
+            }
+            let variant = match (&profile.vhost_variant, &profile.virtio_variant) {
+                (Some(v), _) if uses_vhost => v.clone(),
+                (_, Some(v)) if !uses_vhost => v.clone(),
+                _ => profile.name.clone(),
+            };
+            let devices = devices_of(snap, &procs, &by_pid);
+            instances.push(Instance {
+                id: format!("{}:{root}", profile.name),
+                platform: profile.name.clone(),
+                variant,
+                root_pid: root,
+                processes: procs,
+                threads,
+                devices,
+            });
+        }
+    }
+    instances
+}
+
+/// Devices an instance owns: taps its processes opened, the host end of veth
+/// pairs into its network namespaces, and the bridges these are enslaved to.
+fn devices_of(snap: &SystemSnapshot, procs: &[u32], by_pid: &HashMap<u32, &ProcInfo>) -> Vec<DeviceRole> {
+    let mut out: BTreeMap<(u64, u32), DeviceRole> = BTreeMap::new();
+    let host = snap.host_netns;
+    let mut add = |d: &super::snapshot::NetDev, role: &str| {
+        out.entry((d.netns, d.ifindex)).or_insert_with(|| DeviceRole {
+            name: d.name.clone(),
+            ifindex: d.ifindex,
+            netns: d.netns,
+            kind: d.kind.clone(),
+            role: role.into(),
+        });
+    };
+    // (netns, name) of the tun/tap devices the instance's processes hold open.
+    let taps: HashSet<(u64, &str)> = procs
+        .iter()
+        .flat_map(|p| by_pid[p].tun_ifaces.iter().map(move |i| (by_pid[p].netns, i.as_str())))
+        .collect();
+    let namespaces: HashSet<u64> = procs
+        .iter()
+        .map(|p| by_pid[p].netns)
+        .filter(|&n| n != 0 && n != host)
+        .collect();
+    let mut masters = HashSet::new();
+    for d in &snap.netdevs {
+        if taps.contains(&(d.netns, d.name.as_str())) || (d.netns == host && taps.contains(&(0, d.name.as_str()))) {
+            add(d, "tap");
+            masters.extend(d.master.clone());
+        }
+        if namespaces.contains(&d.netns) && d.kind == "veth" {
+            add(d, "veth-peer");
+            // The host end: the host device whose index this end's link names.
+            if let Some(peer) = snap
+                .netdevs
+                .iter()
+                .find(|h| h.netns == host && Some(h.ifindex) == d.peer_ifindex)
+            {
+                add(peer, "veth");
+                masters.extend(peer.master.clone());
+            }
+        }
+        if namespaces.contains(&d.netns) && d.kind == "vf" {
+            add(d, "vf");
+        }
+    }
+    for d in &snap.netdevs {
+        if (d.netns == host || namespaces.contains(&d.netns)) && masters.contains(&d.name) {
+            add(d, "bridge");
+        }
+    }
+    out.into_values().collect()
+}

@@ -1,0 +1,234 @@
+//! What platform detection looks at: processes with their threads, command
+//! lines and tun/vhost file descriptors, network devices and their relations,
+//! and runtime state files. Read live from /proc and the kernel, or loaded
+//! from a JSON capture (the unit tests use captures of platforms this machine
+//! cannot run).
+
+use std::{collections::HashMap, fs, path::Path, process::Command};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    pub tid: u32,
+    pub comm: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    pub comm: String,
+    /// File name of /proc/<pid>/exe.
+    #[serde(default)]
+    pub exe: String,
+    /// NUL-separated arguments joined with spaces.
+    #[serde(default)]
+    pub cmdline: String,
+    #[serde(default)]
+    pub threads: Vec<ThreadInfo>,
+    /// Interfaces of /dev/net/tun fds (fdinfo `iff:`).
+    #[serde(default)]
+    pub tun_ifaces: Vec<String>,
+    /// Holds a /dev/vhost-net or /dev/vhost-vsock fd.
+    #[serde(default)]
+    pub vhost_fds: bool,
+    /// Network namespace inode.
+    #[serde(default)]
+    pub netns: u64,
+    /// cgroup path (v2 line of /proc/<pid>/cgroup, or the first one).
+    #[serde(default)]
+    pub cgroup: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct NetDev {
+    pub name: String,
+    pub ifindex: u32,
+    /// Namespace inode the device lives in.
+    #[serde(default)]
+    pub netns: u64,
+    /// tun, tap, veth, bridge, macvtap, vf, loopback, device, ...
+    pub kind: String,
+    #[serde(default)]
+    pub master: Option<String>,
+    /// Index of the other end (veth peer), in `peer_netns`.
+    #[serde(default)]
+    pub peer_ifindex: Option<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemSnapshot {
+    pub processes: Vec<ProcInfo>,
+    #[serde(default)]
+    pub netdevs: Vec<NetDev>,
+    /// (path, content) of runtime state files (runc, crun).
+    #[serde(default)]
+    pub state_files: Vec<(String, String)>,
+    /// Network namespace of the host (the reader's).
+    #[serde(default)]
+    pub host_netns: u64,
+}
+
+fn netns_of(pid: &str) -> u64 {
+    fs::read_link(format!("/proc/{pid}/ns/net"))
+        .ok()
+        .and_then(|l| {
+            l.to_str()
+                .and_then(|s| s.trim_start_matches("net:[").trim_end_matches(']').parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn read_proc(pid: u32) -> Option<ProcInfo> {
+    let dir = format!("/proc/{pid}");
+    let stat = fs::read_to_string(format!("{dir}/stat")).ok()?;
+    let st = crate::collectors::procfs::parse_stat(&stat)?;
+    let cmdline = fs::read(format!("{dir}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let exe = fs::read_link(format!("{dir}/exe"))
+        .ok()
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let mut threads = Vec::new();
+    if let Ok(tasks) = fs::read_dir(format!("{dir}/task")) {
+        for t in tasks.flatten() {
+            if let Some(tid) = t.file_name().to_str().and_then(|s| s.parse().ok()) {
+                let comm = fs::read_to_string(t.path().join("comm"))
+                    .map(|c| c.trim_end().to_string())
+                    .unwrap_or_default();
+                threads.push(ThreadInfo { tid, comm });
+            }
+        }
+    }
+    threads.sort_by_key(|t| t.tid);
+    let (mut tun_ifaces, mut vhost_fds) = (Vec::new(), false);
+    if let Ok(fds) = fs::read_dir(format!("{dir}/fd")) {
+        for fd in fds.flatten() {
+            let Ok(target) = fs::read_link(fd.path()) else { continue };
+            let target = target.to_string_lossy();
+            if target == "/dev/net/tun" {
+                let info = fs::read_to_string(format!("{dir}/fdinfo/{}", fd.file_name().to_string_lossy()))
+                    .unwrap_or_default();
+                if let Some(iff) = info.lines().find_map(|l| l.strip_prefix("iff:")) {
+                    tun_ifaces.push(iff.trim().to_string());
+                }
+            } else if target.starts_with("/dev/vhost-") {
+                vhost_fds = true;
+            }
+        }
+    }
+    let cgroup = fs::read_to_string(format!("{dir}/cgroup"))
+        .ok()
+        .and_then(|c| {
+            let lines: Vec<&str> = c.lines().collect();
+            let pick = lines.iter().find(|l| l.starts_with("0::")).or(lines.first()).copied()?;
+            pick.splitn(3, ':').nth(2).map(str::to_string)
+        })
+        .unwrap_or_default();
+    Some(ProcInfo {
+        pid,
+        ppid: st.ppid,
+        comm: st.comm,
+        exe,
+        cmdline,
+        threads,
+        tun_ifaces,
+        vhost_fds,
+        netns: netns_of(&pid.to_string()),
+        cgroup,
+    })
+}
+
+/// Devices of the namespace `ip` runs in (`prefix` selects another one via nsenter).
+fn read_netdevs(prefix: &[&str], netns: u64) -> Vec<NetDev> {
+    let out = Command::new(prefix.first().copied().unwrap_or("ip"))
+        .args(prefix.iter().skip(1))
+        .args(if prefix.is_empty() {
+            vec!["-j", "-d", "link", "show"]
+        } else {
+            vec!["ip", "-j", "-d", "link", "show"]
+        })
+        .output();
+    let Ok(out) = out else { return Vec::new() };
+    let Ok(links) = serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout) else {
+        return Vec::new();
+    };
+    links
+        .iter()
+        .filter_map(|l| {
+            let name = l["ifname"].as_str()?.to_string();
+            let info_kind = l["linkinfo"]["info_kind"].as_str().unwrap_or("");
+            let kind = match info_kind {
+                "tun" => l["linkinfo"]["info_data"]["type"].as_str().unwrap_or("tun").to_string(),
+                "" if l["link_type"] == "loopback" => "loopback".into(),
+                "" if Path::new(&format!("/sys/class/net/{name}/device/physfn")).exists() => "vf".into(),
+                "" => "device".into(),
+                k => k.to_string(),
+            };
+            Some(NetDev {
+                ifindex: l["ifindex"].as_u64()? as u32,
+                netns,
+                kind,
+                master: l["master"].as_str().map(str::to_string),
+                peer_ifindex: l["link_index"].as_u64().map(|v| v as u32),
+                name,
+            })
+        })
+        .collect()
+}
+
+fn read_state_files() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (dir, file) in [("/run/runc", "state.json"), ("/run/crun", "status")] {
+        let Ok(entries) = fs::read_dir(dir) else { continue };
+        for e in entries.flatten() {
+            let p = e.path().join(file);
+            if let Ok(content) = fs::read_to_string(&p) {
+                out.push((p.display().to_string(), content));
+            }
+        }
+    }
+    out
+}
+
+impl SystemSnapshot {
+    /// Reads the running system.
+    pub fn live() -> Self {
+        let mut processes: Vec<ProcInfo> = fs::read_dir("/proc")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                    .filter_map(read_proc)
+                    .collect()
+            })
+            .unwrap_or_default();
+        processes.sort_by_key(|p| p.pid);
+        let host_netns = netns_of("self");
+        let mut netdevs = read_netdevs(&[], host_netns);
+        // Devices of other namespaces (containers), read once per namespace.
+        let mut seen: HashMap<u64, u32> = HashMap::new();
+        for p in &processes {
+            if p.netns != 0 && p.netns != host_netns {
+                seen.entry(p.netns).or_insert(p.pid);
+            }
+        }
+        for (ns, pid) in seen {
+            let pid = pid.to_string();
+            netdevs.extend(read_netdevs(&["nsenter", "-t", &pid, "-n"], ns));
+        }
+        SystemSnapshot {
+            processes,
+            netdevs,
+            state_files: read_state_files(),
+            host_netns,
+        }
+    }
+}
