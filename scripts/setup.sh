@@ -16,6 +16,7 @@ PKGS=(
   iproute2 iptables procps                                                     # netns / veth / bridge
   redis-server redis-tools iperf3 fio sysstat                                  # workloads, mpstat
   bpftrace                                                                     # overhead comparison
+  runc crun busybox-static util-linux                                          # vtrace lab containers
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -46,6 +46,12 @@ pub enum Error {
         detected: String,
     },
 
+    #[error("vtrace lab cannot start {platform} on this machine: {reason}")]
+    LabUnavailable { platform: String, reason: String },
+
+    #[error("vtrace lab down {platform} left behind: {what}")]
+    LabLeftovers { platform: String, what: String },
+
     #[error("bad platform profiles in {what}: {reason}")]
     PlatformFile { what: String, reason: String },
 

@@ -11,6 +11,7 @@ pub mod analysis;
 pub mod collectors;
 pub mod ebpf;
 pub mod error;
+pub mod lab;
 pub mod platforms;
 pub mod privileges;
 pub mod probes;

@@ -73,6 +73,11 @@ enum Command {
         #[arg(long)]
         platform_file: Option<PathBuf>,
     },
+    /// Start, stop and list real platform instances serving redis and iperf3.
+    Lab {
+        #[command(subcommand)]
+        action: LabAction,
+    },
     /// List every probe and the attach method it would use on this kernel, or why it cannot.
     Probes {
         #[arg(long)]
@@ -87,6 +92,16 @@ enum Command {
         #[arg(long, default_value_t = 200_000)]
         requests: u32,
     },
+}
+
+#[derive(Subcommand)]
+enum LabAction {
+    /// Start an instance of PLATFORM (host, runc, crun).
+    Up { platform: String },
+    /// Stop it and remove everything `up` made.
+    Down { platform: String },
+    /// What runs, what can start here, and what cannot (and why).
+    Status,
 }
 
 fn main() -> ExitCode {
@@ -162,6 +177,29 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                     for d in &i.devices {
                         println!("  dev {:<16} ifindex {:<5} {:<8} {}", d.name, d.ifindex, d.kind, d.role);
+                    }
+                }
+            }
+            Ok(0)
+        }
+        Command::Lab { action } => {
+            match action {
+                LabAction::Up { platform } => {
+                    let l = vtrace::lab::up(&platform)?;
+                    println!("{platform} up: redis {0}:6379, iperf3 {0}:5201", l.address);
+                    println!("  e.g. redis-benchmark -h {} -t get,set -d 64", l.address);
+                    println!(
+                        "  record: vtrace record --platform {platform} -- redis-benchmark -h {} -t get,set",
+                        l.address
+                    );
+                }
+                LabAction::Down { platform } => {
+                    vtrace::lab::down(&platform)?;
+                    println!("{platform} down: nothing left behind");
+                }
+                LabAction::Status => {
+                    for (name, state) in vtrace::lab::status() {
+                        println!("{name:<12} {state}");
                     }
                 }
             }

@@ -1,0 +1,228 @@
+//! `vtrace lab` on the platforms this machine runs: start a real instance,
+//! detect it with the right roles and devices, record redis-benchmark against
+//! it, and check that `lab down` leaves the machine as it was.
+
+use std::process::Command;
+
+use serde_json::Value;
+use vtrace_tests::{TempDir, report_json, stderr, vtrace};
+
+/// What `lab down` must restore: namespaces, links, mounts, runtime state.
+fn machine_state() -> Vec<String> {
+    let run = |args: &[&str]| {
+        let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let mut lines: Vec<String> = Vec::new();
+    lines.extend(run(&["ip", "netns", "list"]).lines().map(|l| format!("netns {l}")));
+    lines.extend(
+        run(&["ip", "-o", "link", "show"])
+            .lines()
+            .map(|l| format!("link {}", l.split(':').nth(1).unwrap_or("").trim())),
+    );
+    lines.extend(
+        std::fs::read_to_string("/proc/mounts")
+            .unwrap()
+            .lines()
+            .map(|l| format!("mount {l}")),
+    );
+    for dir in ["/run/runc", "/run/crun"] {
+        if let Ok(d) = std::fs::read_dir(dir) {
+            lines.extend(d.flatten().map(|e| format!("state {}", e.path().display())));
+        }
+    }
+    for ctl in ["cpu", "memory", "pids", "unified"] {
+        if let Ok(d) = std::fs::read_dir(format!("/sys/fs/cgroup/{ctl}")) {
+            lines.extend(
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("vtrace"))
+                    .map(|e| format!("cgroup {}", e.path().display())),
+            );
+        }
+    }
+    lines.sort();
+    lines
+}
+
+/// Brings the platform down when dropped, also when the test fails.
+struct LabGuard(&'static str);
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        let _ = vtrace(&["lab", "down", self.0]);
+    }
+}
+
+fn up(platform: &'static str) -> (LabGuard, String) {
+    let o = vtrace(&["lab", "up", platform]);
+    let guard = LabGuard(platform);
+    assert!(o.status.success(), "lab up {platform}: {}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let addr = out
+        .split("redis ")
+        .nth(1)
+        .and_then(|s| s.split(':').next())
+        .expect("address printed")
+        .to_string();
+    (guard, addr)
+}
+
+fn down(platform: &str) {
+    let o = vtrace(&["lab", "down", platform]);
+    assert!(o.status.success(), "lab down {platform}: {}", stderr(&o));
+}
+
+fn benchmark(args: &[&str], addr: &str, dir: &TempDir) -> Value {
+    let rec = dir.join("run.vtrace");
+    let mut full: Vec<&str> = vec!["record", "-o", rec.to_str().unwrap()];
+    full.extend_from_slice(args);
+    full.extend_from_slice(&[
+        "--",
+        "redis-benchmark",
+        "-h",
+        addr,
+        "-t",
+        "get,set",
+        "-d",
+        "64",
+        "-n",
+        "30000",
+        "-c",
+        "20",
+        "-q",
+    ]);
+    let o = vtrace(&full);
+    assert!(o.status.success(), "record: {}", stderr(&o));
+    report_json(&rec)
+}
+
+fn role_total(report: &Value, platform: &str, role: &str) -> u64 {
+    report["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["platform"] == platform && r["role"] == role)
+        .map(|r| r["total_ns"].as_u64().unwrap())
+        .sum()
+}
+
+fn oci_container(platform: &'static str) {
+    let before = machine_state();
+    let dir = TempDir::new(platform);
+    {
+        let (_guard, addr) = up(platform);
+        let o = vtrace(&["platforms", "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let instances: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let mine: Vec<&Value> = instances
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["platform"] == platform)
+            .collect();
+        assert_eq!(mine.len(), 1, "exactly one {platform} instance: {instances}");
+        let inst = mine[0];
+        let threads = inst["threads"].as_array().unwrap();
+        assert!(
+            threads
+                .iter()
+                .any(|t| t["comm"] == "redis-server" && t["role"] == "app"),
+            "redis-server is app: {inst}"
+        );
+        assert!(
+            threads.iter().any(|t| t["comm"] == "iperf3" && t["role"] == "app"),
+            "iperf3 is app: {inst}"
+        );
+        let devices = inst["devices"].as_array().unwrap();
+        let host_if = format!("vtl-{platform}0");
+        assert!(
+            devices
+                .iter()
+                .any(|d| d["name"] == host_if.as_str() && d["role"] == "veth"),
+            "{host_if} belongs to it: {inst}"
+        );
+
+        let report = benchmark(&["--platform", platform], &addr, &dir);
+        let app = role_total(&report, platform, "app");
+        let capacity = report["wall_ns"].as_u64().unwrap() * report["cpus"].as_u64().unwrap();
+        eprintln!(
+            "{platform}: app role {:.3} s of {:.3} CPU-s",
+            app as f64 / 1e9,
+            capacity as f64 / 1e9
+        );
+        assert!(
+            app * 20 > capacity,
+            "{platform} app role got only {app} ns of {capacity}"
+        );
+        let redis = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["comm"] == "redis-server")
+            .unwrap();
+        assert_eq!(redis["platform"], platform);
+        assert!(redis["instance"].as_str().unwrap().starts_with(&format!("{platform}:")));
+        down(platform);
+    }
+    assert_eq!(machine_state(), before, "lab down {platform} left the machine changed");
+}
+
+#[test]
+fn runc_lab_instance() {
+    oci_container("runc");
+}
+
+#[test]
+fn crun_lab_instance() {
+    oci_container("crun");
+}
+
+#[test]
+fn host_lab_instance() {
+    let before = machine_state();
+    let dir = TempDir::new("host-lab");
+    {
+        let (_guard, addr) = up("host");
+        let ledger: Value = serde_json::from_slice(&std::fs::read("/run/vtrace-lab/host.json").unwrap()).unwrap();
+        let redis_pid = ledger["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["comm"] == "redis-server")
+            .unwrap()["pid"]
+            .as_u64()
+            .unwrap()
+            .to_string();
+        let report = benchmark(&["--pid", &redis_pid], &addr, &dir);
+        let redis = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["pid"].to_string() == redis_pid)
+            .unwrap();
+        assert_eq!(redis["role"], "app");
+        assert!(redis["total_ns"].as_u64().unwrap() > 50_000_000, "{redis}");
+        down("host");
+    }
+    assert_eq!(machine_state(), before, "lab down host left the machine changed");
+}
+
+#[test]
+fn platforms_the_lab_cannot_start_say_what_is_missing() {
+    for p in ["firecracker", "kata", "unikraft", "sriov"] {
+        let o = vtrace(&["lab", "up", p]);
+        assert_eq!(o.status.code(), Some(1));
+        let msg = stderr(&o);
+        assert!(
+            msg.contains(&format!("vtrace lab cannot start {p} on this machine")),
+            "{msg}"
+        );
+    }
+    let o = vtrace(&["lab", "status"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("firecracker") && l.contains("firecracker not found")),
+        "{out}"
+    );
+}

@@ -1,0 +1,362 @@
+//! `vtrace lab`: starts and stops real instances of the platforms this
+//! machine can run, each serving redis (6379) and an iperf3 server (5201) on a
+//! known address reachable from the host.
+//!
+//! Every resource `up` creates is written to a ledger
+//! (/run/vtrace-lab/<platform>.json) *before* the next step, so `down` undoes
+//! exactly what was made, also after a failed or interrupted `up`.
+
+mod containers;
+mod rootfs;
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result, workload::netns::sh};
+
+pub const LEDGER_DIR: &str = "/run/vtrace-lab";
+/// Where lab root filesystems and bundles live.
+pub const DATA_DIR: &str = "/var/lib/vtrace-lab";
+
+/// Platforms `lab` can start here, and what each needs.
+pub struct LabPlatform {
+    pub name: &'static str,
+    /// Third octet of the 10.99.X.0/24 network between host and instance.
+    pub net: u8,
+    pub binaries: &'static [&'static str],
+}
+
+pub const RUNNABLE: &[LabPlatform] = &[
+    LabPlatform {
+        name: "host",
+        net: 11,
+        binaries: &["redis-server", "iperf3", "ip"],
+    },
+    LabPlatform {
+        name: "runc",
+        net: 12,
+        binaries: &["runc", "busybox", "redis-server", "iperf3", "ip"],
+    },
+    LabPlatform {
+        name: "crun",
+        net: 13,
+        binaries: &["crun", "busybox", "redis-server", "iperf3", "ip"],
+    },
+];
+
+/// Platforms this lab cannot start, and how their absence is detected.
+pub const NOT_RUNNABLE: &[(&str, &[&str], &str)] = &[
+    (
+        "firecracker",
+        &["firecracker"],
+        "needs the firecracker binary and a KVM that boots Linux guests",
+    ),
+    (
+        "kata",
+        &["containerd-shim-kata-v2", "kata-runtime"],
+        "needs Kata Containers (shim, runtime, guest image) and containerd",
+    ),
+    (
+        "unikraft",
+        &["kraft"],
+        "needs kraft and a Unikraft image, and a KVM that boots guests",
+    ),
+    (
+        "sriov",
+        &[],
+        "needs an SR-IOV capable NIC (no /sys/class/net/*/device/sriov_totalvfs here) and vfio-pci",
+    ),
+];
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Resource {
+    Netns { name: String },
+    Link { name: String },
+    Process { pid: u32, comm: String },
+    Container { runtime: String, id: String, root: String },
+    Mount { path: String },
+    Dir { path: String },
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Ledger {
+    pub platform: String,
+    pub address: String,
+    pub resources: Vec<Resource>,
+    /// Set once `up` finished.
+    pub ready: bool,
+}
+
+impl Ledger {
+    fn path(platform: &str) -> PathBuf {
+        Path::new(LEDGER_DIR).join(format!("{platform}.json"))
+    }
+
+    pub fn load(platform: &str) -> Option<Ledger> {
+        fs::read(Self::path(platform))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    fn save(&self) -> Result<()> {
+        fs::create_dir_all(LEDGER_DIR).map_err(crate::error::io(format!("create {LEDGER_DIR}")))?;
+        let tmp = Self::path(&self.platform).with_extension("tmp");
+        fs::write(&tmp, serde_json::to_vec_pretty(self).expect("ledger serializes"))
+            .map_err(crate::error::io("write lab ledger"))?;
+        fs::rename(&tmp, Self::path(&self.platform)).map_err(crate::error::io("write lab ledger"))
+    }
+
+    /// Records a resource (before relying on it), so `down` can undo it.
+    pub fn add(&mut self, r: Resource) -> Result<()> {
+        self.resources.push(r);
+        self.save()
+    }
+}
+
+fn quiet(args: &[&str]) -> bool {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+pub fn which(binary: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+                .any(|d| d.join(binary).is_file())
+        })
+        .unwrap_or(false)
+}
+
+fn lab_platform(name: &str) -> Result<&'static LabPlatform> {
+    if let Some(p) = RUNNABLE.iter().find(|p| p.name == name) {
+        return Ok(p);
+    }
+    if let Some((_, _, why)) = NOT_RUNNABLE.iter().find(|(n, _, _)| *n == name) {
+        return Err(Error::LabUnavailable {
+            platform: name.into(),
+            reason: availability(name).unwrap_or_else(|| why.to_string()),
+        });
+    }
+    let known: Vec<&str> = RUNNABLE
+        .iter()
+        .map(|p| p.name)
+        .chain(NOT_RUNNABLE.iter().map(|n| n.0))
+        .collect();
+    Err(Error::UnknownPlatform {
+        name: name.into(),
+        known: known.join(", "),
+    })
+}
+
+/// What is missing for a platform the lab cannot start (None if nothing is).
+pub fn availability(name: &str) -> Option<String> {
+    if let Some(p) = RUNNABLE.iter().find(|p| p.name == name) {
+        let missing: Vec<&str> = p.binaries.iter().copied().filter(|b| !which(b)).collect();
+        return (!missing.is_empty()).then(|| format!("missing {} (run scripts/setup.sh)", missing.join(", ")));
+    }
+    let (_, bins, why) = NOT_RUNNABLE.iter().find(|(n, _, _)| *n == name)?;
+    let missing: Vec<&str> = bins.iter().copied().filter(|b| !which(b)).collect();
+    let has_vf = fs::read_dir("/sys/class/net")
+        .map(|d| d.flatten().any(|e| e.path().join("device/sriov_totalvfs").exists()))
+        .unwrap_or(false);
+    Some(match name {
+        "sriov" if has_vf => format!("{why}: SR-IOV NIC present, but the lab does not configure VFs"),
+        _ if missing.is_empty() => why.to_string(),
+        _ => format!("{why}: {} not found", missing.join(", ")),
+    })
+}
+
+/// Address of a platform's instance.
+pub fn address(p: &LabPlatform) -> (String, String) {
+    (format!("10.99.{}.1", p.net), format!("10.99.{}.2", p.net))
+}
+
+/// Waits until `addr:port` accepts connections.
+pub fn wait_listening(addr: &str, port: u16, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    let sock = format!("{addr}:{port}").parse().expect("valid address");
+    while start.elapsed() < timeout {
+        if std::net::TcpStream::connect_timeout(&sock, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(Error::Io {
+        context: format!("waiting for {addr}:{port}"),
+        source: std::io::Error::other(format!("nothing listened within {} s", timeout.as_secs())),
+    })
+}
+
+/// Starts the platform's instance; on failure everything made so far is removed.
+pub fn up(name: &str) -> Result<Ledger> {
+    crate::privileges::check()?;
+    let p = lab_platform(name)?;
+    if let Some(missing) = availability(name) {
+        return Err(Error::LabUnavailable {
+            platform: name.into(),
+            reason: missing,
+        });
+    }
+    if let Some(l) = Ledger::load(name) {
+        if l.ready {
+            return Ok(l);
+        }
+        down(name)?; // a half-made earlier attempt
+    }
+    let (_, guest) = address(p);
+    let mut ledger = Ledger {
+        platform: name.into(),
+        address: guest.clone(),
+        ..Default::default()
+    };
+    ledger.save()?;
+    let made = match name {
+        "host" => containers::up_host(p, &mut ledger),
+        "runc" | "crun" => containers::up_oci(p, &mut ledger),
+        _ => unreachable!("checked by lab_platform"),
+    }
+    .and_then(|()| wait_listening(&guest, 6379, Duration::from_secs(20)))
+    .and_then(|()| wait_listening(&guest, 5201, Duration::from_secs(10)));
+    if let Err(e) = made {
+        let _ = down(name);
+        return Err(e);
+    }
+    ledger.ready = true;
+    ledger.save()?;
+    Ok(ledger)
+}
+
+/// Undoes everything in the platform's ledger, newest first; then checks.
+pub fn down(name: &str) -> Result<()> {
+    crate::privileges::check()?;
+    let Some(ledger) = Ledger::load(name) else {
+        return Ok(());
+    };
+    for r in ledger.resources.iter().rev() {
+        match r {
+            Resource::Process { pid, comm } => {
+                // Only if the pid still belongs to what we started.
+                let current = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                if current.trim_end() == comm {
+                    unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+                    let start = Instant::now();
+                    while Path::new(&format!("/proc/{pid}")).exists() && start.elapsed() < Duration::from_secs(3) {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+                }
+            }
+            Resource::Container { runtime, id, root } => {
+                quiet(&[runtime, "--root", root, "kill", id, "KILL"]);
+                std::thread::sleep(Duration::from_millis(200));
+                quiet(&[runtime, "--root", root, "delete", "--force", id]);
+            }
+            Resource::Mount { path } => {
+                quiet(&["umount", "-l", path]);
+            }
+            Resource::Link { name } => {
+                quiet(&["ip", "link", "del", name]);
+            }
+            Resource::Netns { name } => {
+                quiet(&["ip", "netns", "del", name]);
+            }
+            Resource::Dir { path } => {
+                let _ = fs::remove_dir_all(path);
+            }
+        }
+    }
+    let _ = fs::remove_file(Ledger::path(name));
+    let left = leftovers(&ledger);
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::LabLeftovers {
+            platform: name.into(),
+            what: left.join(", "),
+        })
+    }
+}
+
+/// Resources of a ledger that still exist.
+pub fn leftovers(ledger: &Ledger) -> Vec<String> {
+    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    ledger
+        .resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Netns { name } => Path::new("/run/netns")
+                .join(name)
+                .exists()
+                .then(|| format!("netns {name}")),
+            Resource::Link { name } => Path::new("/sys/class/net")
+                .join(name)
+                .exists()
+                .then(|| format!("link {name}")),
+            Resource::Process { pid, comm } => fs::read_to_string(format!("/proc/{pid}/comm"))
+                .ok()
+                .filter(|c| c.trim_end() == comm)
+                .map(|_| format!("process {pid} ({comm})")),
+            Resource::Container { runtime, id, root } => Path::new(root)
+                .join(id)
+                .exists()
+                .then(|| format!("{runtime} container {id}")),
+            Resource::Mount { path } => mounts
+                .lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(path))
+                .then(|| format!("mount {path}")),
+            Resource::Dir { path } => Path::new(path).exists().then(|| format!("dir {path}")),
+        })
+        .collect()
+}
+
+/// One line per platform: running (address), or startable, or why not.
+pub fn status() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in RUNNABLE {
+        let state = match Ledger::load(p.name) {
+            Some(l) if l.ready => format!("up: redis {0}:6379, iperf3 {0}:5201", l.address),
+            Some(_) => "half-made (run `vtrace lab down` to clean up)".into(),
+            None => match availability(p.name) {
+                Some(why) => format!("cannot start: {why}"),
+                None => "down (can start here)".into(),
+            },
+        };
+        out.push((p.name.to_string(), state));
+    }
+    for (name, _, _) in NOT_RUNNABLE {
+        out.push((
+            name.to_string(),
+            format!("not runnable here: {}", availability(name).unwrap_or_default()),
+        ));
+    }
+    out
+}
+
+/// Creates netns `ns` joined to the host by a veth pair `host_if`/`ns_if`,
+/// recording each piece in the ledger.
+pub fn veth_netns(ledger: &mut Ledger, p: &LabPlatform, ns: &str, host_if: &str, ns_if: &str) -> Result<()> {
+    let (host_addr, guest_addr) = address(p);
+    ledger.add(Resource::Netns { name: ns.into() })?;
+    sh(&["ip", "netns", "add", ns])?;
+    ledger.add(Resource::Link { name: host_if.into() })?;
+    sh(&["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if])?;
+    sh(&["ip", "link", "set", ns_if, "netns", ns])?;
+    sh(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", host_if])?;
+    sh(&["ip", "link", "set", host_if, "up"])?;
+    sh(&["ip", "-n", ns, "addr", "add", &format!("{guest_addr}/24"), "dev", ns_if])?;
+    sh(&["ip", "-n", ns, "link", "set", ns_if, "up"])?;
+    sh(&["ip", "-n", ns, "link", "set", "lo", "up"])
+}
