@@ -17,6 +17,7 @@ PKGS=(
   redis-server redis-tools iperf3 fio sysstat                                  # workloads, mpstat
   bpftrace                                                                     # overhead comparison
   runc crun busybox-static util-linux                                          # vtrace lab containers
+  qemu-system-x86 cpio                                                         # vtrace lab linuxvm
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -72,7 +72,7 @@ fn down(platform: &str) {
     assert!(o.status.success(), "lab down {platform}: {}", stderr(&o));
 }
 
-fn benchmark(args: &[&str], addr: &str, dir: &TempDir) -> Value {
+fn benchmark(args: &[&str], addr: &str, dir: &TempDir, requests: &str) -> Value {
     let rec = dir.join("run.vtrace");
     let mut full: Vec<&str> = vec!["record", "-o", rec.to_str().unwrap()];
     full.extend_from_slice(args);
@@ -86,7 +86,7 @@ fn benchmark(args: &[&str], addr: &str, dir: &TempDir) -> Value {
         "-d",
         "64",
         "-n",
-        "30000",
+        requests,
         "-c",
         "20",
         "-q",
@@ -106,7 +106,14 @@ fn role_total(report: &Value, platform: &str, role: &str) -> u64 {
         .sum()
 }
 
-fn oci_container(platform: &'static str) {
+/// `expect`: (thread name, role) pairs the instance must have; `device`: (name, role); `busy_role`: the role that must get a share.
+fn lab_instance(
+    platform: &'static str,
+    expect: &[(&str, &str)],
+    device: (&str, &str),
+    busy_role: &str,
+    requests: &str,
+) {
     let before = machine_state();
     let dir = TempDir::new(platform);
     {
@@ -123,58 +130,64 @@ fn oci_container(platform: &'static str) {
         assert_eq!(mine.len(), 1, "exactly one {platform} instance: {instances}");
         let inst = mine[0];
         let threads = inst["threads"].as_array().unwrap();
-        assert!(
-            threads
-                .iter()
-                .any(|t| t["comm"] == "redis-server" && t["role"] == "app"),
-            "redis-server is app: {inst}"
-        );
-        assert!(
-            threads.iter().any(|t| t["comm"] == "iperf3" && t["role"] == "app"),
-            "iperf3 is app: {inst}"
-        );
+        for (comm, role) in expect {
+            assert!(
+                threads.iter().any(|t| t["comm"] == *comm && t["role"] == *role),
+                "{comm} is {role}: {inst}"
+            );
+        }
         let devices = inst["devices"].as_array().unwrap();
-        let host_if = format!("vtl-{platform}0");
         assert!(
-            devices
-                .iter()
-                .any(|d| d["name"] == host_if.as_str() && d["role"] == "veth"),
-            "{host_if} belongs to it: {inst}"
+            devices.iter().any(|d| d["name"] == device.0 && d["role"] == device.1),
+            "{device:?} belongs to it: {inst}"
         );
 
-        let report = benchmark(&["--platform", platform], &addr, &dir);
-        let app = role_total(&report, platform, "app");
+        let report = benchmark(&["--platform", platform], &addr, &dir, requests);
+        let busy = role_total(&report, platform, busy_role);
         let capacity = report["wall_ns"].as_u64().unwrap() * report["cpus"].as_u64().unwrap();
         eprintln!(
-            "{platform}: app role {:.3} s of {:.3} CPU-s",
-            app as f64 / 1e9,
+            "{platform}: {busy_role} role {:.3} s of {:.3} CPU-s",
+            busy as f64 / 1e9,
             capacity as f64 / 1e9
         );
         assert!(
-            app * 20 > capacity,
-            "{platform} app role got only {app} ns of {capacity}"
+            busy * 20 > capacity,
+            "{platform} {busy_role} role got only {busy} ns of {capacity}"
         );
-        let redis = report["threads"]
+        let (comm, role) = expect[0];
+        let t = report["threads"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|t| t["comm"] == "redis-server")
+            .find(|t| t["comm"] == comm)
             .unwrap();
-        assert_eq!(redis["platform"], platform);
-        assert!(redis["instance"].as_str().unwrap().starts_with(&format!("{platform}:")));
+        assert_eq!(
+            (t["platform"].as_str().unwrap(), t["role"].as_str().unwrap()),
+            (platform, role)
+        );
+        assert!(t["instance"].as_str().unwrap().starts_with(&format!("{platform}:")));
         down(platform);
     }
     assert_eq!(machine_state(), before, "lab down {platform} left the machine changed");
 }
 
+const CONTAINER_THREADS: &[(&str, &str)] = &[("redis-server", "app"), ("iperf3", "app")];
+
 #[test]
 fn runc_lab_instance() {
-    oci_container("runc");
+    lab_instance("runc", CONTAINER_THREADS, ("vtl-runc0", "veth"), "app", "30000");
 }
 
 #[test]
 fn crun_lab_instance() {
-    oci_container("crun");
+    lab_instance("crun", CONTAINER_THREADS, ("vtl-crun0", "veth"), "app", "30000");
+}
+
+#[test]
+fn linuxvm_lab_instance() {
+    // A TCG guest: few requests, they are slow.
+    let threads = &[("CPU 0/TCG", "vcpu"), ("qemu-system-x86", "vmm")];
+    lab_instance("linuxvm", threads, ("vtl-vm0", "tap"), "vcpu", "4000");
 }
 
 #[test]
@@ -193,12 +206,12 @@ fn host_lab_instance() {
             .as_u64()
             .unwrap()
             .to_string();
-        let report = benchmark(&["--pid", &redis_pid], &addr, &dir);
+        let report = benchmark(&["--pid", &redis_pid], &addr, &dir, "30000");
         let redis = report["threads"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|t| t["pid"].to_string() == redis_pid)
+            .find(|t| t["pid"].as_u64().map(|p| p.to_string()).as_deref() == Some(redis_pid.as_str()))
             .unwrap();
         assert_eq!(redis["role"], "app");
         assert!(redis["total_ns"].as_u64().unwrap() > 50_000_000, "{redis}");

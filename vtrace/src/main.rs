@@ -96,7 +96,7 @@ enum Command {
 
 #[derive(Subcommand)]
 enum LabAction {
-    /// Start an instance of PLATFORM (host, runc, crun).
+    /// Start an instance of PLATFORM (host, runc, crun, linuxvm).
     Up { platform: String },
     /// Stop it and remove everything `up` made.
     Down { platform: String },
@@ -187,6 +187,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 LabAction::Up { platform } => {
                     let l = vtrace::lab::up(&platform)?;
                     println!("{platform} up: redis {0}:6379, iperf3 {0}:5201", l.address);
+                    if !l.note.is_empty() {
+                        println!("  {}", l.note);
+                    }
                     println!("  e.g. redis-benchmark -h {} -t get,set -d 64", l.address);
                     println!(
                         "  record: vtrace record --platform {platform} -- redis-benchmark -h {} -t get,set",

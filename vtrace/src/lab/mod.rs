@@ -7,6 +7,7 @@
 //! exactly what was made, also after a failed or interrupted `up`.
 
 mod containers;
+mod linuxvm;
 mod rootfs;
 
 use std::{
@@ -47,6 +48,19 @@ pub const RUNNABLE: &[LabPlatform] = &[
         name: "crun",
         net: 13,
         binaries: &["crun", "busybox", "redis-server", "iperf3", "ip"],
+    },
+    LabPlatform {
+        name: "linuxvm",
+        net: 14,
+        binaries: &[
+            "qemu-system-x86_64",
+            "busybox",
+            "redis-server",
+            "iperf3",
+            "cpio",
+            "gzip",
+            "dpkg",
+        ],
     },
 ];
 
@@ -92,6 +106,9 @@ pub struct Ledger {
     pub resources: Vec<Resource>,
     /// Set once `up` finished.
     pub ready: bool,
+    /// What a user should know about the instance (e.g. the accelerator).
+    #[serde(default)]
+    pub note: String,
 }
 
 impl Ledger {
@@ -226,9 +243,17 @@ pub fn up(name: &str) -> Result<Ledger> {
     let made = match name {
         "host" => containers::up_host(p, &mut ledger),
         "runc" | "crun" => containers::up_oci(p, &mut ledger),
+        "linuxvm" => linuxvm::up(p, &mut ledger),
         _ => unreachable!("checked by lab_platform"),
     }
-    .and_then(|()| wait_listening(&guest, 6379, Duration::from_secs(20)))
+    // A TCG guest boots in seconds to tens of seconds.
+    .and_then(|()| {
+        wait_listening(
+            &guest,
+            6379,
+            Duration::from_secs(if name == "linuxvm" { 90 } else { 20 }),
+        )
+    })
     .and_then(|()| wait_listening(&guest, 5201, Duration::from_secs(10)));
     if let Err(e) = made {
         let _ = down(name);
@@ -327,7 +352,7 @@ pub fn status() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for p in RUNNABLE {
         let state = match Ledger::load(p.name) {
-            Some(l) if l.ready => format!("up: redis {0}:6379, iperf3 {0}:5201", l.address),
+            Some(l) if l.ready => format!("up: redis {0}:6379, iperf3 {0}:5201 {1}", l.address, l.note),
             Some(_) => "half-made (run `vtrace lab down` to clean up)".into(),
             None => match availability(p.name) {
                 Some(why) => format!("cannot start: {why}"),
