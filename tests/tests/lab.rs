@@ -184,6 +184,12 @@ fn crun_lab_instance() {
 }
 
 #[test]
+fn docker_lab_instance() {
+    let threads = &[("redis-server", "app"), ("containerd-shim", "shim")];
+    lab_instance("docker", threads, ("vtl-docker0", "bridge"), "app", "30000");
+}
+
+#[test]
 fn linuxvm_lab_instance() {
     // A TCG guest: few requests, they are slow.
     let threads = &[("CPU 0/TCG", "vcpu"), ("qemu-system-x86", "vmm")];

@@ -14,7 +14,7 @@ use super::{LabPlatform, Ledger, Resource, rootfs, veth_netns};
 use crate::{Result, workload::netns::sh};
 
 pub const CONTAINER_ID: &str = "vtrace-lab";
-const SERVE: &str =
+pub const SERVE: &str =
     "iperf3 -s -D && exec redis-server --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no";
 
 fn names(p: &LabPlatform) -> (String, String, String) {

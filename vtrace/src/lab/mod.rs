@@ -7,6 +7,7 @@
 //! exactly what was made, also after a failed or interrupted `up`.
 
 mod containers;
+mod docker;
 mod linuxvm;
 mod rootfs;
 
@@ -50,6 +51,19 @@ pub const RUNNABLE: &[LabPlatform] = &[
         binaries: &["crun", "busybox", "redis-server", "iperf3", "ip"],
     },
     LabPlatform {
+        name: "docker",
+        net: 16,
+        binaries: &[
+            "dockerd",
+            "docker",
+            "containerd",
+            "runc",
+            "busybox",
+            "redis-server",
+            "iperf3",
+        ],
+    },
+    LabPlatform {
         name: "linuxvm",
         net: 14,
         binaries: &[
@@ -91,12 +105,31 @@ pub const NOT_RUNNABLE: &[(&str, &[&str], &str)] = &[
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Resource {
-    Netns { name: String },
-    Link { name: String },
-    Process { pid: u32, comm: String },
-    Container { runtime: String, id: String, root: String },
-    Mount { path: String },
-    Dir { path: String },
+    Netns {
+        name: String,
+    },
+    Link {
+        name: String,
+    },
+    Process {
+        pid: u32,
+        comm: String,
+    },
+    /// Every process whose command line contains `pattern` (helpers a daemon starts).
+    Processes {
+        pattern: String,
+    },
+    Container {
+        runtime: String,
+        id: String,
+        root: String,
+    },
+    Mount {
+        path: String,
+    },
+    Dir {
+        path: String,
+    },
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -244,6 +277,7 @@ pub fn up(name: &str) -> Result<Ledger> {
         "host" => containers::up_host(p, &mut ledger),
         "runc" | "crun" => containers::up_oci(p, &mut ledger),
         "linuxvm" => linuxvm::up(p, &mut ledger),
+        "docker" => docker::up(p, &mut ledger),
         _ => unreachable!("checked by lab_platform"),
     }
     // A TCG guest boots in seconds to tens of seconds.
@@ -278,16 +312,24 @@ pub fn down(name: &str) -> Result<()> {
                 if current.trim_end() == comm {
                     unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
                     let start = Instant::now();
-                    while Path::new(&format!("/proc/{pid}")).exists() && start.elapsed() < Duration::from_secs(3) {
+                    while Path::new(&format!("/proc/{pid}")).exists() && start.elapsed() < Duration::from_secs(15) {
                         std::thread::sleep(Duration::from_millis(50));
                     }
                     unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
                 }
             }
+            Resource::Container { runtime, id, root } if runtime == "docker" => {
+                quiet(&["docker", "-H", root, "rm", "-f", id]);
+            }
             Resource::Container { runtime, id, root } => {
                 quiet(&[runtime, "--root", root, "kill", id, "KILL"]);
                 std::thread::sleep(Duration::from_millis(200));
                 quiet(&[runtime, "--root", root, "delete", "--force", id]);
+            }
+            Resource::Processes { pattern } => {
+                for pid in processes_matching(pattern) {
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                }
             }
             Resource::Mount { path } => {
                 quiet(&["umount", "-l", path]);
@@ -315,6 +357,21 @@ pub fn down(name: &str) -> Result<()> {
     }
 }
 
+/// Processes whose command line contains `pattern`.
+fn processes_matching(pattern: &str) -> Vec<u32> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(pattern))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
 /// Resources of a ledger that still exist.
 pub fn leftovers(ledger: &Ledger) -> Vec<String> {
     let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
@@ -334,10 +391,15 @@ pub fn leftovers(ledger: &Ledger) -> Vec<String> {
                 .ok()
                 .filter(|c| c.trim_end() == comm)
                 .map(|_| format!("process {pid} ({comm})")),
+            Resource::Container { runtime, .. } if runtime == "docker" => None, // gone with its daemon
             Resource::Container { runtime, id, root } => Path::new(root)
                 .join(id)
                 .exists()
                 .then(|| format!("{runtime} container {id}")),
+            Resource::Processes { pattern } => {
+                let left = processes_matching(pattern);
+                (!left.is_empty()).then(|| format!("processes {left:?} matching {pattern}"))
+            }
             Resource::Mount { path } => mounts
                 .lines()
                 .any(|l| l.split_whitespace().nth(1) == Some(path))

@@ -1,0 +1,125 @@
+//! `docker`: a private dockerd (its own data root, socket and bridge; no
+//! iptables or sysctl changes) running the lab rootfs, imported as an image,
+//! with runc.
+
+use std::{
+    fs,
+    path::Path,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use super::{DATA_DIR, LEDGER_DIR, LabPlatform, Ledger, Resource, address, containers::SERVE, rootfs};
+use crate::{Error, Result, workload::netns::sh};
+
+pub const BRIDGE: &str = "vtl-docker0";
+const IMAGE: &str = "vtrace-lab/redis:1";
+pub const CONTAINER: &str = "vtrace-lab";
+
+pub fn socket() -> String {
+    format!("unix://{LEDGER_DIR}/docker.sock")
+}
+
+/// Runs the docker client against the lab's daemon.
+pub fn client(args: &[&str]) -> Result<String> {
+    let out = Command::new("docker")
+        .arg("-H")
+        .arg(socket())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(crate::error::io("run docker"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(Error::Io {
+            context: format!("docker {}", args.join(" ")),
+            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        })
+    }
+}
+
+pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+    let (host_addr, _) = address(p);
+    let lower = rootfs::ensure()?;
+    ledger.add(Resource::Link { name: BRIDGE.into() })?;
+    sh(&["ip", "link", "add", BRIDGE, "type", "bridge"])?;
+    sh(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", BRIDGE])?;
+    sh(&["ip", "link", "set", BRIDGE, "up"])?;
+    let data = Path::new(DATA_DIR).join("docker");
+    let exec = Path::new(LEDGER_DIR).join("docker-exec");
+    ledger.add(Resource::Dir {
+        path: data.display().to_string(),
+    })?;
+    ledger.add(Resource::Dir {
+        path: exec.display().to_string(),
+    })?;
+    // containerd and shims dockerd starts live under the exec root.
+    ledger.add(Resource::Processes {
+        pattern: exec.display().to_string(),
+    })?;
+    let log =
+        fs::File::create(Path::new(LEDGER_DIR).join("dockerd.log")).map_err(crate::error::io("create dockerd.log"))?;
+    let pidfile = Path::new(LEDGER_DIR).join("dockerd.pid");
+    let host = socket();
+    let child = Command::new("dockerd")
+        .args([
+            "--data-root",
+            &data.display().to_string(),
+            "--exec-root",
+            &exec.display().to_string(),
+        ])
+        .args(["--pidfile", &pidfile.display().to_string(), "-H", &host])
+        .args([
+            "--bridge",
+            BRIDGE,
+            "--iptables=false",
+            "--ip-forward=false",
+            "--ip-masq=false",
+            "--userland-proxy=false",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(crate::error::io("start dockerd"))?;
+    ledger.add(Resource::Process {
+        pid: child.id(),
+        comm: "dockerd".into(),
+    })?;
+    let start = Instant::now();
+    while client(&["info", "--format", "{{.ServerVersion}}"]).is_err() {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(Error::Io {
+                context: "dockerd".into(),
+                source: std::io::Error::other("not ready within 30 s (see /run/vtrace-lab/dockerd.log)"),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let import = format!(
+        "tar -C '{}' -c . | docker -H {host} import - {IMAGE} >/dev/null",
+        lower.display()
+    );
+    sh(&["sh", "-c", &import])?;
+    ledger.add(Resource::Container {
+        runtime: "docker".into(),
+        id: CONTAINER.into(),
+        root: host.clone(),
+    })?;
+    client(&[
+        "run",
+        "-d",
+        "--name",
+        CONTAINER,
+        "--workdir",
+        "/data",
+        IMAGE,
+        "/bin/sh",
+        "-c",
+        SERVE,
+    ])?;
+    let ip = client(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", CONTAINER])?;
+    ledger.address = ip;
+    Ok(())
+}
