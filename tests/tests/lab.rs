@@ -35,7 +35,10 @@ fn machine_state() -> Vec<String> {
         if let Ok(d) = std::fs::read_dir(format!("/sys/fs/cgroup/{ctl}")) {
             lines.extend(
                 d.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("vtrace"))
+                    .filter(|e| {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        n.starts_with("vtrace") || n.starts_with("lxc")
+                    })
                     .map(|e| format!("cgroup {}", e.path().display())),
             );
         }
@@ -181,6 +184,12 @@ fn runc_lab_instance() {
 #[test]
 fn crun_lab_instance() {
     lab_instance("crun", CONTAINER_THREADS, ("vtl-crun0", "veth"), "app", "30000");
+}
+
+#[test]
+fn lxc_lab_instance() {
+    let threads = &[("redis-server", "app"), ("lxc-start", "monitor")];
+    lab_instance("lxc", threads, ("vtl-lxc0", "veth"), "app", "30000");
 }
 
 #[test]

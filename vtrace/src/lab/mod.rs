@@ -9,6 +9,7 @@
 mod containers;
 mod docker;
 mod linuxvm;
+mod lxc;
 mod rootfs;
 
 use std::{
@@ -49,6 +50,11 @@ pub const RUNNABLE: &[LabPlatform] = &[
         name: "crun",
         net: 13,
         binaries: &["crun", "busybox", "redis-server", "iperf3", "ip"],
+    },
+    LabPlatform {
+        name: "lxc",
+        net: 15,
+        binaries: &["lxc-start", "lxc-create", "busybox", "redis-server", "iperf3"],
     },
     LabPlatform {
         name: "docker",
@@ -278,6 +284,7 @@ pub fn up(name: &str) -> Result<Ledger> {
         "runc" | "crun" => containers::up_oci(p, &mut ledger),
         "linuxvm" => linuxvm::up(p, &mut ledger),
         "docker" => docker::up(p, &mut ledger),
+        "lxc" => lxc::up(p, &mut ledger),
         _ => unreachable!("checked by lab_platform"),
     }
     // A TCG guest boots in seconds to tens of seconds.
@@ -320,6 +327,14 @@ pub fn down(name: &str) -> Result<()> {
             }
             Resource::Container { runtime, id, root } if runtime == "docker" => {
                 quiet(&["docker", "-H", root, "rm", "-f", id]);
+            }
+            Resource::Container { runtime, id, root } if runtime == "lxc" => {
+                quiet(&["lxc-stop", "-P", root, "-n", id, "-k"]);
+                quiet(&["lxc-destroy", "-P", root, "-n", id]);
+                // lxc-start leaves an empty `lxc.pivot` cgroup behind on cgroup v1.
+                for ctl in fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
+                    let _ = fs::remove_dir(ctl.path().join("lxc.pivot"));
+                }
             }
             Resource::Container { runtime, id, root } => {
                 quiet(&[runtime, "--root", root, "kill", id, "KILL"]);
