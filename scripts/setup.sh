@@ -41,4 +41,14 @@ if ! bpf-linker --version 2>/dev/null | grep -q '0.13.0'; then
   LLVM_PREFIX=/usr/lib/llvm-${LLVM_MAJOR} PATH=/usr/lib/llvm-${LLVM_MAJOR}/bin:$PATH \
     cargo install --locked bpf-linker@0.13.0 --no-default-features --features "llvm-${LLVM_MAJOR}"
 fi
+# gVisor's runsc for `vtrace lab up gvisor` (Go module proxy; pinned for repeatable labs).
+GVISOR_VERSION=v0.0.0-20260905035102-160fafc42237
+if ! command -v runsc >/dev/null 2>&1; then
+  if command -v go >/dev/null 2>&1; then
+    log "building gVisor runsc ${GVISOR_VERSION} (~2 min)"
+    CGO_ENABLED=0 GOBIN=/usr/local/bin go install "gvisor.dev/gvisor/runsc@${GVISOR_VERSION}"
+  else
+    log "go not found: skipping runsc (vtrace lab up gvisor will say so)"
+  fi
+fi
 log "ok: nightly LLVM ${LLVM_MAJOR}, bpf-linker $(bpf-linker --version | awk '{print $2}')"

@@ -26,7 +26,7 @@ fn machine_state() -> Vec<String> {
             .lines()
             .map(|l| format!("mount {l}")),
     );
-    for dir in ["/run/runc", "/run/crun"] {
+    for dir in ["/run/runc", "/run/crun", "/run/runsc"] {
         if let Ok(d) = std::fs::read_dir(dir) {
             lines.extend(d.flatten().map(|e| format!("state {}", e.path().display())));
         }
@@ -184,6 +184,12 @@ fn runc_lab_instance() {
 #[test]
 fn crun_lab_instance() {
     lab_instance("crun", CONTAINER_THREADS, ("vtl-crun0", "veth"), "app", "30000");
+}
+
+#[test]
+fn gvisor_lab_instance() {
+    let threads = &[("exe", "sandbox"), ("runsc", "runtime")];
+    lab_instance("gvisor", threads, ("vtl-gvisor0", "veth"), "sandbox", "5000");
 }
 
 #[test]

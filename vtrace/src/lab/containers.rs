@@ -118,15 +118,20 @@ fn ensure_hugetlb(ledger: &mut Ledger) -> Result<()> {
     sh(&["mount", "-t", "cgroup", "-o", "hugetlb", "cgroup", &d])
 }
 
+/// OCI runtime binary of a lab platform.
+fn runtime_of(platform: &str) -> &str {
+    if platform == "gvisor" { "runsc" } else { platform }
+}
+
 pub fn up_oci(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
-    let runtime = p.name;
+    let runtime = runtime_of(p.name);
     let lower = rootfs::ensure()?;
     let (ns, host_if, ns_if) = names(p);
     veth_netns(ledger, p, &ns, &host_if, &ns_if)?;
     if runtime == "crun" {
         ensure_hugetlb(ledger)?;
     }
-    let bundle = Path::new(super::DATA_DIR).join(runtime);
+    let bundle = Path::new(super::DATA_DIR).join(p.name);
     ledger.add(Resource::Dir {
         path: bundle.display().to_string(),
     })?;
@@ -150,6 +155,10 @@ pub fn up_oci(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     )
     .map_err(crate::error::io("write config.json"))?;
     let root = state_root(runtime);
+    if !Path::new(&root).exists() {
+        // Created by the runtime on first use: ours to remove.
+        ledger.add(Resource::Dir { path: root.clone() })?;
+    }
     ledger.add(Resource::Container {
         runtime: runtime.into(),
         id: CONTAINER_ID.into(),
@@ -158,6 +167,23 @@ pub fn up_oci(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     // The detached container inherits stdio: a pipe would never reach EOF.
     let log_path = bundle.join("runtime.log");
     let log = fs::File::create(&log_path).map_err(crate::error::io("create runtime.log"))?;
+    if runtime == "runsc" {
+        // `runsc run` stays in the foreground as the parent of the sandbox and
+        // gofer (detection roots the instance there): run it in its own session.
+        let child = Command::new("setsid")
+            .args(["runsc", "--root", &root, "--network", "sandbox", "run", "--bundle"])
+            .arg(&bundle)
+            .arg(CONTAINER_ID)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(crate::error::io("start runsc"))?;
+        return ledger.add(Resource::Process {
+            pid: child.id(),
+            comm: "runsc".into(),
+        });
+    }
     let status = Command::new(runtime)
         .args([
             "--root",

@@ -52,6 +52,11 @@ pub const RUNNABLE: &[LabPlatform] = &[
         binaries: &["crun", "busybox", "redis-server", "iperf3", "ip"],
     },
     LabPlatform {
+        name: "gvisor",
+        net: 17,
+        binaries: &["runsc", "busybox", "redis-server", "iperf3", "ip"],
+    },
+    LabPlatform {
         name: "lxc",
         net: 15,
         binaries: &["lxc-start", "lxc-create", "busybox", "redis-server", "iperf3"],
@@ -281,7 +286,7 @@ pub fn up(name: &str) -> Result<Ledger> {
     ledger.save()?;
     let made = match name {
         "host" => containers::up_host(p, &mut ledger),
-        "runc" | "crun" => containers::up_oci(p, &mut ledger),
+        "runc" | "crun" | "gvisor" => containers::up_oci(p, &mut ledger),
         "linuxvm" => linuxvm::up(p, &mut ledger),
         "docker" => docker::up(p, &mut ledger),
         "lxc" => lxc::up(p, &mut ledger),
@@ -356,6 +361,13 @@ pub fn down(name: &str) -> Result<()> {
                 quiet(&["ip", "netns", "del", name]);
             }
             Resource::Dir { path } => {
+                // Runtimes leave mounts under their directories (runsc's null-netns).
+                let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+                for m in mounts.lines().filter_map(|l| l.split_whitespace().nth(1)) {
+                    if Path::new(m).starts_with(path) {
+                        quiet(&["umount", "-l", m]);
+                    }
+                }
                 let _ = fs::remove_dir_all(path);
             }
         }
