@@ -18,7 +18,7 @@ PKGS=(
   bpftrace                                                                     # overhead comparison
   runc crun busybox-static util-linux                                          # vtrace lab containers
   qemu-system-x86 cpio                                                         # vtrace lab linuxvm
-  docker.io lxc                                                                # vtrace lab docker, lxc
+  docker.io lxc liblwip-dev                                                    # vtrace lab docker, lxc, lwip
 )
 missing=()
 for p in "${PKGS[@]}"; do

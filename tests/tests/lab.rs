@@ -193,6 +193,12 @@ fn gvisor_lab_instance() {
 }
 
 #[test]
+fn lwip_lab_instance() {
+    let threads = &[("lwip-redis", "app"), ("lwip-tcpip", "stack"), ("lwip-tapif", "stack")];
+    lab_instance("lwip", threads, ("vtl-lwip0", "tap"), "stack", "20000");
+}
+
+#[test]
 fn lxc_lab_instance() {
     let threads = &[("redis-server", "app"), ("lxc-start", "monitor")];
     lab_instance("lxc", threads, ("vtl-lxc0", "veth"), "app", "30000");

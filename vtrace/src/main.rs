@@ -96,7 +96,7 @@ enum Command {
 
 #[derive(Subcommand)]
 enum LabAction {
-    /// Start an instance of PLATFORM (host, runc, crun, linuxvm).
+    /// Start an instance of PLATFORM (host, runc, crun, docker, gvisor, lxc, linuxvm, lwip).
     Up { platform: String },
     /// Stop it and remove everything `up` made.
     Down { platform: String },
@@ -186,7 +186,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             match action {
                 LabAction::Up { platform } => {
                     let l = vtrace::lab::up(&platform)?;
-                    println!("{platform} up: redis {0}:6379, iperf3 {0}:5201", l.address);
+                    let iperf = if platform == "lwip" {
+                        String::new()
+                    } else {
+                        format!(", iperf3 {}:5201", l.address)
+                    };
+                    println!("{platform} up: redis {}:6379{iperf}", l.address);
                     if !l.note.is_empty() {
                         println!("  {}", l.note);
                     }
