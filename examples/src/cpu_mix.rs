@@ -130,6 +130,9 @@ fn main() {
         let (name, tid, units) = done_rx.recv().expect("worker finished");
         rows.push((name, tid, units));
     }
+    // Give the last one time to reach the barrier and sleep there: a running
+    // thread's schedstat lags until the scheduler next updates it.
+    thread::sleep(Duration::from_millis(100));
     // All four are parked at the barrier now: their schedstat is final.
     let json_rows: Vec<String> = rows
         .iter()

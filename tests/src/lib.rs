@@ -29,7 +29,16 @@ pub fn bin(name: &str) -> PathBuf {
 }
 
 pub fn vtrace(args: &[&str]) -> Output {
-    Command::new(bin("vtrace")).args(args).output().expect("run vtrace")
+    vtrace_env(args, &[])
+}
+
+/// Runs vtrace with extra environment variables (e.g. VTRACE_SKIP_METHODS).
+pub fn vtrace_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(bin("vtrace"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run vtrace")
 }
 
 pub fn stderr(o: &Output) -> String {

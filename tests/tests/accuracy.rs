@@ -2,7 +2,7 @@
 //! match its own /proc/<tid>/schedstat run time within 2 %.
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, bin, report_json, stderr, vtrace};
+use vtrace_tests::{TempDir, bin, report_json, stderr, vtrace_env};
 
 fn thread(report: &Value, tid: u64) -> &Value {
     report["threads"]
@@ -19,24 +19,44 @@ fn ns(v: &Value, field: &str) -> u64 {
 
 #[test]
 fn per_thread_cpu_time_matches_schedstat() {
-    let dir = TempDir::new("accuracy");
+    check_against_schedstat(&[], "raw_tp");
+}
+
+/// The classic-tracepoint fallback, forced, must be as exact.
+#[test]
+fn tracepoint_fallback_matches_schedstat_too() {
+    check_against_schedstat(&[("VTRACE_SKIP_METHODS", "raw_tp")], "tracepoint");
+}
+
+fn check_against_schedstat(env: &[(&str, &str)], method: &str) {
+    let dir = TempDir::new(&format!("accuracy-{method}"));
     let rec = dir.join("run.vtrace");
     let truth_path = dir.join("truth.json");
     let mix = bin("cpu-mix");
-    let o = vtrace(&[
-        "record",
-        "-o",
-        rec.to_str().unwrap(),
-        "--",
-        mix.to_str().unwrap(),
-        "--seconds",
-        "3",
-        "--out",
-        truth_path.to_str().unwrap(),
-    ]);
+    let o = vtrace_env(
+        &[
+            "record",
+            "-o",
+            rec.to_str().unwrap(),
+            "--",
+            mix.to_str().unwrap(),
+            "--seconds",
+            "3",
+            "--out",
+            truth_path.to_str().unwrap(),
+        ],
+        env,
+    );
     assert!(o.status.success(), "record failed: {}", stderr(&o));
     let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
     let report = report_json(&rec);
+    let switch = report["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "sched_switch")
+        .unwrap();
+    assert_eq!(switch["method"], method, "attach method");
     let wall = ns(&report, "wall_ns");
     let cpus = report["cpus"].as_u64().unwrap();
 
