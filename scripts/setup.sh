@@ -13,7 +13,7 @@ LLVM_MAJOR=$(rustc +nightly -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
 
 PKGS=(
   "llvm-${LLVM_MAJOR}-dev" libpolly-"${LLVM_MAJOR}"-dev zlib1g-dev libzstd-dev  # bpf-linker
-  iproute2 iptables procps                                                     # netns / veth / bridge
+  iproute2 iptables procps iputils-ping                                        # netns / veth / bridge, ping
   redis-server redis-tools iperf3 fio sysstat                                  # workloads, mpstat
   bpftrace                                                                     # overhead comparison
   runc crun busybox-static util-linux                                          # vtrace lab containers

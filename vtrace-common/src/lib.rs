@@ -123,6 +123,11 @@ pub struct CpuState {
     /// Context switches whose outgoing thread was not the one the last
     /// sched_switch switched in: a switch happened that no tracepoint reported.
     pub untraced_switches: u64,
+    /// NET_RX softirq time per device: the device whose packet was last
+    /// received in the running softirq ([`dev_key`]; 0 before the first).
+    pub net_dev: u64,
+    /// When `net_dev` took over.
+    pub net_mark: u64,
     /// Current thread on this CPU.
     pub tid: u32,
     /// Base state of the current thread: USER, SYSTEM, GUEST, IDLE or UNRESOLVED.
@@ -145,10 +150,89 @@ pub struct IrqStat {
     pub count: u64,
 }
 
+/// Points on a packet's way through a network device.
+pub mod hop {
+    /// net_dev_queue: handed to the device's queue (qdisc) for transmit.
+    pub const QUEUE: u32 = 0;
+    /// net_dev_start_xmit: given to the driver.
+    pub const START_XMIT: u32 = 1;
+    /// net_dev_xmit: the driver took it (rc 0) or refused it (counted as an error).
+    pub const XMIT: u32 = 2;
+    /// netif_rx: queued for receive (veth, tun/tap, loopback, backlog).
+    pub const RX: u32 = 3;
+    /// netif_receive_skb: entering the protocol stack.
+    pub const RECEIVE: u32 = 4;
+    /// napi_gro_receive_entry: a NAPI driver's receive, before GRO.
+    pub const GRO: u32 = 5;
+    pub const NAMES: [&str; 6] = ["queue", "start_xmit", "xmit", "rx", "receive", "gro"];
+    pub const fn is_tx(hop: u32) -> bool {
+        hop <= XMIT
+    }
+}
+
+/// Upper bounds of the size histogram's buckets: they make the MTU (1500)
+/// and GSO aggregates visible. One more bucket counts larger packets.
+pub const SIZE_BUCKETS: [u64; 10] = [64, 128, 256, 512, 1024, 1500, 4096, 8192, 16384, 65536];
+pub const LOG2_BUCKETS: usize = 20;
+
+/// A network device in one namespace at one hop.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevKey {
+    /// Network namespace inode.
+    pub netns: u32,
+    pub ifindex: u32,
+    pub hop: u32,
+    pub _pad: u32,
+}
+
+/// `netns << 32 | ifindex`: a device across namespaces.
+pub const fn dev_key(netns: u32, ifindex: u32) -> u64 {
+    ((netns as u64) << 32) | ifindex as u64
+}
+
+/// Packets through a device at one hop, per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevStats {
+    pub packets: u64,
+    /// Bytes as the device counts them (with the link-layer header).
+    pub bytes: u64,
+    /// Packets that were GSO aggregates (gso_size > 0).
+    pub gso_packets: u64,
+    /// Segments these packets become on the wire (1 for a non-GSO packet).
+    pub gso_segs: u64,
+    /// net_dev_xmit with a non-zero return code.
+    pub errors: u64,
+    /// Packets per [`SIZE_BUCKETS`] bucket, then one for larger ones.
+    pub size_hist: [u64; 11],
+    /// Packets per power-of-two size: bucket i holds sizes in [2^i, 2^(i+1)).
+    pub log2_hist: [u64; LOG2_BUCKETS],
+}
+
+impl Default for DevStats {
+    fn default() -> Self {
+        DevStats {
+            packets: 0,
+            bytes: 0,
+            gso_packets: 0,
+            gso_segs: 0,
+            errors: 0,
+            size_hist: [0; 11],
+            log2_hist: [0; LOG2_BUCKETS],
+        }
+    }
+}
+
+/// Drop reasons counted (enum skb_drop_reason values below this).
+pub const DROP_REASONS: u32 = 256;
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all three are repr(C), Copy, and made only of integers.
     unsafe impl aya::Pod for super::ThreadTimes {}
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::IrqStat {}
+    unsafe impl aya::Pod for super::DevKey {}
+    unsafe impl aya::Pod for super::DevStats {}
 }

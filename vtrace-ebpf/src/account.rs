@@ -27,6 +27,11 @@ pub static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0
 #[map]
 pub static THREADS: HashMap<u32, ThreadTimes> = HashMap::with_max_entries(MAX_THREADS, 0);
 
+/// NET_RX softirq ns per device ([`vtrace_common::dev_key`]; 0: before the first packet).
+#[map]
+pub static NET_SOFTIRQ: aya_ebpf::maps::PerCpuHashMap<u64, u64> =
+    aya_ebpf::maps::PerCpuHashMap::with_max_entries(4096, 0);
+
 #[map]
 pub static IRQS: PerCpuArray<IrqStat> = PerCpuArray::with_max_entries(IRQ_SLOTS, 0);
 
@@ -229,6 +234,31 @@ fn add_times(t: &mut ThreadTimes, st: &CpuState) {
     t.ns[state::HARDIRQ] += st.acc[state::HARDIRQ];
     t.ns[state::GUEST] += st.acc[state::GUEST];
     t.ns[state::IDLE] += st.acc[state::IDLE];
+}
+
+const NET_RX: u32 = 3;
+
+/// Charges the running NET_RX softirq's time since the last device switch to
+/// the device it was processing, then hands over to `dev` (0 at softirq start
+/// and end). Time is softirq time only: the caller's event timestamps are
+/// those of the softirq state machine.
+#[inline(always)]
+pub fn net_softirq_switch(now: u64, dev: u64) {
+    let Some(st) = cpu_state() else { return };
+    if st.softirq_vec != NET_RX {
+        return;
+    }
+    let elapsed = now.saturating_sub(st.net_mark);
+    if st.net_mark != 0 && elapsed > 0 {
+        match NET_SOFTIRQ.get_ptr_mut(&st.net_dev) {
+            Some(v) => unsafe { *v += elapsed },
+            None => {
+                let _ = NET_SOFTIRQ.insert(&st.net_dev, &elapsed, 0);
+            }
+        }
+    }
+    st.net_dev = dev;
+    st.net_mark = now;
 }
 
 /// Records the end of the outermost hard interrupt in its IRQ slot.

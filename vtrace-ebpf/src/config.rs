@@ -30,6 +30,21 @@ globals! {
     TP_IRQ_IRQ,
     /// irq/softirq_entry and _exit records: offset of `vec`.
     TP_SOFTIRQ_VEC,
+    /// struct sk_buff: `len`, `dev`, `head`, `data`, `end`, `mac_header`.
+    SKB_LEN,
+    SKB_DEV,
+    SKB_HEAD,
+    SKB_DATA,
+    SKB_END,
+    SKB_MAC_HEADER,
+    /// struct skb_shared_info: `gso_size`, `gso_segs`.
+    SHINFO_GSO_SIZE,
+    SHINFO_GSO_SEGS,
+    /// struct net_device: `ifindex`, `nd_net` (possible_net_t, whose first member is the struct net pointer).
+    DEV_IFINDEX,
+    DEV_ND_NET,
+    /// struct net: `ns.inum`.
+    NET_NS_INUM,
 }
 
 /// Reads a global without letting the compiler fold it to its initial 0.

@@ -47,7 +47,8 @@ fn device_slot(irq: u32) -> u32 {
 
 #[inline(always)]
 fn on_softirq_entry(vec: u32) {
-    let Some(st) = account::enter(account::now(), state::UNRESOLVED) else {
+    let now = account::now();
+    let Some(st) = account::enter(now, state::UNRESOLVED) else {
         return;
     };
     st.softirq_vec = if (vec as usize) < SOFTIRQ_VECTORS {
@@ -55,11 +56,15 @@ fn on_softirq_entry(vec: u32) {
     } else {
         NO_SOFTIRQ
     };
+    st.net_dev = 0;
+    st.net_mark = now;
 }
 
 #[inline(always)]
 fn on_softirq_exit() {
-    let Some(st) = account::enter(account::now(), state::UNRESOLVED) else {
+    let now = account::now();
+    account::net_softirq_switch(now, 0);
+    let Some(st) = account::enter(now, state::UNRESOLVED) else {
         return;
     };
     let vec = st.softirq_vec as usize;

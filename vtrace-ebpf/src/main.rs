@@ -13,6 +13,7 @@ mod account;
 mod config;
 mod irq;
 mod kvm;
+mod net;
 mod sched;
 mod syscalls;
 

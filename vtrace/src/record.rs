@@ -15,13 +15,14 @@ use crate::{
     collectors::{
         bpf_stats,
         cpu::{CpuCollector, CpuSnapshot, monotonic_ns},
+        net::{self as netc, DeviceCounters, NetCollector, NetSnapshot},
         procfs::{self, TaskStat},
     },
     platforms::{self, Instance, Profile, SystemSnapshot, attribute::Attribution},
     probes::{self, CATALOG, Capabilities, ProbeStatus, capabilities::ensure_tracefs, offsets::KernelOffsets},
     recording::{
-        self, CpuRow, FORMAT_NAME, Host, IntervalRow, IrqRow, Metadata, OutputSlot, Overhead, Recording,
-        SCHEMA_VERSION, Selectors, SoftirqRow, ThreadRow, Workload,
+        self, CpuRow, FORMAT_NAME, Host, IntervalRow, IrqRow, Metadata, NetDeviceRow, NetDropRow, NetHopRow,
+        NetSizeRow, OutputSlot, Overhead, Recording, SCHEMA_VERSION, Selectors, SoftirqRow, ThreadRow, Workload,
     },
 };
 
@@ -115,6 +116,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let offsets = KernelOffsets::resolve(&caps);
     let mut ebpf = crate::ebpf::load(&offsets)?;
     let mut collector = CpuCollector::new(&mut ebpf)?;
+    let net = NetCollector::new(&mut ebpf)?;
     let stats = bpf_stats::enable();
     let mut notes = Vec::new();
     if let Err(e) = &stats {
@@ -132,6 +134,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         )));
     }
 
+    // Baselines for the network counters: the devices' own and the probes'.
+    let net_probes = probes.iter().any(|p| p.layer == "net" && p.available);
+    let counters_start = if net_probes {
+        netc::device_counters(true)
+    } else {
+        HashMap::new()
+    };
+    let net_start = net.snapshot()?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(crate::error::io("install SIGINT handler"))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(crate::error::io("install SIGTERM handler"))?;
     let mut child = None;
@@ -203,6 +213,16 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         };
     }
 
+    if net_probes && child.is_some() {
+        // Let the workload's last packets (TCP close) land before the counters are read.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let net_end = net.snapshot()?;
+    let counters_end = if net_probes {
+        netc::device_counters(false)
+    } else {
+        HashMap::new()
+    };
     let end_mono = monotonic_ns();
     let end_unix = unix_ns();
     let programs = bpf_stats::read(&ebpf, &probes);
@@ -273,6 +293,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         untraced_switches: final_snap.cpus.iter().map(|c| c.untraced_switches).sum(),
         ..self_usage()
     };
+    let drop_names = netc::drop_reason_names(caps.btf.as_ref().ok().map(|b| b.as_ref()));
+    let net_tables = net_rows(
+        &net_end.since(&net_start),
+        &counters_start,
+        &counters_end,
+        &attribution,
+        &drop_names,
+    );
     let rec = Recording {
         meta: Metadata {
             format: FORMAT_NAME.into(),
@@ -306,6 +334,10 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         hardirqs: irq_rows(&final_snap),
         intervals: series.rows,
         programs,
+        net_devices: net_tables.0,
+        net_hops: net_tables.1,
+        net_sizes: net_tables.2,
+        net_drops: net_tables.3,
     };
     let path = recording::write(&slot, &rec)?;
     Ok(RecordOutcome {
@@ -663,6 +695,124 @@ fn irq_rows(snap: &CpuSnapshot) -> Vec<IrqRow> {
         }
     }
     rows
+}
+
+type NetTables = (Vec<NetDeviceRow>, Vec<NetHopRow>, Vec<NetSizeRow>, Vec<NetDropRow>);
+
+/// Network tables: devices (with owner and counters), hops, size histograms, drops.
+fn net_rows(
+    net: &NetSnapshot,
+    start: &HashMap<(u32, u32), DeviceCounters>,
+    end: &HashMap<(u32, u32), DeviceCounters>,
+    attribution: &Attribution,
+    drop_names: &HashMap<u32, String>,
+) -> NetTables {
+    use vtrace_common::{LOG2_BUCKETS, SIZE_BUCKETS, hop};
+    let owner: HashMap<(u32, u32), (String, String, String)> = attribution
+        .instances()
+        .iter()
+        .flat_map(|i| {
+            i.devices.iter().map(move |d| {
+                (
+                    (d.netns as u32, d.ifindex),
+                    (i.platform.clone(), i.id.clone(), d.role.clone()),
+                )
+            })
+        })
+        .collect();
+    let mut devices: std::collections::BTreeSet<(u32, u32)> =
+        net.devices.keys().map(|k| (k.netns, k.ifindex)).collect();
+    devices.extend(
+        net.softirq
+            .keys()
+            .filter(|&&k| k != 0)
+            .map(|&k| ((k >> 32) as u32, k as u32)),
+    );
+    let mut dev_rows = Vec::new();
+    for (netns, ifindex) in devices {
+        let c_end = end.get(&(netns, ifindex)).or_else(|| start.get(&(netns, ifindex)));
+        let c_start = start.get(&(netns, ifindex));
+        let delta = |f: fn(&DeviceCounters) -> u64| match (c_start, c_end) {
+            (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
+            _ => 0,
+        };
+        let (platform, instance, role) = owner
+            .get(&(netns, ifindex))
+            .cloned()
+            .unwrap_or_else(|| (platforms::HOST.into(), String::new(), String::new()));
+        dev_rows.push(NetDeviceRow {
+            netns,
+            ifindex,
+            name: c_end.map(|c| c.name.clone()).unwrap_or_else(|| format!("if{ifindex}")),
+            kind: c_end.map(|c| c.kind.clone()).unwrap_or_default(),
+            platform,
+            instance,
+            role,
+            softirq_ns: net
+                .softirq
+                .get(&vtrace_common::dev_key(netns, ifindex))
+                .copied()
+                .unwrap_or(0),
+            counter_rx_packets: delta(|c| c.rx_packets),
+            counter_rx_bytes: delta(|c| c.rx_bytes),
+            counter_tx_packets: delta(|c| c.tx_packets),
+            counter_tx_bytes: delta(|c| c.tx_bytes),
+        });
+    }
+    let mut hops = Vec::new();
+    let mut sizes = Vec::new();
+    for (k, v) in &net.devices {
+        let name = hop::NAMES.get(k.hop as usize).copied().unwrap_or("?").to_string();
+        hops.push(NetHopRow {
+            netns: k.netns,
+            ifindex: k.ifindex,
+            hop: name.clone(),
+            direction: if hop::is_tx(k.hop) { "tx" } else { "rx" }.into(),
+            packets: v.packets,
+            bytes: v.bytes,
+            gso_packets: v.gso_packets,
+            gso_segs: v.gso_segs,
+            errors: v.errors,
+        });
+        for (i, &count) in v.size_hist.iter().enumerate() {
+            let le = SIZE_BUCKETS.get(i).copied().unwrap_or(u32::MAX as u64);
+            sizes.push(NetSizeRow {
+                netns: k.netns,
+                ifindex: k.ifindex,
+                hop: name.clone(),
+                kind: "mtu".into(),
+                le,
+                count,
+            });
+        }
+        for (i, &count) in v.log2_hist.iter().enumerate().take(LOG2_BUCKETS) {
+            if count > 0 {
+                let le = (1u64 << (i + 1)) - 1;
+                sizes.push(NetSizeRow {
+                    netns: k.netns,
+                    ifindex: k.ifindex,
+                    hop: name.clone(),
+                    kind: "log2".into(),
+                    le,
+                    count,
+                });
+            }
+        }
+    }
+    let drops = net
+        .drops
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(r, c)| NetDropRow {
+            reason: drop_names
+                .get(&(r as u32))
+                .cloned()
+                .unwrap_or_else(|| format!("reason {r}")),
+            count: *c,
+        })
+        .collect();
+    (dev_rows, hops, sizes, drops)
 }
 
 /// `vtrace probes`: the catalog judged against this kernel.

@@ -3,4 +3,5 @@
 
 pub mod bpf_stats;
 pub mod cpu;
+pub mod net;
 pub mod procfs;

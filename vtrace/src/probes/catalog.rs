@@ -202,6 +202,54 @@ pub const CATALOG: &[ProbeSpec] = &[
     ),
     tracepoint_probe!("softirq_exit", Layer::Softirq, "softirq end (per vector)", "irq"),
     tracepoint_probe!("softirq_entry", Layer::Softirq, "softirq start (per vector)", "irq"),
+    tracepoint_probe!(
+        "net_dev_queue",
+        Layer::Net,
+        "packet handed to a device's queue (transmit)",
+        "net"
+    ),
+    ProbeSpec {
+        id: "net_dev_start_xmit",
+        layer: Layer::Net,
+        what: "packet given to the driver",
+        strategies: &[Strategy::RawTracepoint {
+            program: "raw_net_dev_start_xmit",
+            tracepoint: "net_dev_start_xmit",
+        }],
+    },
+    tracepoint_probe!(
+        "net_dev_xmit",
+        Layer::Net,
+        "driver took the packet (or refused it)",
+        "net"
+    ),
+    tracepoint_probe!(
+        "netif_rx",
+        Layer::Net,
+        "packet queued for receive (veth, tun/tap, backlog)",
+        "net"
+    ),
+    tracepoint_probe!(
+        "netif_receive_skb",
+        Layer::Net,
+        "packet enters the protocol stack; NET_RX time per device",
+        "net"
+    ),
+    ProbeSpec {
+        id: "napi_gro_receive_entry",
+        layer: Layer::Net,
+        what: "NAPI driver receive, before GRO",
+        strategies: &[Strategy::RawTracepoint {
+            program: "raw_napi_gro_receive_entry",
+            tracepoint: "napi_gro_receive_entry",
+        }],
+    },
+    tracepoint_probe!(
+        "kfree_skb",
+        Layer::Net,
+        "packet dropped, with the kernel's drop reason",
+        "skb"
+    ),
     tracepoint_probe!("kvm_exit", Layer::Kvm, "vCPU leaves the guest: guest time ends", "kvm"),
     tracepoint_probe!(
         "kvm_entry",

@@ -17,6 +17,17 @@ pub struct KernelOffsets {
     pub tp_fork_child_pid: u32,
     pub tp_irq_irq: u32,
     pub tp_softirq_vec: u32,
+    pub skb_len: u32,
+    pub skb_dev: u32,
+    pub skb_head: u32,
+    pub skb_data: u32,
+    pub skb_end: u32,
+    pub skb_mac_header: u32,
+    pub shinfo_gso_size: u32,
+    pub shinfo_gso_segs: u32,
+    pub dev_ifindex: u32,
+    pub dev_nd_net: u32,
+    pub net_ns_inum: u32,
 }
 
 impl KernelOffsets {
@@ -36,6 +47,18 @@ impl KernelOffsets {
                 (Some(se), Some(rt)) => se + rt,
                 _ => 0,
             };
+            let m = |s: &str, f: &str| member_offset(btf, s, f).unwrap_or(0);
+            o.skb_len = m("sk_buff", "len");
+            o.skb_dev = m("sk_buff", "dev");
+            o.skb_head = m("sk_buff", "head");
+            o.skb_data = m("sk_buff", "data");
+            o.skb_end = m("sk_buff", "end");
+            o.skb_mac_header = m("sk_buff", "mac_header");
+            o.shinfo_gso_size = m("skb_shared_info", "gso_size");
+            o.shinfo_gso_segs = m("skb_shared_info", "gso_segs");
+            o.dev_ifindex = m("net_device", "ifindex");
+            o.dev_nd_net = m("net_device", "nd_net");
+            o.net_ns_inum = m("net", "ns") + m("ns_common", "inum");
         }
         if let Ok(tracefs) = &caps.tracefs {
             let f = |cat: &str, ev: &str, field: &str| {
@@ -51,8 +74,19 @@ impl KernelOffsets {
     }
 
     /// (global name in vtrace-ebpf/src/config.rs, value)
-    pub fn globals(&self) -> [(&'static str, u32); 9] {
+    pub fn globals(&self) -> [(&'static str, u32); 20] {
         [
+            ("SKB_LEN", self.skb_len),
+            ("SKB_DEV", self.skb_dev),
+            ("SKB_HEAD", self.skb_head),
+            ("SKB_DATA", self.skb_data),
+            ("SKB_END", self.skb_end),
+            ("SKB_MAC_HEADER", self.skb_mac_header),
+            ("SHINFO_GSO_SIZE", self.shinfo_gso_size),
+            ("SHINFO_GSO_SEGS", self.shinfo_gso_segs),
+            ("DEV_IFINDEX", self.dev_ifindex),
+            ("DEV_ND_NET", self.dev_nd_net),
+            ("NET_NS_INUM", self.net_ns_inum),
             ("TASK_RUNTIME_OFFSET", self.task_runtime),
             ("TASK_PID_OFFSET", self.task_pid),
             ("TASK_TGID_OFFSET", self.task_tgid),

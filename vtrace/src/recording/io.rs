@@ -79,6 +79,10 @@ pub fn write(slot: &OutputSlot, rec: &Recording) -> Result<PathBuf> {
     write_table(dir, &rec.hardirqs)?;
     write_table(dir, &rec.intervals)?;
     write_table(dir, &rec.programs)?;
+    write_table(dir, &rec.net_devices)?;
+    write_table(dir, &rec.net_hops)?;
+    write_table(dir, &rec.net_sizes)?;
+    write_table(dir, &rec.net_drops)?;
     // meta.json last: its presence marks a complete recording.
     let meta = serde_json::to_vec_pretty(&rec.meta).expect("metadata serializes");
     fs::write(dir.join(META), meta).map_err(crate::error::io("write meta.json"))?;
@@ -156,5 +160,9 @@ pub fn read(path: &Path) -> Result<Recording> {
         hardirqs: read_table(path, &corrupt)?,
         intervals: read_table(path, &corrupt)?,
         programs: read_table(path, &corrupt)?,
+        net_devices: read_table(path, &corrupt)?,
+        net_hops: read_table(path, &corrupt)?,
+        net_sizes: read_table(path, &corrupt)?,
+        net_drops: read_table(path, &corrupt)?,
     })
 }

@@ -99,6 +99,71 @@ table! {
         method: String,
         run_count: u64,
         run_time_ns: u64,
+        /// Events the kernel did not run the program for: it was already
+        /// running on that CPU (e.g. interrupted by a softirq that hit the same hook).
+        recursion_misses: u64,
+    }
+}
+
+table! {
+    /// One network device seen during the run: its owner, its NET_RX softirq
+    /// time, and its own counters (`ip -s link`) over the same window.
+    NetDeviceRow = "net_devices" {
+        netns: u32,
+        ifindex: u32,
+        name: String,
+        /// veth, tun, tap, bridge, loopback, device, ...
+        kind: String,
+        platform: String,
+        instance: String,
+        /// tap, veth, veth-peer, bridge, vf, or empty.
+        role: String,
+        /// NET_RX softirq time spent on this device's received packets.
+        softirq_ns: u64,
+        counter_rx_packets: u64,
+        counter_rx_bytes: u64,
+        counter_tx_packets: u64,
+        counter_tx_bytes: u64,
+    }
+}
+
+table! {
+    /// Packets through one device at one hop.
+    NetHopRow = "net_hops" {
+        netns: u32,
+        ifindex: u32,
+        /// queue, start_xmit, xmit, rx, receive, gro.
+        hop: String,
+        /// tx or rx.
+        direction: String,
+        packets: u64,
+        /// With the link-layer header, as device counters count.
+        bytes: u64,
+        gso_packets: u64,
+        /// Segments on the wire (1 per non-GSO packet).
+        gso_segs: u64,
+        errors: u64,
+    }
+}
+
+table! {
+    /// Size histograms per device and hop: `kind` "mtu" (bucket upper bounds 64 ... 65536, then
+    /// 4294967295 for larger) or "log2" (`le` = 2^(i+1) - 1).
+    NetSizeRow = "net_sizes" {
+        netns: u32,
+        ifindex: u32,
+        hop: String,
+        kind: String,
+        le: u64,
+        count: u64,
+    }
+}
+
+table! {
+    /// Packets freed as dropped, per kernel drop reason.
+    NetDropRow = "net_drops" {
+        reason: String,
+        count: u64,
     }
 }
 
@@ -180,4 +245,8 @@ pub struct Recording {
     pub hardirqs: Vec<IrqRow>,
     pub intervals: Vec<IntervalRow>,
     pub programs: Vec<ProgramRow>,
+    pub net_devices: Vec<NetDeviceRow>,
+    pub net_hops: Vec<NetHopRow>,
+    pub net_sizes: Vec<NetSizeRow>,
+    pub net_drops: Vec<NetDropRow>,
 }

@@ -41,8 +41,50 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         .iter()
         .map(|p| {
             json!({"probe": p.probe, "program": p.program, "method": p.method, "run_count": p.run_count,
-                   "run_time_ns": p.run_time_ns, "ns_per_event": ns_per_event(p.run_time_ns, p.run_count)})
+                   "run_time_ns": p.run_time_ns, "recursion_misses": p.recursion_misses,
+                   "ns_per_event": ns_per_event(p.run_time_ns, p.run_count)})
         })
+        .collect();
+    let devices: Vec<Value> = rec
+        .net_hops
+        .iter()
+        .map(|h| {
+            let d = rec
+                .net_devices
+                .iter()
+                .find(|d| d.netns == h.netns && d.ifindex == h.ifindex);
+            let hist: Vec<Value> = rec
+                .net_sizes
+                .iter()
+                .filter(|s| s.netns == h.netns && s.ifindex == h.ifindex && s.hop == h.hop && s.kind == "mtu")
+                .map(|s| json!({"le": s.le, "count": s.count}))
+                .collect();
+            json!({
+                "name": d.map(|d| d.name.as_str()).unwrap_or(""), "ifindex": h.ifindex, "netns": h.netns,
+                "kind": d.map(|d| d.kind.as_str()).unwrap_or(""),
+                "direction": h.direction, "hop": h.hop,
+                "platform": d.map(|d| d.platform.as_str()).unwrap_or("host"),
+                "instance": d.map(|d| d.instance.as_str()).unwrap_or(""),
+                "role": d.map(|d| d.role.as_str()).unwrap_or(""),
+                "packets": h.packets, "bytes": h.bytes, "gso_packets": h.gso_packets, "gso_segs": h.gso_segs,
+                "errors": h.errors, "size_hist": hist,
+            })
+        })
+        .collect();
+    let counters: Vec<Value> = rec
+        .net_devices
+        .iter()
+        .map(|d| {
+            json!({"name": d.name, "ifindex": d.ifindex, "netns": d.netns, "kind": d.kind, "platform": d.platform,
+                   "instance": d.instance, "role": d.role, "softirq_ns": d.softirq_ns,
+                   "rx_packets": d.counter_rx_packets, "rx_bytes": d.counter_rx_bytes,
+                   "tx_packets": d.counter_tx_packets, "tx_bytes": d.counter_tx_bytes})
+        })
+        .collect();
+    let drops: Vec<Value> = rec
+        .net_drops
+        .iter()
+        .map(|d| json!({"reason": d.reason, "count": d.count}))
         .collect();
     let o = &rec.meta.overhead;
     json!({
@@ -59,6 +101,9 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         "per_cpu": rec.cpus,
         "softirq_vectors": cpu.softirq_vectors,
         "hardirqs": cpu.hardirqs,
+        "devices": devices,
+        "device_counters": counters,
+        "drops": drops,
         "probes": probes,
         "overhead": {
             "bpf_run_time_ns": o.bpf_run_time_ns,

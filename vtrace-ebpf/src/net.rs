@@ -1,0 +1,243 @@
+//! Network devices: packets, bytes, GSO segments and size histograms per
+//! (namespace, device, hop) in per-CPU hash maps; drops per reason; and
+//! NET_RX softirq time per device (see `account::net_softirq_switch`).
+//!
+//! Every hook reads the skb and its device with BTF offsets (config.rs). The
+//! classic-tracepoint fallbacks take the skb address from the record.
+
+use aya_ebpf::{
+    helpers::bpf_probe_read_kernel,
+    macros::{map, raw_tracepoint, tracepoint},
+    maps::{PerCpuArray, PerCpuHashMap},
+    programs::{RawTracePointContext, TracePointContext},
+};
+use vtrace_common::{DROP_REASONS, DevKey, DevStats, LOG2_BUCKETS, SIZE_BUCKETS, dev_key, hop};
+
+use crate::{account, config};
+
+#[map]
+pub static NET_DEVICES: PerCpuHashMap<DevKey, DevStats> = PerCpuHashMap::with_max_entries(4096, 0);
+
+#[map]
+pub static NET_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_REASONS, 0);
+
+#[inline(always)]
+fn read<T>(base: u64, offset: u32) -> Option<T> {
+    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T) }.ok()
+}
+
+/// (netns inode, ifindex) of a net_device.
+#[inline(always)]
+fn device_id(dev: u64) -> Option<(u32, u32)> {
+    if dev == 0 {
+        return None;
+    }
+    let ifindex: u32 = read(dev, config::get(&config::DEV_IFINDEX))?;
+    let net: u64 = read(dev, config::get(&config::DEV_ND_NET))?;
+    let netns: u32 = if net == 0 {
+        0
+    } else {
+        read(net, config::get(&config::NET_NS_INUM)).unwrap_or(0)
+    };
+    Some((netns, ifindex))
+}
+
+#[inline(always)]
+fn size_bucket(len: u64) -> usize {
+    let mut i = 0;
+    while i < SIZE_BUCKETS.len() {
+        if len <= SIZE_BUCKETS[i] {
+            return i;
+        }
+        i += 1;
+    }
+    SIZE_BUCKETS.len()
+}
+
+#[inline(always)]
+fn log2_bucket(len: u64) -> usize {
+    let b = 63 - (len | 1).leading_zeros() as usize;
+    if b < LOG2_BUCKETS { b } else { LOG2_BUCKETS - 1 }
+}
+
+/// Counts `skb` at `hop` of `dev` (the skb's own device when 0). At
+/// net_dev_xmit the driver may already have freed or changed the skb, so
+/// `xmit_len` (the tracepoint's own length) is used and the skb is not read.
+#[inline(always)]
+fn count(skb: u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
+    if skb == 0 {
+        return;
+    }
+    let dev = if dev != 0 {
+        dev
+    } else {
+        read::<u64>(skb, config::get(&config::SKB_DEV)).unwrap_or(0)
+    };
+    let Some((netns, ifindex)) = device_id(dev) else { return };
+    let (len, head): (u32, u64) = match xmit_len {
+        Some(l) => (l, 0),
+        None => (
+            read(skb, config::get(&config::SKB_LEN)).unwrap_or(0),
+            read(skb, config::get(&config::SKB_HEAD)).unwrap_or(0),
+        ),
+    };
+    let mut wire = len as u64;
+    if !hop::is_tx(hop_id) && head != 0 {
+        // Received skbs had their link-layer header pulled: add it back, as
+        // the device's own byte counters include it.
+        let data: u64 = read(skb, config::get(&config::SKB_DATA)).unwrap_or(0);
+        let mac: u16 = read(skb, config::get(&config::SKB_MAC_HEADER)).unwrap_or(u16::MAX);
+        if mac != u16::MAX && head != 0 && data >= head + mac as u64 {
+            wire += data - (head + mac as u64);
+        }
+    }
+    let end: u32 = if head != 0 {
+        read(skb, config::get(&config::SKB_END)).unwrap_or(0)
+    } else {
+        0
+    };
+    let shinfo = head + end as u64;
+    let gso_size: u16 = if head != 0 {
+        read(shinfo, config::get(&config::SHINFO_GSO_SIZE)).unwrap_or(0)
+    } else {
+        0
+    };
+    let gso_segs: u16 = if gso_size != 0 {
+        read(shinfo, config::get(&config::SHINFO_GSO_SEGS)).unwrap_or(1)
+    } else {
+        1
+    };
+
+    if hop_id == hop::RECEIVE {
+        account::net_softirq_switch(account::now(), dev_key(netns, ifindex));
+    }
+    let key = DevKey {
+        netns,
+        ifindex,
+        hop: hop_id,
+        _pad: 0,
+    };
+    let stats = match NET_DEVICES.get_ptr_mut(&key) {
+        Some(s) => s,
+        None => {
+            let _ = NET_DEVICES.insert(&key, &DevStats::default(), 0);
+            match NET_DEVICES.get_ptr_mut(&key) {
+                Some(s) => s,
+                None => return,
+            }
+        }
+    };
+    let s = unsafe { &mut *stats };
+    if rc != 0 {
+        s.errors += 1;
+        return;
+    }
+    s.packets += 1;
+    s.bytes += wire;
+    if gso_size != 0 {
+        s.gso_packets += 1;
+    }
+    s.gso_segs += if gso_segs == 0 { 1 } else { gso_segs as u64 };
+    let b = size_bucket(wire);
+    if b < s.size_hist.len() {
+        s.size_hist[b] += 1;
+    }
+    let l = log2_bucket(wire);
+    if l < LOG2_BUCKETS {
+        s.log2_hist[l] += 1;
+    }
+}
+
+/// TP_PROTO(struct sk_buff *skb)
+#[raw_tracepoint(tracepoint = "net_dev_queue")]
+pub fn raw_net_dev_queue(ctx: RawTracePointContext) -> i32 {
+    count(ctx.arg(0), 0, hop::QUEUE, 0, None);
+    0
+}
+
+/// TP_PROTO(const struct sk_buff *skb, const struct net_device *dev)
+#[raw_tracepoint(tracepoint = "net_dev_start_xmit")]
+pub fn raw_net_dev_start_xmit(ctx: RawTracePointContext) -> i32 {
+    count(ctx.arg(0), ctx.arg(1), hop::START_XMIT, 0, None);
+    0
+}
+
+/// TP_PROTO(struct sk_buff *skb, int rc, struct net_device *dev, unsigned int skb_len)
+#[raw_tracepoint(tracepoint = "net_dev_xmit")]
+pub fn raw_net_dev_xmit(ctx: RawTracePointContext) -> i32 {
+    let rc: u64 = ctx.arg(1);
+    let len: u64 = ctx.arg(3);
+    count(ctx.arg(0), ctx.arg(2), hop::XMIT, rc as i32, Some(len as u32));
+    0
+}
+
+#[raw_tracepoint(tracepoint = "netif_rx")]
+pub fn raw_netif_rx(ctx: RawTracePointContext) -> i32 {
+    count(ctx.arg(0), 0, hop::RX, 0, None);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "netif_receive_skb")]
+pub fn raw_netif_receive_skb(ctx: RawTracePointContext) -> i32 {
+    count(ctx.arg(0), 0, hop::RECEIVE, 0, None);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "napi_gro_receive_entry")]
+pub fn raw_napi_gro_receive_entry(ctx: RawTracePointContext) -> i32 {
+    count(ctx.arg(0), 0, hop::GRO, 0, None);
+    0
+}
+
+#[inline(always)]
+fn drop_reason(reason: u32) {
+    let r = if reason < DROP_REASONS {
+        reason
+    } else {
+        DROP_REASONS - 1
+    };
+    if let Some(c) = NET_DROPS.get_ptr_mut(r) {
+        unsafe { *c += 1 };
+    }
+}
+
+/// TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
+#[raw_tracepoint(tracepoint = "kfree_skb")]
+pub fn raw_kfree_skb(ctx: RawTracePointContext) -> i32 {
+    let reason: u64 = ctx.arg(2);
+    drop_reason(reason as u32);
+    0
+}
+
+/// Classic tracepoints whose record starts with `void *skbaddr` at offset 8.
+macro_rules! skb_tracepoint {
+    ($name:ident, $event:literal, $hop:expr) => {
+        #[tracepoint(category = "net", name = $event)]
+        pub fn $name(ctx: TracePointContext) -> i32 {
+            let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
+            if $hop == hop::XMIT {
+                // Length and rc come from the record; the record names the
+                // device only as a string, so its pointer is read from the skb,
+                // best effort (the driver may have freed it).
+                let rc: i32 = unsafe { ctx.read_at(20) }.unwrap_or(0);
+                let len: u32 = unsafe { ctx.read_at(16) }.unwrap_or(0);
+                count(skb, 0, $hop, rc, Some(len));
+            } else {
+                count(skb, 0, $hop, 0, None);
+            }
+            0
+        }
+    };
+}
+
+skb_tracepoint!(tp_net_dev_queue, "net_dev_queue", hop::QUEUE);
+skb_tracepoint!(tp_net_dev_xmit, "net_dev_xmit", hop::XMIT);
+skb_tracepoint!(tp_netif_rx, "netif_rx", hop::RX);
+skb_tracepoint!(tp_netif_receive_skb, "netif_receive_skb", hop::RECEIVE);
+
+#[tracepoint(category = "skb", name = "kfree_skb")]
+pub fn tp_kfree_skb(ctx: TracePointContext) -> i32 {
+    let reason: u32 = unsafe { ctx.read_at(36) }.unwrap_or(0);
+    drop_reason(reason);
+    0
+}
