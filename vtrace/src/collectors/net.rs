@@ -271,7 +271,7 @@ pub fn drop_reason_names(btf: Option<&btf_rs::Btf>) -> HashMap<u32, String> {
             if let btf_rs::Type::Enum(e) = t {
                 for m in &e.members {
                     if let Ok(n) = btf.resolve_name(m) {
-                        names.insert(m.val() as u32, n.trim_start_matches("SKB_DROP_REASON_").to_string());
+                        names.insert(m.val(), n.trim_start_matches("SKB_DROP_REASON_").to_string());
                     }
                 }
             }

@@ -178,6 +178,8 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
         );
     }
 
+    network(&mut o, rec);
+
     let _ = writeln!(
         o,
         "\nProbes\n  {:<28}{:<9}{:<12}{:>12}  note",
@@ -237,4 +239,81 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
         let _ = writeln!(o, "\nnote: {n}");
     }
     o
+}
+
+/// Packet size at each hop of each device, with its owner and softirq time.
+fn network(o: &mut String, rec: &Recording) {
+    if rec.net_hops.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nNetwork devices: packet size at each hop (bytes with link-layer header; p50/p99 are bucket bounds)\n  {:<16}{:<8}{:<16}{:<11}{:>9}{:>12}{:>7}{:>7}{:>7}{:>7}{:>12}",
+        "device", "kind", "owner", "hop", "packets", "bytes", "mean", "p50", "p99", "gso", "softirq(ms)"
+    );
+    for h in &rec.net_hops {
+        let d = rec
+            .net_devices
+            .iter()
+            .find(|d| d.netns == h.netns && d.ifindex == h.ifindex);
+        let hist: Vec<(u64, u64)> = rec
+            .net_sizes
+            .iter()
+            .filter(|s| s.netns == h.netns && s.ifindex == h.ifindex && s.hop == h.hop && s.kind == "mtu")
+            .map(|s| (s.le, s.count))
+            .collect();
+        let quantile = |q: f64| {
+            let target = ((h.packets as f64 * q).ceil() as u64).max(1);
+            let mut seen = 0;
+            hist.iter()
+                .find(|(_, c)| {
+                    seen += c;
+                    seen >= target
+                })
+                .map(|(le, _)| {
+                    if *le >= u32::MAX as u64 {
+                        ">64K".to_string()
+                    } else {
+                        le.to_string()
+                    }
+                })
+                .unwrap_or_default()
+        };
+        let owner = d
+            .map(|d| {
+                if d.instance.is_empty() {
+                    d.platform.clone()
+                } else {
+                    format!("{}/{}", d.platform, d.role)
+                }
+            })
+            .unwrap_or_default();
+        let softirq = match (h.hop.as_str(), d) {
+            ("receive", Some(d)) => format!("{:.1}", d.softirq_ns as f64 / 1e6),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            o,
+            "  {:<16}{:<8}{:<16}{:<11}{:>9}{:>12}{:>7}{:>7}{:>7}{:>7}{:>12}",
+            d.map(|d| d.name.as_str()).unwrap_or("?"),
+            d.map(|d| d.kind.as_str()).unwrap_or(""),
+            owner,
+            h.hop,
+            h.packets,
+            h.bytes,
+            h.bytes / h.packets.max(1),
+            quantile(0.5),
+            quantile(0.99),
+            h.gso_packets,
+            softirq
+        );
+    }
+    if !rec.net_drops.is_empty() {
+        let drops: Vec<String> = rec
+            .net_drops
+            .iter()
+            .map(|d| format!("{} {}", d.reason, d.count))
+            .collect();
+        let _ = writeln!(o, "  drops: {}", drops.join(", "));
+    }
 }
