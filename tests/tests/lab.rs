@@ -266,3 +266,22 @@ fn platforms_the_lab_cannot_start_say_what_is_missing() {
         "{out}"
     );
 }
+
+#[test]
+fn a_failed_up_is_undone() {
+    let before = machine_state();
+    // A file where runc's bundle directory goes makes `up` fail half-way,
+    // after the namespace and veth pair exist.
+    let bundle = std::path::Path::new("/var/lib/vtrace-lab/runc");
+    let _ = std::fs::remove_dir_all(bundle);
+    std::fs::create_dir_all(bundle.parent().unwrap()).unwrap();
+    std::fs::write(bundle, "in the way").unwrap();
+    let o = vtrace(&["lab", "up", "runc"]);
+    let _ = std::fs::remove_file(bundle);
+    assert_eq!(o.status.code(), Some(1), "up must fail: {}", stderr(&o));
+    assert!(
+        std::fs::metadata("/run/vtrace-lab/runc.json").is_err(),
+        "ledger of the failed up removed"
+    );
+    assert_eq!(machine_state(), before, "a failed lab up left the machine changed");
+}

@@ -82,6 +82,36 @@ fn linuxvm() {
 }
 
 #[test]
+fn cgroup_paths_root_instances() {
+    let profiles: Vec<platforms::Profile> = toml_profiles(
+        r#"
+[[platform]]
+name = "podman"
+  [[platform.root]]
+  cgroup = ["/machine.slice/libpod-*"]
+"#,
+    );
+    let snap: SystemSnapshot = serde_json::from_value(serde_json::json!({
+        "processes": [
+            {"pid": 20, "ppid": 1, "comm": "redis-server", "cgroup": "/machine.slice/libpod-ab12.scope", "threads": [{"tid": 20, "comm": "redis-server"}]},
+            {"pid": 30, "ppid": 1, "comm": "redis-server", "cgroup": "/user.slice", "threads": [{"tid": 30, "comm": "redis-server"}]}
+        ]
+    }))
+    .unwrap();
+    let found = platforms::detect(&profiles, &snap);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].root_pid, 20);
+}
+
+fn toml_profiles(text: &str) -> Vec<platforms::Profile> {
+    let path = std::env::temp_dir().join(format!("vtrace-cg-profile-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    let all = platforms::profiles(Some(&path)).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    all.into_iter().filter(|p| p.name == "podman").collect()
+}
+
+#[test]
 fn user_profile_file_adds_a_platform() {
     let file = r#"
 [[platform]]

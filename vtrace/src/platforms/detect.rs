@@ -72,6 +72,7 @@ fn root_matches(rule: &RootRule, p: &ProcInfo, parent_comm: &str) -> bool {
         && (rule.cmdline_any.is_empty() || rule.cmdline_any.iter().any(|s| p.cmdline.contains(s.as_str())))
         && !rule.cmdline_none.iter().any(|s| p.cmdline.contains(s.as_str()))
         && (rule.parent_comm.is_empty() || any_glob(&rule.parent_comm, parent_comm))
+        && (rule.cgroup.is_empty() || any_glob(&rule.cgroup, &p.cgroup))
         && rule.state_file.is_none()
 }
 

@@ -55,6 +55,9 @@ pub struct RootRule {
     pub cmdline_none: Vec<String>,
     #[serde(default)]
     pub parent_comm: Vec<String>,
+    /// Globs on the process's cgroup path (e.g. "/docker/*", "*/lxc.payload.*").
+    #[serde(default)]
+    pub cgroup: Vec<String>,
     /// Glob of runtime state files naming the root pid.
     #[serde(default)]
     pub state_file: Option<String>,
