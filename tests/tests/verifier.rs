@@ -25,6 +25,7 @@ fn every_program_passes_the_verifier() {
         let result = match program {
             Program::RawTracePoint(p) => p.load().map_err(|e| e.to_string()),
             Program::TracePoint(p) => p.load().map_err(|e| e.to_string()),
+            Program::UProbe(p) => p.load().map_err(|e| e.to_string()),
             // Loads (verifier) even where kprobes cannot attach.
             Program::KProbe(p) => p.load().map_err(|e| e.to_string()),
             Program::FEntry(p) => match fentry_target(name) {
@@ -47,7 +48,14 @@ fn catalog_and_object_agree() {
     let caps = Capabilities::detect();
     let ebpf = vtrace::ebpf::load(&KernelOffsets::resolve(&caps)).expect("object loads");
     let in_object: BTreeSet<&str> = ebpf.programs().map(|(n, _)| n).collect();
-    let in_catalog: BTreeSet<&str> = CATALOG.iter().flat_map(|p| p.strategies).map(|s| s.program()).collect();
+    // `--uprobe BINARY:SYMBOL:ret` uses programs no static entry names.
+    let user = vtrace::probes::catalog::user_uprobe("/bin/true:main:ret").unwrap();
+    let in_catalog: BTreeSet<&str> = CATALOG
+        .iter()
+        .chain(user.iter())
+        .flat_map(|p| p.strategies)
+        .map(|s| s.program())
+        .collect();
     let missing: Vec<_> = in_catalog.difference(&in_object).collect();
     let unused: Vec<_> = in_object.difference(&in_catalog).collect();
     assert!(

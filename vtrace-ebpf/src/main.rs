@@ -16,6 +16,7 @@ mod kvm;
 mod net;
 mod sched;
 mod syscalls;
+mod uprobe;
 
 #[cfg(not(test))]
 #[panic_handler]

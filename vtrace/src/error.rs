@@ -55,6 +55,9 @@ pub enum Error {
     #[error("bad platform profiles in {what}: {reason}")]
     PlatformFile { what: String, reason: String },
 
+    #[error("{0}")]
+    BadArgument(String),
+
     #[error("no probe of the CPU attribution engine could be attached: {0}")]
     NoProbes(String),
 

@@ -21,6 +21,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per run: the size difference between variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Record CPU attribution while a command runs, for a duration, or until Ctrl-C.
@@ -34,6 +36,9 @@ enum Command {
         /// Extra platform profiles (TOML, the format of vtrace/src/platforms/profiles.toml).
         #[arg(long)]
         platform_file: Option<PathBuf>,
+        /// Count calls of a user-space function: BINARY:SYMBOL, or BINARY:SYMBOL:ret for latency too (repeatable).
+        #[arg(long = "uprobe")]
+        uprobes: Vec<String>,
         /// Select this process and its descendants (repeatable).
         #[arg(long = "pid")]
         pids: Vec<u32>,
@@ -120,6 +125,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             platform,
             instance,
             platform_file,
+            uprobes,
             pids,
             comms,
             cgroups,
@@ -139,6 +145,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 interval,
                 output,
                 command,
+                uprobes,
             };
             let outcome = record(&opts)?;
             eprintln!(

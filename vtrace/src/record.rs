@@ -17,12 +17,14 @@ use crate::{
         cpu::{CpuCollector, CpuSnapshot, monotonic_ns},
         net::{self as netc, DeviceCounters, NetCollector, NetSnapshot},
         procfs::{self, TaskStat},
+        uprobes::UprobeCollector,
     },
     platforms::{self, Instance, Profile, SystemSnapshot, attribute::Attribution},
     probes::{self, CATALOG, Capabilities, ProbeStatus, capabilities::ensure_tracefs, offsets::KernelOffsets},
     recording::{
         self, CpuRow, FORMAT_NAME, Host, IntervalRow, IrqRow, Metadata, NetDeviceRow, NetDropRow, NetHopRow,
-        NetSizeRow, OutputSlot, Overhead, Recording, SCHEMA_VERSION, Selectors, SoftirqRow, ThreadRow, Workload,
+        NetSizeRow, OutputSlot, Overhead, Recording, SCHEMA_VERSION, Selectors, SoftirqRow, ThreadRow, UprobeHistRow,
+        UprobeRow, Workload,
     },
 };
 
@@ -42,6 +44,8 @@ pub struct RecordOptions {
     pub interval: Duration,
     pub output: PathBuf,
     pub command: Vec<String>,
+    /// `--uprobe BINARY:SYMBOL[:ret]` specs.
+    pub uprobes: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -117,6 +121,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let mut ebpf = crate::ebpf::load(&offsets)?;
     let mut collector = CpuCollector::new(&mut ebpf)?;
     let net = NetCollector::new(&mut ebpf)?;
+    let uprobe_stats = UprobeCollector::new(&mut ebpf)?;
     let stats = bpf_stats::enable();
     let mut notes = Vec::new();
     if let Err(e) = &stats {
@@ -126,7 +131,11 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let start_unix = unix_ns();
     let start_mono = monotonic_ns();
     let tasks_at_start = procfs::scan_tasks();
-    let probes = probes::attach_all(&mut ebpf, &caps, CATALOG);
+    let mut specs: Vec<probes::ProbeSpec> = CATALOG.to_vec();
+    for u in &opts.uprobes {
+        specs.extend(probes::catalog::user_uprobe(u).map_err(Error::BadArgument)?);
+    }
+    let probes = probes::attach_all(&mut ebpf, &caps, &specs);
     if let Some(p) = probes.iter().find(|p| p.id == "sched_switch" && !p.available) {
         return Err(Error::NoProbes(format!(
             "sched_switch: {}",
@@ -218,6 +227,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let net_end = net.snapshot()?;
+    let uprobes_end = uprobe_stats.snapshot()?;
     let counters_end = if net_probes {
         netc::device_counters(false)
     } else {
@@ -301,6 +311,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         &attribution,
         &drop_names,
     );
+    let (uprobe_rows, uprobe_hists) = uprobe_rows(&uprobes_end, &probes, &threads);
     let rec = Recording {
         meta: Metadata {
             format: FORMAT_NAME.into(),
@@ -338,6 +349,8 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         net_hops: net_tables.1,
         net_sizes: net_tables.2,
         net_drops: net_tables.3,
+        uprobes: uprobe_rows,
+        uprobe_hists,
     };
     let path = recording::write(&slot, &rec)?;
     Ok(RecordOutcome {
@@ -813,6 +826,59 @@ fn net_rows(
         })
         .collect();
     (dev_rows, hops, sizes, drops)
+}
+
+/// Uprobe rows per (probe, process), attributed like the process's threads.
+fn uprobe_rows(
+    stats: &std::collections::BTreeMap<vtrace_common::UprobeKey, vtrace_common::UprobeStats>,
+    probes: &[ProbeStatus],
+    threads: &[ThreadRow],
+) -> (Vec<UprobeRow>, Vec<UprobeHistRow>) {
+    use vtrace_common::SIZE_BUCKETS;
+    let mut rows = Vec::new();
+    let mut hists = Vec::new();
+    for (k, v) in stats {
+        let Some(p) = probes.iter().find(|p| p.slot == Some(k.slot)) else {
+            continue;
+        };
+        let main = threads
+            .iter()
+            .find(|t| t.tid == k.tgid)
+            .or_else(|| threads.iter().find(|t| t.pid == k.tgid));
+        rows.push(UprobeRow {
+            probe: p.id.clone(),
+            pid: k.tgid,
+            comm: main.map(|t| t.comm.clone()).unwrap_or_default(),
+            platform: main
+                .map(|t| t.platform.clone())
+                .unwrap_or_else(|| platforms::HOST.into()),
+            instance: main.map(|t| t.instance.clone()).unwrap_or_default(),
+            calls: v.calls,
+            bytes: v.bytes,
+            returns: v.returns,
+            latency_sum_ns: v.latency_sum_ns,
+        });
+        for (i, &count) in v.size_hist.iter().enumerate().filter(|(_, c)| **c > 0) {
+            let le = SIZE_BUCKETS.get(i).copied().unwrap_or(u32::MAX as u64);
+            hists.push(UprobeHistRow {
+                probe: p.id.clone(),
+                pid: k.tgid,
+                kind: "size".into(),
+                le,
+                count,
+            });
+        }
+        for (i, &count) in v.latency_log2.iter().enumerate().filter(|(_, c)| **c > 0) {
+            hists.push(UprobeHistRow {
+                probe: p.id.clone(),
+                pid: k.tgid,
+                kind: "latency".into(),
+                le: (1u64 << (i + 1)) - 1,
+                count,
+            });
+        }
+    }
+    (rows, hists)
 }
 
 /// `vtrace probes`: the catalog judged against this kernel.

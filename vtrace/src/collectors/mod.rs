@@ -5,3 +5,4 @@ pub mod bpf_stats;
 pub mod cpu;
 pub mod net;
 pub mod procfs;
+pub mod uprobes;

@@ -2,9 +2,14 @@
 
 use aya::{
     Ebpf,
-    programs::{FEntry, KProbe, RawTracePoint, TracePoint},
+    maps::Array,
+    programs::{
+        FEntry, KProbe, RawTracePoint, TracePoint, UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    },
 };
 use serde::{Deserialize, Serialize};
+use vtrace_common::{MAX_UPROBES, UprobeSpec, uprobe_size};
 
 use super::{Capabilities, ProbeSpec, Strategy};
 
@@ -18,6 +23,9 @@ pub struct ProbeStatus {
     pub program: Option<String>,
     pub available: bool,
     pub reason: Option<String>,
+    /// Uprobes: the slot (BPF cookie) their statistics are kept under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
 }
 
 impl ProbeStatus {
@@ -29,6 +37,7 @@ impl ProbeStatus {
             program: used.map(|s| s.program().to_string()),
             available: used.is_some(),
             reason: (!skipped.is_empty()).then(|| skipped.join("; ")),
+            slot: None,
         }
     }
 }
@@ -53,14 +62,23 @@ pub fn plan(caps: &Capabilities, specs: &[ProbeSpec]) -> Vec<ProbeStatus> {
 
 /// Loads and attaches every probe with its first strategy that works.
 pub fn attach_all(ebpf: &mut Ebpf, caps: &Capabilities, specs: &[ProbeSpec]) -> Vec<ProbeStatus> {
+    let mut next_slot = 0u32;
     specs
         .iter()
         .map(|spec| {
             let mut skipped = Vec::new();
             for s in spec.strategies {
-                let outcome = caps.check(s).and_then(|()| attach_one(ebpf, s));
+                let slot = next_slot;
+                let outcome = caps.check(s).and_then(|()| attach_one(ebpf, s, slot));
                 match outcome {
-                    Ok(()) => return ProbeStatus::new(spec, Some(s), skipped),
+                    Ok(()) => {
+                        let mut status = ProbeStatus::new(spec, Some(s), skipped);
+                        if let Strategy::UProbe { .. } = s {
+                            status.slot = Some(slot);
+                            next_slot += 1;
+                        }
+                        return status;
+                    }
                     Err(why) => skipped.push(format!("{}: {why}", s.method())),
                 }
             }
@@ -69,7 +87,16 @@ pub fn attach_all(ebpf: &mut Ebpf, caps: &Capabilities, specs: &[ProbeSpec]) -> 
         .collect()
 }
 
-fn attach_one(ebpf: &mut Ebpf, strategy: &Strategy) -> Result<(), String> {
+fn attach_one(ebpf: &mut Ebpf, strategy: &Strategy, slot: u32) -> Result<(), String> {
+    if let Strategy::UProbe {
+        program,
+        binary,
+        symbol,
+        size,
+    } = *strategy
+    {
+        return attach_uprobe(ebpf, program, binary, symbol, size, slot);
+    }
     let name = strategy.program();
     let program = ebpf
         .program_mut(name)
@@ -91,6 +118,7 @@ fn attach_one(ebpf: &mut Ebpf, strategy: &Strategy) -> Result<(), String> {
             p.load().map_err(|e| err(&e))?;
             p.attach(function, 0).map_err(|e| err(&e))?;
         }
+        Strategy::UProbe { .. } => unreachable!("handled above"),
         Strategy::FEntry { function, .. }
         | Strategy::BtfTracepoint {
             tracepoint: function, ..
@@ -107,5 +135,53 @@ fn attach_one(ebpf: &mut Ebpf, strategy: &Strategy) -> Result<(), String> {
             }
         }
     }
+    Ok(())
+}
+
+/// Attaches the shared uprobe program at `symbol` of `binary` with cookie
+/// `slot`, after writing the slot's size rule.
+fn attach_uprobe(
+    ebpf: &mut Ebpf,
+    program: &str,
+    binary: &str,
+    symbol: &str,
+    size: super::catalog::UprobeSize,
+    slot: u32,
+) -> Result<(), String> {
+    if slot >= MAX_UPROBES {
+        return Err(format!("more than {MAX_UPROBES} uprobes"));
+    }
+    let path = super::catalog::resolve_binary(binary).ok_or_else(|| format!("{binary} not found"))?;
+    let spec = match size {
+        super::catalog::UprobeSize::None => UprobeSpec {
+            size_kind: uprobe_size::NONE,
+            arg: 0,
+        },
+        super::catalog::UprobeSize::Arg(a) => UprobeSpec {
+            size_kind: uprobe_size::ARG,
+            arg: a,
+        },
+        super::catalog::UprobeSize::PbufArg(a) => UprobeSpec {
+            size_kind: uprobe_size::PBUF_ARG,
+            arg: a,
+        },
+    };
+    let err = |e: &dyn std::fmt::Display| format!("{e:#}").replace('\n', " ");
+    let map = ebpf.map_mut("UPROBE_SPECS").ok_or("map UPROBE_SPECS missing")?;
+    let mut specs: Array<_, UprobeSpec> = Array::try_from(map).map_err(|e| err(&e))?;
+    specs.set(slot, spec, 0).map_err(|e| err(&e))?;
+    let p: &mut UProbe = ebpf
+        .program_mut(program)
+        .ok_or_else(|| format!("program {program} missing from the eBPF object"))?
+        .try_into()
+        .map_err(|e| err(&e))?;
+    if p.fd().is_err() {
+        p.load().map_err(|e| err(&e))?;
+    }
+    let point = UProbeAttachPoint {
+        location: UProbeAttachLocation::Symbol(symbol),
+        cookie: Some(slot as u64),
+    };
+    p.attach(point, &path, UProbeScope::AllProcesses).map_err(|e| err(&e))?;
     Ok(())
 }

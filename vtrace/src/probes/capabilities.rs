@@ -92,6 +92,16 @@ impl Capabilities {
             Strategy::BtfTracepoint { tracepoint, .. } | Strategy::RawTracepoint { tracepoint, .. } => self
                 .btf_has(&format!("btf_trace_{tracepoint}"))
                 .map_err(|_| format!("tracepoint {tracepoint} not in this kernel")),
+            Strategy::UProbe { binary, .. } => {
+                if !self.uprobe_pmu {
+                    return Err(
+                        "uprobes unavailable: no uprobe PMU (kernel built without CONFIG_UPROBE_EVENTS)".into(),
+                    );
+                }
+                super::catalog::resolve_binary(binary)
+                    .map(|_| ())
+                    .ok_or_else(|| format!("{binary} not found"))
+            }
             Strategy::Tracepoint { category, name, .. } => {
                 let tracefs = self.tracefs.as_ref().map_err(|e| e.clone())?;
                 if tracefs.join("events").join(category).join(name).is_dir() {

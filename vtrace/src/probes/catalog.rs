@@ -67,6 +67,24 @@ pub enum Strategy {
         category: &'static str,
         name: &'static str,
     },
+    /// A user-space function in `binary` (a path, or a file name searched in
+    /// the usual library and binary directories); `size` tells what a call handles.
+    UProbe {
+        program: &'static str,
+        binary: &'static str,
+        symbol: &'static str,
+        size: UprobeSize,
+    },
+}
+
+/// Where a uprobe reads the size of what a call handles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UprobeSize {
+    None,
+    /// An integer argument.
+    Arg(u32),
+    /// tot_len of an lwIP `struct pbuf *` argument.
+    PbufArg(u32),
 }
 
 impl Strategy {
@@ -77,6 +95,8 @@ impl Strategy {
             Strategy::BtfTracepoint { .. } => "tp_btf",
             Strategy::RawTracepoint { .. } => "raw_tp",
             Strategy::Tracepoint { .. } => "tracepoint",
+            Strategy::UProbe { program, .. } if program.starts_with("uret") => "uretprobe",
+            Strategy::UProbe { .. } => "uprobe",
         }
     }
 
@@ -86,7 +106,8 @@ impl Strategy {
             | Strategy::KProbe { program, .. }
             | Strategy::BtfTracepoint { program, .. }
             | Strategy::RawTracepoint { program, .. }
-            | Strategy::Tracepoint { program, .. } => program,
+            | Strategy::Tracepoint { program, .. }
+            | Strategy::UProbe { program, .. } => program,
         }
     }
 }
@@ -119,6 +140,23 @@ macro_rules! tracepoint_probe {
                     name: $id,
                 },
             ],
+        }
+    };
+}
+
+/// A uprobe catalog entry on a function of a well-known binary.
+macro_rules! uprobe_probe {
+    ($id:literal, $layer:expr, $what:literal, $binary:literal, $symbol:literal, $size:expr) => {
+        ProbeSpec {
+            id: $id,
+            layer: $layer,
+            what: $what,
+            strategies: &[Strategy::UProbe {
+                program: "uprobe_call",
+                binary: $binary,
+                symbol: $symbol,
+                size: $size,
+            }],
         }
     };
 }
@@ -250,6 +288,86 @@ pub const CATALOG: &[ProbeSpec] = &[
         "packet dropped, with the kernel's drop reason",
         "skb"
     ),
+    uprobe_probe!(
+        "lwip:lwip_send",
+        Layer::Uprobe,
+        "lwIP socket send (bytes asked)",
+        "liblwip.so.0",
+        "lwip_send",
+        UprobeSize::Arg(2)
+    ),
+    uprobe_probe!(
+        "lwip:tcp_write",
+        Layer::Uprobe,
+        "lwIP TCP enqueue (bytes)",
+        "liblwip.so.0",
+        "tcp_write",
+        UprobeSize::Arg(2)
+    ),
+    uprobe_probe!(
+        "lwip:tcp_output",
+        Layer::Uprobe,
+        "lwIP TCP output",
+        "liblwip.so.0",
+        "tcp_output",
+        UprobeSize::None
+    ),
+    uprobe_probe!(
+        "lwip:ip4_output",
+        Layer::Uprobe,
+        "lwIP IPv4 output (packet bytes)",
+        "liblwip.so.0",
+        "ip4_output",
+        UprobeSize::PbufArg(0)
+    ),
+    uprobe_probe!(
+        "lwip:etharp_output",
+        Layer::Uprobe,
+        "lwIP ARP/Ethernet output (packet bytes)",
+        "liblwip.so.0",
+        "etharp_output",
+        UprobeSize::PbufArg(1)
+    ),
+    uprobe_probe!(
+        "lwip:ethernet_output",
+        Layer::Uprobe,
+        "lwIP Ethernet output (frame bytes)",
+        "liblwip.so.0",
+        "ethernet_output",
+        UprobeSize::PbufArg(1)
+    ),
+    uprobe_probe!(
+        "qemu:virtio_queue_notify",
+        Layer::Vmm,
+        "guest kicked a virtqueue (VMM backend)",
+        "qemu-system-x86_64",
+        "virtio_queue_notify",
+        UprobeSize::None
+    ),
+    uprobe_probe!(
+        "qemu:virtio_notify",
+        Layer::Vmm,
+        "VMM notifies the guest (interrupt)",
+        "qemu-system-x86_64",
+        "virtio_notify",
+        UprobeSize::None
+    ),
+    uprobe_probe!(
+        "qemu:virtio_notify_irqfd",
+        Layer::Vmm,
+        "VMM notifies the guest through an irqfd",
+        "qemu-system-x86_64",
+        "virtio_notify_irqfd",
+        UprobeSize::None
+    ),
+    uprobe_probe!(
+        "qemu:qemu_sendv_packet_async",
+        Layer::Vmm,
+        "VMM hands a guest packet to its backend (tap)",
+        "qemu-system-x86_64",
+        "qemu_sendv_packet_async",
+        UprobeSize::None
+    ),
     tracepoint_probe!("kvm_exit", Layer::Kvm, "vCPU leaves the guest: guest time ends", "kvm"),
     tracepoint_probe!(
         "kvm_entry",
@@ -261,4 +379,75 @@ pub const CATALOG: &[ProbeSpec] = &[
 
 pub fn find(id: &str) -> Option<&'static ProbeSpec> {
     CATALOG.iter().find(|p| p.id == id)
+}
+
+/// Directories searched for a uprobe binary given by file name.
+pub const UPROBE_SEARCH_PATH: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib",
+    "/usr/local/lib",
+    "/usr/bin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/bin",
+];
+
+/// Resolves a uprobe binary: a path as is, a file name in [`UPROBE_SEARCH_PATH`].
+pub fn resolve_binary(binary: &str) -> Option<std::path::PathBuf> {
+    if binary.contains('/') {
+        let p = std::path::PathBuf::from(binary);
+        return p.exists().then_some(p);
+    }
+    UPROBE_SEARCH_PATH
+        .iter()
+        .map(|d| std::path::Path::new(d).join(binary))
+        .find(|p| p.exists())
+}
+
+/// `--uprobe BINARY:SYMBOL[:ret]`: a probe for any function (the return
+/// probe adds latency). Strings live for the rest of the run.
+pub fn user_uprobe(spec: &str) -> Result<Vec<ProbeSpec>, String> {
+    let parts: Vec<&str> = spec.split(':').collect();
+    let (binary, symbol, ret) = match parts.as_slice() {
+        [b, s] => (*b, *s, false),
+        [b, s, "ret"] => (*b, *s, true),
+        _ => return Err(format!("--uprobe {spec}: expected BINARY:SYMBOL or BINARY:SYMBOL:ret")),
+    };
+    if binary.is_empty() || symbol.is_empty() {
+        return Err(format!("--uprobe {spec}: expected BINARY:SYMBOL or BINARY:SYMBOL:ret"));
+    }
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let base = std::path::Path::new(binary)
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (binary, symbol) = (leak(binary.to_string()), leak(symbol.to_string()));
+    let mut out = vec![ProbeSpec {
+        id: leak(format!("uprobe:{base}:{symbol}")),
+        layer: Layer::Uprobe,
+        what: "user-requested uprobe",
+        strategies: Box::leak(Box::new([Strategy::UProbe {
+            program: "uprobe_call",
+            binary,
+            symbol,
+            size: UprobeSize::None,
+        }])),
+    }];
+    if ret {
+        // Must follow the entry probe: slots are given in order, and the
+        // return program finds the entry time under the previous slot.
+        out.push(ProbeSpec {
+            id: leak(format!("uretprobe:{base}:{symbol}")),
+            layer: Layer::Uprobe,
+            what: "user-requested return probe (latency)",
+            strategies: Box::leak(Box::new([Strategy::UProbe {
+                program: "uretprobe_call",
+                binary,
+                symbol,
+                size: UprobeSize::None,
+            }])),
+        });
+    }
+    Ok(out)
 }

@@ -83,6 +83,8 @@ pub fn write(slot: &OutputSlot, rec: &Recording) -> Result<PathBuf> {
     write_table(dir, &rec.net_hops)?;
     write_table(dir, &rec.net_sizes)?;
     write_table(dir, &rec.net_drops)?;
+    write_table(dir, &rec.uprobes)?;
+    write_table(dir, &rec.uprobe_hists)?;
     // meta.json last: its presence marks a complete recording.
     let meta = serde_json::to_vec_pretty(&rec.meta).expect("metadata serializes");
     fs::write(dir.join(META), meta).map_err(crate::error::io("write meta.json"))?;
@@ -164,5 +166,7 @@ pub fn read(path: &Path) -> Result<Recording> {
         net_hops: read_table(path, &corrupt)?,
         net_sizes: read_table(path, &corrupt)?,
         net_drops: read_table(path, &corrupt)?,
+        uprobes: read_table(path, &corrupt)?,
+        uprobe_hists: read_table(path, &corrupt)?,
     })
 }

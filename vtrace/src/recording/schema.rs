@@ -167,6 +167,36 @@ table! {
     }
 }
 
+table! {
+    /// Calls of a user-space function (uprobe) by one process: lwIP's stack
+    /// functions, QEMU's virtio backend, or `--uprobe` targets.
+    UprobeRow = "uprobes" {
+        probe: String,
+        pid: u32,
+        comm: String,
+        platform: String,
+        instance: String,
+        calls: u64,
+        /// Sum of the sizes the calls handled (probes with a size rule).
+        bytes: u64,
+        /// Returns seen (`:ret` probes) and their summed latency.
+        returns: u64,
+        latency_sum_ns: u64,
+    }
+}
+
+table! {
+    /// Histograms of uprobe rows: `kind` "size" (mtu buckets, as net_sizes) or
+    /// "latency" (log2 ns: `le` = 2^(i+1)-1).
+    UprobeHistRow = "uprobe_hists" {
+        probe: String,
+        pid: u32,
+        kind: String,
+        le: u64,
+        count: u64,
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Host {
     pub hostname: String,
@@ -249,4 +279,6 @@ pub struct Recording {
     pub net_hops: Vec<NetHopRow>,
     pub net_sizes: Vec<NetSizeRow>,
     pub net_drops: Vec<NetDropRow>,
+    pub uprobes: Vec<UprobeRow>,
+    pub uprobe_hists: Vec<UprobeHistRow>,
 }

@@ -86,6 +86,22 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         .iter()
         .map(|d| json!({"reason": d.reason, "count": d.count}))
         .collect();
+    let uprobes: Vec<Value> = rec
+        .uprobes
+        .iter()
+        .map(|u| {
+            let hist = |kind: &str| -> Vec<Value> {
+                rec.uprobe_hists
+                    .iter()
+                    .filter(|h| h.probe == u.probe && h.pid == u.pid && h.kind == kind)
+                    .map(|h| json!({"le": h.le, "count": h.count}))
+                    .collect()
+            };
+            json!({"probe": u.probe, "pid": u.pid, "comm": u.comm, "platform": u.platform, "instance": u.instance,
+                   "calls": u.calls, "bytes": u.bytes, "size_hist": hist("size"), "returns": u.returns,
+                   "latency_sum_ns": u.latency_sum_ns, "latency_hist": hist("latency")})
+        })
+        .collect();
     let o = &rec.meta.overhead;
     json!({
         "schema_version": rec.meta.schema_version,
@@ -104,6 +120,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         "devices": devices,
         "device_counters": counters,
         "drops": drops,
+        "uprobes": uprobes,
         "probes": probes,
         "overhead": {
             "bpf_run_time_ns": o.bpf_run_time_ns,

@@ -179,6 +179,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
     }
 
     network(&mut o, rec);
+    user_space(&mut o, rec);
 
     let _ = writeln!(
         o,
@@ -315,5 +316,39 @@ fn network(o: &mut String, rec: &Recording) {
             .map(|d| format!("{} {}", d.reason, d.count))
             .collect();
         let _ = writeln!(o, "  drops: {}", drops.join(", "));
+    }
+}
+
+/// Calls of user-space functions (uprobes), per process.
+fn user_space(o: &mut String, rec: &Recording) {
+    if rec.uprobes.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\nUser-space functions (uprobes)\n  {:<34}{:>8} {:<16}{:<16}{:>10}{:>12}{:>9}{:>14}",
+        "probe", "pid", "comm", "owner", "calls", "bytes", "mean", "mean lat(us)"
+    );
+    for u in &rec.uprobes {
+        let owner = if u.instance.is_empty() {
+            u.platform.clone()
+        } else {
+            u.instance.clone()
+        };
+        let mean = if u.bytes > 0 {
+            (u.bytes / u.calls.max(1)).to_string()
+        } else {
+            "-".into()
+        };
+        let lat = if u.returns > 0 {
+            format!("{:.2}", u.latency_sum_ns as f64 / u.returns as f64 / 1e3)
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            o,
+            "  {:<34}{:>8} {:<16}{:<16}{:>10}{:>12}{:>9}{:>14}",
+            u.probe, u.pid, u.comm, owner, u.calls, u.bytes, mean, lat
+        );
     }
 }

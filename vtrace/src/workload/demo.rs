@@ -73,6 +73,7 @@ pub fn run(output: PathBuf, requests: u32) -> Result<RecordOutcome> {
         platform: "host".into(),
         instance: None,
         platform_file: None,
+        uprobes: vec![],
         pids: vec![redis],
         comms: vec![],
         cgroups: vec![],

@@ -1,0 +1,135 @@
+//! User-space functions: calls, sizes and (with a return probe) latency per
+//! attach point and process. One entry and one return program serve every
+//! attach point; the attach cookie names the slot, whose size rule comes from
+//! UPROBE_SPECS. Used for user-space network stacks (lwIP), VMM virtio
+//! backends (QEMU) and `--uprobe BINARY:SYMBOL[:ret]`.
+
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user},
+    macros::{map, uprobe, uretprobe},
+    maps::{Array, LruHashMap, PerCpuHashMap},
+    programs::{ProbeContext, RetProbeContext},
+};
+use vtrace_common::{LATENCY_BUCKETS, MAX_UPROBES, SIZE_BUCKETS, UprobeKey, UprobeSpec, UprobeStats, uprobe_size};
+
+use crate::account;
+
+#[map]
+pub static UPROBE_SPECS: Array<UprobeSpec> = Array::with_max_entries(MAX_UPROBES, 0);
+
+#[map]
+pub static UPROBE_STATS: PerCpuHashMap<UprobeKey, UprobeStats> = PerCpuHashMap::with_max_entries(4096, 0);
+
+/// Entry time per (thread, slot), for latency at return.
+#[map]
+pub static UPROBE_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
+
+#[inline(always)]
+fn stats(key: &UprobeKey) -> Option<&'static mut UprobeStats> {
+    if let Some(s) = UPROBE_STATS.get_ptr_mut(key) {
+        return Some(unsafe { &mut *s });
+    }
+    let _ = UPROBE_STATS.insert(key, &UprobeStats::default(), 0);
+    UPROBE_STATS.get_ptr_mut(key).map(|s| unsafe { &mut *s })
+}
+
+#[inline(always)]
+fn size_bucket(len: u64) -> usize {
+    let mut i = 0;
+    while i < SIZE_BUCKETS.len() {
+        if len <= SIZE_BUCKETS[i] {
+            return i;
+        }
+        i += 1;
+    }
+    SIZE_BUCKETS.len()
+}
+
+/// Argument `n` (0-3) of the probed call (x86-64 System V: rdi, rsi, rdx,
+/// rcx). Each register is loaded at a constant offset and only then chosen:
+/// the verifier rejects context loads at a computed offset.
+#[inline(always)]
+fn argument(ctx: &ProbeContext, n: u32) -> u64 {
+    let regs = ctx.as_ptr() as *const u64;
+    // struct pt_regs: rcx at 88, rdx at 96, rsi at 104, rdi at 112.
+    let (rdi, rsi, rdx, rcx) = unsafe {
+        (
+            core::ptr::read_volatile(regs.add(14)),
+            core::ptr::read_volatile(regs.add(13)),
+            core::ptr::read_volatile(regs.add(12)),
+            core::ptr::read_volatile(regs.add(11)),
+        )
+    };
+    match n {
+        0 => rdi,
+        1 => rsi,
+        2 => rdx,
+        _ => rcx,
+    }
+}
+
+#[uprobe]
+pub fn uprobe_call(ctx: ProbeContext) -> u32 {
+    let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    if slot >= MAX_UPROBES {
+        return 0;
+    }
+    let id = bpf_get_current_pid_tgid();
+    let Some(s) = stats(&UprobeKey {
+        slot,
+        tgid: (id >> 32) as u32,
+    }) else {
+        return 0;
+    };
+    s.calls += 1;
+    let spec = UPROBE_SPECS.get(slot).copied().unwrap_or_default();
+    let arg = || argument(&ctx, spec.arg);
+    let size: Option<u64> = match spec.size_kind {
+        uprobe_size::ARG => Some(arg()),
+        uprobe_size::PBUF_ARG => unsafe { bpf_probe_read_user((arg() + 16) as *const u16) }
+            .ok()
+            .map(|v| v as u64),
+        _ => None,
+    };
+    if let Some(len) = size {
+        s.bytes += len;
+        let b = size_bucket(len);
+        if b < s.size_hist.len() {
+            s.size_hist[b] += 1;
+        }
+    }
+    let _ = UPROBE_STARTS.insert(&((id << 6) ^ slot as u64), &account::now(), 0);
+    0
+}
+
+#[uretprobe]
+pub fn uretprobe_call(ctx: RetProbeContext) -> u32 {
+    let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
+    if slot >= MAX_UPROBES {
+        return 0;
+    }
+    let id = bpf_get_current_pid_tgid();
+    // A return probe's slot directly follows its entry probe's
+    // (catalog::user_uprobe emits them in that order): the entry time is
+    // stored under the entry's slot.
+    let start_key = (id << 6) ^ slot.wrapping_sub(1) as u64;
+    let Some(start) = (unsafe { UPROBE_STARTS.get(&start_key) }).copied() else {
+        return 0;
+    };
+    let _ = UPROBE_STARTS.remove(&start_key);
+    let ns = account::now().saturating_sub(start);
+    let Some(s) = stats(&UprobeKey {
+        slot,
+        tgid: (id >> 32) as u32,
+    }) else {
+        return 0;
+    };
+    s.returns += 1;
+    s.latency_sum_ns += ns;
+    let b = 63 - (ns | 1).leading_zeros() as usize;
+    if b < LATENCY_BUCKETS {
+        s.latency_log2[b] += 1;
+    }
+    0
+}
