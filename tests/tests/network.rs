@@ -438,3 +438,67 @@ fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
         "sent {sent}, received {received}"
     );
 }
+
+#[test]
+fn hop_latency_and_per_packet_journeys() {
+    let dir = TempDir::new("net-journeys");
+    let _host = lab("host");
+    let rec = dir.join("events.vtrace");
+    let o = vtrace(&[
+        "record",
+        "--events",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        "redis-benchmark",
+        "-h",
+        "10.99.11.2",
+        "-t",
+        "set,get",
+        "-d",
+        "1024",
+        "-n",
+        "2000",
+        "-c",
+        "5",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = report_json(&rec);
+    let hops = r["hops"].as_array().unwrap();
+    let edge = |from: &str, to: &str| {
+        hops.iter()
+            .find(|h| h["from"] == from && h["to"] == to)
+            .unwrap_or_else(|| panic!("{from} -> {to} missing: {hops:?}"))
+    };
+    // One packet host -> namespace, hop by hop along the veth pair.
+    let path = [
+        "vtl-host0:queue",
+        "vtl-host0:start_xmit",
+        "vtl-host1:rx",
+        "vtl-host0:xmit",
+    ];
+    let mut total = 0;
+    for w in path.windows(2) {
+        let e = edge(w[0], w[1]);
+        assert!(n(e, "count") > 1000 && n(e, "mean_ns") > 0, "{e}");
+        assert!(n(e, "p50_ns") <= n(e, "p99_ns"), "{e}");
+        total += n(e, "mean_ns");
+    }
+    let rx = edge("vtl-host0:xmit", "vtl-host1:receive");
+    assert!(n(rx, "count") > 1000, "{rx}");
+    eprintln!(
+        "host -> ns, queue to xmit: {total} ns mean; xmit to the peer's receive: {} ns mean",
+        n(rx, "mean_ns")
+    );
+    // Per-packet events: the same skb followed across hops.
+    let j = &r["journeys"];
+    assert!(n(j, "events") > 10_000, "{j}");
+    assert!(n(j, "multi_hop") > 1000, "{j}");
+    let longest = j["longest"].as_array().unwrap();
+    assert!(
+        longest.len() >= 2 && longest.iter().all(|e| e["skb"] == longest[0]["skb"]),
+        "{j}"
+    );
+    assert_eq!(r["overhead"]["net_event_drops"], 0, "no events lost at this load");
+}

@@ -224,6 +224,57 @@ impl Default for DevStats {
     }
 }
 
+/// One step of a packet's journey: from (device, hop) to (device, hop).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HopEdge {
+    /// [`dev_key`] of both ends.
+    pub from_dev: u64,
+    pub to_dev: u64,
+    pub from_hop: u32,
+    pub to_hop: u32,
+}
+
+/// Latency of one [`HopEdge`], per CPU: log2 ns buckets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HopLatency {
+    pub count: u64,
+    pub sum_ns: u64,
+    pub log2: [u64; LATENCY_BUCKETS],
+}
+
+impl Default for HopLatency {
+    fn default() -> Self {
+        HopLatency {
+            count: 0,
+            sum_ns: 0,
+            log2: [0; LATENCY_BUCKETS],
+        }
+    }
+}
+
+/// Where an skb was last seen (for the next hop's latency).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkbMark {
+    pub ts: u64,
+    pub dev: u64,
+    pub hop: u32,
+    pub _pad: u32,
+}
+
+/// A per-packet event (`vtrace record --events`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetEvent {
+    pub ts: u64,
+    pub skb: u64,
+    pub dev: u64,
+    pub len: u32,
+    pub hop: u32,
+}
+
 /// Drop reasons counted (enum skb_drop_reason values below this).
 pub const DROP_REASONS: u32 = 256;
 
@@ -293,6 +344,10 @@ mod pod {
     unsafe impl aya::Pod for super::DevKey {}
     unsafe impl aya::Pod for super::DevStats {}
     unsafe impl aya::Pod for super::UprobeSpec {}
+    unsafe impl aya::Pod for super::HopEdge {}
+    unsafe impl aya::Pod for super::HopLatency {}
+    unsafe impl aya::Pod for super::SkbMark {}
+    unsafe impl aya::Pod for super::NetEvent {}
     unsafe impl aya::Pod for super::UprobeKey {}
     unsafe impl aya::Pod for super::UprobeStats {}
 }

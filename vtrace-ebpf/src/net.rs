@@ -8,10 +8,13 @@
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
     macros::{map, raw_tracepoint, tracepoint},
-    maps::{PerCpuArray, PerCpuHashMap},
+    maps::{LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{RawTracePointContext, TracePointContext},
 };
-use vtrace_common::{DROP_REASONS, DevKey, DevStats, LOG2_BUCKETS, SIZE_BUCKETS, dev_key, hop};
+use vtrace_common::{
+    DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent, SIZE_BUCKETS,
+    SkbMark, dev_key, hop,
+};
 
 use crate::{account, config};
 
@@ -20,6 +23,96 @@ pub static NET_DEVICES: PerCpuHashMap<DevKey, DevStats> = PerCpuHashMap::with_ma
 
 #[map]
 pub static NET_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_REASONS, 0);
+
+/// Latency between consecutive hops of the same skb (by address).
+#[map]
+pub static NET_HOP_LATENCY: PerCpuHashMap<HopEdge, HopLatency> = PerCpuHashMap::with_max_entries(4096, 0);
+
+/// Last hop of each skb in flight; bounded, least recently used evicted.
+#[map]
+pub static SKB_LAST: LruHashMap<u64, SkbMark> = LruHashMap::with_max_entries(65536, 0);
+
+/// Per-packet events (`--events`), and how many found the buffer full.
+#[map]
+pub static NET_EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024 * 1024, 0);
+
+#[map]
+pub static NET_EVENT_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Whether the skb address seen again after `ns` belongs to a new packet.
+#[inline(always)]
+pub fn is_reuse(prev_hop: u32, ns: u64) -> bool {
+    ns >= 1_000_000_000 || (prev_hop == hop::RECEIVE && ns > REUSE_AFTER_RECEIVE_NS)
+}
+
+/// Past this, a packet "received" is taken as delivered, not forwarded.
+pub const REUSE_AFTER_RECEIVE_NS: u64 = 20_000;
+
+/// Records the step from the skb's previous hop to this one, and this hop as its last.
+#[inline(always)]
+fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
+    let now = account::now();
+    if let Some(prev) = unsafe { SKB_LAST.get(&skb) } {
+        let ns = now.saturating_sub(prev.ts);
+        // A received packet delivered locally is freed without an event (TCP
+        // frees its skbs directly), and the address is soon reused by a new
+        // one. Forwarding (a bridge, a router) moves it on within microseconds.
+        if !is_reuse(prev.hop, ns) {
+            let edge = HopEdge {
+                from_dev: prev.dev,
+                to_dev: dev,
+                from_hop: prev.hop,
+                to_hop: hop_id,
+            };
+            let lat = match NET_HOP_LATENCY.get_ptr_mut(&edge) {
+                Some(l) => Some(l),
+                None => {
+                    let _ = NET_HOP_LATENCY.insert(&edge, &HopLatency::default(), 0);
+                    NET_HOP_LATENCY.get_ptr_mut(&edge)
+                }
+            };
+            if let Some(l) = lat {
+                let l = unsafe { &mut *l };
+                l.count += 1;
+                l.sum_ns += ns;
+                // Masked after an opaque read: LLVM would otherwise drop the
+                // mask (it knows ns < 2^30), and the verifier must see the bound.
+                let b = 63 - (ns | 1).leading_zeros() as usize;
+                let b = unsafe { core::ptr::read_volatile(&b) } & (LATENCY_BUCKETS - 1);
+                l.log2[b] += 1;
+            }
+        }
+    }
+    let _ = SKB_LAST.insert(
+        &skb,
+        &SkbMark {
+            ts: now,
+            dev,
+            hop: hop_id,
+            _pad: 0,
+        },
+        0,
+    );
+    if config::get(&config::NET_EVENTS_ON) != 0 {
+        match NET_EVENTS.reserve::<NetEvent>(0) {
+            Some(mut e) => {
+                e.write(NetEvent {
+                    ts: now,
+                    skb,
+                    dev,
+                    len,
+                    hop: hop_id,
+                });
+                e.submit(0);
+            }
+            None => {
+                if let Some(c) = NET_EVENT_DROPS.get_ptr_mut(0) {
+                    unsafe { *c += 1 };
+                }
+            }
+        }
+    }
+}
 
 #[inline(always)]
 fn read<T>(base: u64, offset: u32) -> Option<T> {
@@ -111,6 +204,7 @@ fn count(skb: u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
     if hop_id == hop::RECEIVE {
         account::net_softirq_switch(account::now(), dev_key(netns, ifindex));
     }
+    journey(skb, dev_key(netns, ifindex), hop_id, wire as u32);
     let key = DevKey {
         netns,
         ifindex,
@@ -206,6 +300,24 @@ fn drop_reason(reason: u32) {
 pub fn raw_kfree_skb(ctx: RawTracePointContext) -> i32 {
     let reason: u64 = ctx.arg(2);
     drop_reason(reason as u32);
+    let skb: u64 = ctx.arg(0);
+    let _ = SKB_LAST.remove(&skb);
+    0
+}
+
+/// TP_PROTO(struct sk_buff *skb, void *location): the skb's journey ends; its
+/// address may be reused.
+#[raw_tracepoint(tracepoint = "consume_skb")]
+pub fn raw_consume_skb(ctx: RawTracePointContext) -> i32 {
+    let skb: u64 = ctx.arg(0);
+    let _ = SKB_LAST.remove(&skb);
+    0
+}
+
+#[tracepoint(category = "skb", name = "consume_skb")]
+pub fn tp_consume_skb(ctx: TracePointContext) -> i32 {
+    let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
+    let _ = SKB_LAST.remove(&skb);
     0
 }
 
@@ -239,5 +351,7 @@ skb_tracepoint!(tp_netif_receive_skb, "netif_receive_skb", hop::RECEIVE);
 pub fn tp_kfree_skb(ctx: TracePointContext) -> i32 {
     let reason: u32 = unsafe { ctx.read_at(36) }.unwrap_or(0);
     drop_reason(reason);
+    let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
+    let _ = SKB_LAST.remove(&skb);
     0
 }

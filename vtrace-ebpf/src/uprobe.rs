@@ -127,9 +127,9 @@ pub fn uretprobe_call(ctx: RetProbeContext) -> u32 {
     };
     s.returns += 1;
     s.latency_sum_ns += ns;
+    // Masked after an opaque read so the verifier sees the bound.
     let b = 63 - (ns | 1).leading_zeros() as usize;
-    if b < LATENCY_BUCKETS {
-        s.latency_log2[b] += 1;
-    }
+    let b = unsafe { core::ptr::read_volatile(&b) } & (LATENCY_BUCKETS - 1);
+    s.latency_log2[b] += 1;
     0
 }

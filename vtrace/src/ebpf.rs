@@ -16,6 +16,8 @@ pub fn load(offsets: &KernelOffsets) -> Result<Ebpf> {
     for (name, value) in &globals {
         loader.override_global(name, value, true);
     }
+    // The per-packet event ring costs 64 MiB of kernel memory: only with --events.
+    loader.map_max_entries("NET_EVENTS", if offsets.net_events_on != 0 { 64 << 20 } else { 4096 });
     loader
         .load(OBJECT)
         .map_err(|e| Error::Ebpf(format!("loading the eBPF object: {e}")))

@@ -39,6 +39,9 @@ enum Command {
         /// Count calls of a user-space function: BINARY:SYMBOL, or BINARY:SYMBOL:ret for latency too (repeatable).
         #[arg(long = "uprobe")]
         uprobes: Vec<String>,
+        /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer).
+        #[arg(long)]
+        events: bool,
         /// Select this process and its descendants (repeatable).
         #[arg(long = "pid")]
         pids: Vec<u32>,
@@ -126,6 +129,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             instance,
             platform_file,
             uprobes,
+            events,
             pids,
             comms,
             cgroups,
@@ -146,6 +150,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 output,
                 command,
                 uprobes,
+                events,
             };
             let outcome = record(&opts)?;
             eprintln!(

@@ -46,6 +46,8 @@ pub struct RecordOptions {
     pub command: Vec<String>,
     /// `--uprobe BINARY:SYMBOL[:ret]` specs.
     pub uprobes: Vec<String>,
+    /// Stream every packet at every hop (`--events`).
+    pub events: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -117,11 +119,20 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     use tokio::signal::unix::{SignalKind, signal};
 
     let caps = Capabilities::detect();
-    let offsets = KernelOffsets::resolve(&caps);
+    let offsets = KernelOffsets {
+        net_events_on: opts.events as u32,
+        ..KernelOffsets::resolve(&caps)
+    };
     let mut ebpf = crate::ebpf::load(&offsets)?;
     let mut collector = CpuCollector::new(&mut ebpf)?;
     let net = NetCollector::new(&mut ebpf)?;
     let uprobe_stats = UprobeCollector::new(&mut ebpf)?;
+    let events_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let events_reader = if opts.events {
+        Some(netc::spawn_event_reader(&mut ebpf, events_stop.clone())?)
+    } else {
+        None
+    };
     let stats = bpf_stats::enable();
     let mut notes = Vec::new();
     if let Err(e) = &stats {
@@ -228,6 +239,9 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     }
     let net_end = net.snapshot()?;
     let uprobes_end = uprobe_stats.snapshot()?;
+    let net_event_drops = net.event_drops();
+    events_stop.store(true, std::sync::atomic::Ordering::Release);
+    let events = events_reader.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
     let counters_end = if net_probes {
         netc::device_counters(false)
     } else {
@@ -301,16 +315,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         thread_map_overflows: final_snap.cpus.iter().map(|c| c.thread_map_overflows).sum(),
         state_repairs: final_snap.cpus.iter().map(|c| c.state_repairs).sum(),
         untraced_switches: final_snap.cpus.iter().map(|c| c.untraced_switches).sum(),
+        net_event_drops,
         ..self_usage()
     };
     let drop_names = netc::drop_reason_names(caps.btf.as_ref().ok().map(|b| b.as_ref()));
-    let net_tables = net_rows(
-        &net_end.since(&net_start),
-        &counters_start,
-        &counters_end,
-        &attribution,
-        &drop_names,
-    );
+    let net_delta = net_end.since(&net_start);
+    let net_tables = net_rows(&net_delta, &counters_start, &counters_end, &attribution, &drop_names);
+    let net_latency = latency_rows(&net_delta);
+    let net_events = event_rows(&events, start_mono);
     let (uprobe_rows, uprobe_hists) = uprobe_rows(&uprobes_end, &probes, &threads);
     let rec = Recording {
         meta: Metadata {
@@ -349,6 +361,8 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         net_hops: net_tables.1,
         net_sizes: net_tables.2,
         net_drops: net_tables.3,
+        net_latency,
+        net_events,
         uprobes: uprobe_rows,
         uprobe_hists,
     };
@@ -826,6 +840,60 @@ fn net_rows(
         })
         .collect();
     (dev_rows, hops, sizes, drops)
+}
+
+fn hop_name(h: u32) -> String {
+    vtrace_common::hop::NAMES
+        .get(h as usize)
+        .copied()
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// Upper bound (ns) of the log2 bucket holding quantile `q`.
+fn log2_quantile(hist: &[u64], q: f64) -> u64 {
+    let total: u64 = hist.iter().sum();
+    let target = ((total as f64 * q).ceil() as u64).max(1);
+    let mut seen = 0;
+    for (i, c) in hist.iter().enumerate() {
+        seen += c;
+        if seen >= target {
+            return (1u64 << (i + 1)) - 1;
+        }
+    }
+    0
+}
+
+fn latency_rows(net: &NetSnapshot) -> Vec<recording::NetLatencyRow> {
+    net.latency
+        .iter()
+        .map(|(e, l)| recording::NetLatencyRow {
+            from_netns: (e.from_dev >> 32) as u32,
+            from_ifindex: e.from_dev as u32,
+            from_hop: hop_name(e.from_hop),
+            to_netns: (e.to_dev >> 32) as u32,
+            to_ifindex: e.to_dev as u32,
+            to_hop: hop_name(e.to_hop),
+            count: l.count,
+            sum_ns: l.sum_ns,
+            p50_ns: log2_quantile(&l.log2, 0.5),
+            p99_ns: log2_quantile(&l.log2, 0.99),
+        })
+        .collect()
+}
+
+fn event_rows(events: &[vtrace_common::NetEvent], start_mono: u64) -> Vec<recording::NetEventRow> {
+    events
+        .iter()
+        .map(|e| recording::NetEventRow {
+            ts_ns: e.ts.saturating_sub(start_mono),
+            skb: e.skb,
+            netns: (e.dev >> 32) as u32,
+            ifindex: e.dev as u32,
+            hop: hop_name(e.hop),
+            len: e.len,
+        })
+        .collect()
 }
 
 /// Uprobe rows per (probe, process), attributed like the process's threads.

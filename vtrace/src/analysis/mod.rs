@@ -1,3 +1,4 @@
 //! Figures derived from a recording, independent of how they are shown.
 
 pub mod cpu;
+pub mod net;

@@ -11,7 +11,7 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuArray, PerCpuHashMap},
 };
-use vtrace_common::{DROP_REASONS, DevKey, DevStats};
+use vtrace_common::{DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, NetEvent};
 
 use crate::{Error, Result};
 
@@ -25,6 +25,7 @@ pub struct NetSnapshot {
     /// dev_key -> NET_RX softirq ns.
     pub softirq: BTreeMap<u64, u64>,
     pub drops: Vec<u64>,
+    pub latency: BTreeMap<HopEdge, HopLatency>,
 }
 
 fn add(a: &mut DevStats, b: &DevStats) {
@@ -78,10 +79,27 @@ impl NetSnapshot {
             .zip(base.drops.iter().chain(std::iter::repeat(&0)))
             .map(|(a, b)| a - b.min(a))
             .collect();
+        let latency = self
+            .latency
+            .iter()
+            .map(|(k, v)| {
+                let mut d = *v;
+                if let Some(b) = base.latency.get(k) {
+                    d.count -= b.count.min(d.count);
+                    d.sum_ns -= b.sum_ns.min(d.sum_ns);
+                    for (x, y) in d.log2.iter_mut().zip(b.log2) {
+                        *x -= y.min(*x);
+                    }
+                }
+                (*k, d)
+            })
+            .filter(|(_, v)| v.count > 0)
+            .collect();
         NetSnapshot {
             devices,
             softirq,
             drops,
+            latency,
         }
     }
 }
@@ -90,6 +108,8 @@ pub struct NetCollector {
     devices: PerCpuHashMap<MapData, DevKey, DevStats>,
     softirq: PerCpuHashMap<MapData, u64, u64>,
     drops: PerCpuArray<MapData, u64>,
+    latency: PerCpuHashMap<MapData, HopEdge, HopLatency>,
+    event_drops: PerCpuArray<MapData, u64>,
 }
 
 impl NetCollector {
@@ -102,7 +122,14 @@ impl NetCollector {
             devices: PerCpuHashMap::try_from(take("NET_DEVICES")?).map_err(map_err)?,
             softirq: PerCpuHashMap::try_from(take("NET_SOFTIRQ")?).map_err(map_err)?,
             drops: PerCpuArray::try_from(take("NET_DROPS")?).map_err(map_err)?,
+            latency: PerCpuHashMap::try_from(take("NET_HOP_LATENCY")?).map_err(map_err)?,
+            event_drops: PerCpuArray::try_from(take("NET_EVENT_DROPS")?).map_err(map_err)?,
         })
+    }
+
+    /// Per-packet events that found the ring buffer full.
+    pub fn event_drops(&self) -> u64 {
+        self.event_drops.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
     }
 
     pub fn snapshot(&self) -> Result<NetSnapshot> {
@@ -117,6 +144,17 @@ impl NetCollector {
         for entry in self.softirq.iter() {
             let (k, per_cpu) = entry.map_err(map_err)?;
             *snap.softirq.entry(k).or_default() += per_cpu.iter().sum::<u64>();
+        }
+        for entry in self.latency.iter() {
+            let (k, per_cpu) = entry.map_err(map_err)?;
+            let t = snap.latency.entry(k).or_default();
+            for v in per_cpu.iter() {
+                t.count += v.count;
+                t.sum_ns += v.sum_ns;
+                for (a, b) in t.log2.iter_mut().zip(v.log2) {
+                    *a += b;
+                }
+            }
         }
         for r in 0..DROP_REASONS {
             snap.drops
@@ -278,4 +316,36 @@ pub fn drop_reason_names(btf: Option<&btf_rs::Btf>) -> HashMap<u32, String> {
         }
     }
     names
+}
+
+/// Reads per-packet events on a thread of its own until `stop` is set, so
+/// the ring buffer is drained however busy the recorder's loop is.
+pub fn spawn_event_reader(
+    ebpf: &mut Ebpf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Result<std::thread::JoinHandle<Vec<NetEvent>>> {
+    let map = ebpf
+        .take_map("NET_EVENTS")
+        .ok_or_else(|| Error::Ebpf("map NET_EVENTS missing".into()))?;
+    let mut ring = aya::maps::RingBuf::try_from(map).map_err(map_err)?;
+    Ok(std::thread::spawn(move || {
+        let mut events = Vec::new();
+        loop {
+            let stopping = stop.load(std::sync::atomic::Ordering::Acquire);
+            let mut got = false;
+            while let Some(item) = ring.next() {
+                if item.len() >= std::mem::size_of::<NetEvent>() {
+                    events.push(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const NetEvent) });
+                }
+                got = true;
+            }
+            if stopping {
+                break;
+            }
+            if !got {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        events
+    }))
 }

@@ -28,6 +28,8 @@ pub struct KernelOffsets {
     pub dev_ifindex: u32,
     pub dev_nd_net: u32,
     pub net_ns_inum: u32,
+    /// Not an offset: 1 streams per-packet events (`record --events`).
+    pub net_events_on: u32,
 }
 
 impl KernelOffsets {
@@ -74,8 +76,9 @@ impl KernelOffsets {
     }
 
     /// (global name in vtrace-ebpf/src/config.rs, value)
-    pub fn globals(&self) -> [(&'static str, u32); 20] {
+    pub fn globals(&self) -> [(&'static str, u32); 21] {
         [
+            ("NET_EVENTS_ON", self.net_events_on),
             ("SKB_LEN", self.skb_len),
             ("SKB_DEV", self.skb_dev),
             ("SKB_HEAD", self.skb_head),

@@ -83,6 +83,8 @@ pub fn write(slot: &OutputSlot, rec: &Recording) -> Result<PathBuf> {
     write_table(dir, &rec.net_hops)?;
     write_table(dir, &rec.net_sizes)?;
     write_table(dir, &rec.net_drops)?;
+    write_table(dir, &rec.net_latency)?;
+    write_table(dir, &rec.net_events)?;
     write_table(dir, &rec.uprobes)?;
     write_table(dir, &rec.uprobe_hists)?;
     // meta.json last: its presence marks a complete recording.
@@ -166,6 +168,8 @@ pub fn read(path: &Path) -> Result<Recording> {
         net_hops: read_table(path, &corrupt)?,
         net_sizes: read_table(path, &corrupt)?,
         net_drops: read_table(path, &corrupt)?,
+        net_latency: read_table(path, &corrupt)?,
+        net_events: read_table(path, &corrupt)?,
         uprobes: read_table(path, &corrupt)?,
         uprobe_hists: read_table(path, &corrupt)?,
     })

@@ -160,6 +160,37 @@ table! {
 }
 
 table! {
+    /// Latency from one hop to the next of the same packet (skb), in-kernel
+    /// log2 histograms summarised: p50/p99 are bucket upper bounds.
+    NetLatencyRow = "net_latency" {
+        from_netns: u32,
+        from_ifindex: u32,
+        from_hop: String,
+        to_netns: u32,
+        to_ifindex: u32,
+        to_hop: String,
+        count: u64,
+        sum_ns: u64,
+        p50_ns: u64,
+        p99_ns: u64,
+    }
+}
+
+table! {
+    /// Per-packet events (`record --events`): every hop of every packet.
+    NetEventRow = "net_events" {
+        /// ns since the recording started.
+        ts_ns: u64,
+        /// Kernel address of the skb: the same value across hops is the same packet.
+        skb: u64,
+        netns: u32,
+        ifindex: u32,
+        hop: String,
+        len: u32,
+    }
+}
+
+table! {
     /// Packets freed as dropped, per kernel drop reason.
     NetDropRow = "net_drops" {
         reason: String,
@@ -241,6 +272,8 @@ pub struct Overhead {
     pub state_repairs: u64,
     /// Context switches no sched_switch event reported (detected at the next one).
     pub untraced_switches: u64,
+    /// Per-packet events lost because the ring buffer was full (`--events`).
+    pub net_event_drops: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -279,6 +312,8 @@ pub struct Recording {
     pub net_hops: Vec<NetHopRow>,
     pub net_sizes: Vec<NetSizeRow>,
     pub net_drops: Vec<NetDropRow>,
+    pub net_latency: Vec<NetLatencyRow>,
+    pub net_events: Vec<NetEventRow>,
     pub uprobes: Vec<UprobeRow>,
     pub uprobe_hists: Vec<UprobeHistRow>,
 }

@@ -102,6 +102,24 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
                    "latency_sum_ns": u.latency_sum_ns, "latency_hist": hist("latency")})
         })
         .collect();
+    let dev_name = |netns: u32, ifindex: u32| {
+        rec.net_devices
+            .iter()
+            .find(|d| d.netns == netns && d.ifindex == ifindex)
+            .map(|d| d.name.clone())
+            .unwrap_or_else(|| format!("if{ifindex}"))
+    };
+    let hops: Vec<Value> = rec
+        .net_latency
+        .iter()
+        .map(|l| {
+            json!({
+                "from": format!("{}:{}", dev_name(l.from_netns, l.from_ifindex), l.from_hop),
+                "to": format!("{}:{}", dev_name(l.to_netns, l.to_ifindex), l.to_hop),
+                "count": l.count, "mean_ns": l.sum_ns / l.count.max(1), "p50_ns": l.p50_ns, "p99_ns": l.p99_ns,
+            })
+        })
+        .collect();
     let o = &rec.meta.overhead;
     json!({
         "schema_version": rec.meta.schema_version,
@@ -121,6 +139,8 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         "device_counters": counters,
         "drops": drops,
         "uprobes": uprobes,
+        "hops": hops,
+        "journeys": crate::analysis::net::journeys(rec),
         "probes": probes,
         "overhead": {
             "bpf_run_time_ns": o.bpf_run_time_ns,
@@ -132,6 +152,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
             "thread_map_overflows": o.thread_map_overflows,
             "state_repairs": o.state_repairs,
             "untraced_switches": o.untraced_switches,
+            "net_event_drops": o.net_event_drops,
             "programs": programs,
         },
         "notes": rec.meta.notes,

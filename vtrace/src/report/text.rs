@@ -309,6 +309,32 @@ fn network(o: &mut String, rec: &Recording) {
             softirq
         );
     }
+    if !rec.net_latency.is_empty() {
+        let name = |netns: u32, ifindex: u32| {
+            rec.net_devices
+                .iter()
+                .find(|d| d.netns == netns && d.ifindex == ifindex)
+                .map(|d| d.name.clone())
+                .unwrap_or_else(|| format!("if{ifindex}"))
+        };
+        let _ = writeln!(
+            o,
+            "\n  Hop latency (same skb, consecutive hops)\n  {:<32}{:<32}{:>10}{:>10}{:>10}{:>10}",
+            "from", "to", "packets", "mean(us)", "p50(us)", "p99(us)"
+        );
+        for l in &rec.net_latency {
+            let _ = writeln!(
+                o,
+                "  {:<32}{:<32}{:>10}{:>10.2}{:>10.2}{:>10.2}",
+                format!("{}:{}", name(l.from_netns, l.from_ifindex), l.from_hop),
+                format!("{}:{}", name(l.to_netns, l.to_ifindex), l.to_hop),
+                l.count,
+                l.sum_ns as f64 / l.count.max(1) as f64 / 1e3,
+                l.p50_ns as f64 / 1e3,
+                l.p99_ns as f64 / 1e3
+            );
+        }
+    }
     if !rec.net_drops.is_empty() {
         let drops: Vec<String> = rec
             .net_drops

@@ -74,6 +74,7 @@ pub fn run(output: PathBuf, requests: u32) -> Result<RecordOutcome> {
         instance: None,
         platform_file: None,
         uprobes: vec![],
+        events: false,
         pids: vec![redis],
         comms: vec![],
         cgroups: vec![],
