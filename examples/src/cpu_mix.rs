@@ -57,12 +57,17 @@ fn main() {
     let worker = |name: &'static str, work: Box<dyn FnOnce(Instant) -> u64 + Send>| {
         let release = release.clone();
         let done_tx = done_tx.clone();
-        thread::spawn(move || {
-            set_name(name);
-            let units = work(Instant::now() + run_for);
-            done_tx.send((name, gettid(), units)).unwrap();
-            release.wait();
-        })
+        // A small stack: glibc madvise()s a finished thread's unused stack,
+        // whose TLB shootdown IPIs would be CPU time after the ground truth was read.
+        thread::Builder::new()
+            .stack_size(128 * 1024)
+            .spawn(move || {
+                set_name(name);
+                let units = work(Instant::now() + run_for);
+                done_tx.send((name, gettid(), units)).unwrap();
+                release.wait();
+            })
+            .expect("spawn worker")
     };
 
     let handles = vec![
@@ -150,9 +155,10 @@ fn main() {
         Some(path) => std::fs::write(path, json).expect("write --out"),
         None => println!("{json}"),
     }
-    // Exit the whole process with the workers still parked: each then leaves
-    // through the group exit (no stack unmapping of its own, no TLB-shootdown
-    // IPIs to wait for), so nearly no CPU time follows its ground-truth reading.
-    drop(handles);
-    std::process::exit(0);
+    // Let the workers finish (cheaply: small stacks) while this thread keeps
+    // the address space, whose teardown then falls to it, not to a worker.
+    release.wait();
+    for h in handles {
+        h.join().unwrap();
+    }
 }

@@ -41,7 +41,7 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str) {
             "--",
             mix.to_str().unwrap(),
             "--seconds",
-            "3",
+            "4",
             "--out",
             truth_path.to_str().unwrap(),
         ],
