@@ -16,6 +16,7 @@ mod kvm;
 mod net;
 mod sched;
 mod syscalls;
+mod tun;
 mod uprobe;
 
 #[cfg(not(test))]

@@ -949,7 +949,14 @@ fn uprobe_rows(
     (rows, hists)
 }
 
-/// `vtrace probes`: the catalog judged against this kernel.
+/// `vtrace probes`: the catalog judged against this kernel (with privilege,
+/// also whether fentry programs load).
 pub fn probe_plan() -> Vec<ProbeStatus> {
-    probes::plan(&Capabilities::detect(), CATALOG)
+    let mut caps = Capabilities::detect();
+    if crate::privileges::check().is_ok()
+        && let Ok(mut ebpf) = crate::ebpf::load(&KernelOffsets::resolve(&caps))
+    {
+        caps.try_fentry(&mut ebpf);
+    }
+    probes::plan(&caps, CATALOG)
 }

@@ -28,6 +28,8 @@ pub struct Capabilities {
     pub uprobe_pmu: bool,
     /// Functions kprobes can attach to (available_filter_functions), if readable.
     kprobe_functions: Option<HashSet<String>>,
+    /// Whether this kernel loads fentry programs, once tried (see `try_fentry`).
+    pub fentry: Option<Result<(), String>>,
 }
 
 impl Capabilities {
@@ -60,7 +62,30 @@ impl Capabilities {
             kprobe_pmu: Path::new("/sys/bus/event_source/devices/kprobe/type").exists(),
             uprobe_pmu: Path::new("/sys/bus/event_source/devices/uprobe/type").exists(),
             kprobe_functions,
+            fentry: None,
         }
+    }
+
+    /// Finds out whether fentry programs load here by loading one of ours.
+    pub fn try_fentry(&mut self, ebpf: &mut aya::Ebpf) {
+        const PROGRAM: &str = "fentry_tun_net_xmit";
+        let result = (|| -> Result<(), String> {
+            let btf = aya::Btf::from_sys_fs().map_err(|e| e.to_string())?;
+            let p: &mut aya::programs::FEntry = ebpf
+                .program_mut(PROGRAM)
+                .ok_or("no fentry program")?
+                .try_into()
+                .map_err(|e: aya::programs::ProgramError| e.to_string())?;
+            p.load("tun_net_xmit", &btf).map_err(|e| {
+                let s = format!("{e:#}");
+                if s.contains("Permission denied") || s.contains("os error 1)") {
+                    "the kernel refuses fentry programs (EPERM)".to_string()
+                } else {
+                    s.replace('\n', " ")
+                }
+            })
+        })();
+        self.fentry = Some(result);
     }
 
     fn btf_has(&self, name: &str) -> Result<(), String> {
@@ -79,7 +104,12 @@ impl Capabilities {
             return Err(format!("disabled by {SKIP_METHODS_ENV}"));
         }
         match *strategy {
-            Strategy::FEntry { function, .. } => self.btf_has(function),
+            Strategy::FEntry { function, .. } => {
+                if let Some(Err(why)) = &self.fentry {
+                    return Err(why.clone());
+                }
+                self.btf_has(function)
+            }
             Strategy::KProbe { function, .. } => {
                 if !self.kprobe_pmu {
                     return Err("kprobes unavailable: no kprobe PMU (kernel built without CONFIG_KPROBES)".into());

@@ -161,6 +161,27 @@ macro_rules! uprobe_probe {
     };
 }
 
+/// A kernel function probed by fentry, else kprobe.
+macro_rules! kfunc_probe {
+    ($id:literal, $layer:expr, $what:literal, $function:literal, $fentry:literal, $kprobe:literal) => {
+        ProbeSpec {
+            id: $id,
+            layer: $layer,
+            what: $what,
+            strategies: &[
+                Strategy::FEntry {
+                    program: $fentry,
+                    function: $function,
+                },
+                Strategy::KProbe {
+                    program: $kprobe,
+                    function: $function,
+                },
+            ],
+        }
+    };
+}
+
 /// Every probe point, in attach order. Probes of the CPU attribution engine
 /// come first, and each `*_exit` precedes its `*_entry`: attaching a probe
 /// patches kernel text with IPIs, so an entry attached before its exit would
@@ -287,6 +308,76 @@ pub const CATALOG: &[ProbeSpec] = &[
         Layer::Net,
         "packet dropped, with the kernel's drop reason",
         "skb"
+    ),
+    tracepoint_probe!(
+        "consume_skb",
+        Layer::Net,
+        "packet freed after use: ends its journey",
+        "skb"
+    ),
+    kfunc_probe!(
+        "tun:tun_get_user",
+        Layer::Tun,
+        "packet written to a tap by its user (VMM tx); else the tap's rx hop",
+        "tun_get_user",
+        "fentry_tun_get_user",
+        "kprobe_tun_get_user"
+    ),
+    kfunc_probe!(
+        "tun:tun_sendmsg",
+        Layer::Tun,
+        "packet sent into a tap by vhost-net",
+        "tun_sendmsg",
+        "fentry_tun_sendmsg",
+        "kprobe_tun_sendmsg"
+    ),
+    kfunc_probe!(
+        "tun:tun_recvmsg",
+        Layer::Tun,
+        "packet taken from a tap by vhost-net",
+        "tun_recvmsg",
+        "fentry_tun_recvmsg",
+        "kprobe_tun_recvmsg"
+    ),
+    kfunc_probe!(
+        "tun:tun_net_xmit",
+        Layer::Tun,
+        "packet queued to a tap for its user; else the tap's xmit hop",
+        "tun_net_xmit",
+        "fentry_tun_net_xmit",
+        "kprobe_tun_net_xmit"
+    ),
+    kfunc_probe!(
+        "vhost:handle_tx",
+        Layer::Vhost,
+        "vhost-net worker transmits guest packets",
+        "handle_tx",
+        "fentry_handle_tx",
+        "kprobe_handle_tx"
+    ),
+    kfunc_probe!(
+        "vhost:handle_rx",
+        Layer::Vhost,
+        "vhost-net worker delivers packets to the guest",
+        "handle_rx",
+        "fentry_handle_rx",
+        "kprobe_handle_rx"
+    ),
+    kfunc_probe!(
+        "vhost:handle_tx_kick",
+        Layer::Vhost,
+        "guest kicked the vhost-net tx queue",
+        "handle_tx_kick",
+        "fentry_handle_tx_kick",
+        "kprobe_handle_tx_kick"
+    ),
+    kfunc_probe!(
+        "vhost:handle_rx_kick",
+        Layer::Vhost,
+        "guest kicked the vhost-net rx queue",
+        "handle_rx_kick",
+        "fentry_handle_rx_kick",
+        "kprobe_handle_rx_kick"
     ),
     uprobe_probe!(
         "lwip:lwip_send",
