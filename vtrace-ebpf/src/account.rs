@@ -208,21 +208,24 @@ fn match_scheduler(st: &mut CpuState, sched_ns: u64) -> i64 {
         st.acc[state::SYSTEM] += more;
         more as i64
     } else {
+        // Too much was charged: after an unreported switch the slice also
+        // holds another thread's time, interrupts included. Take it back from
+        // system and user first, then from the other states.
         let mut less = seen - sched_ns;
-        let from_system = if less < st.acc[state::SYSTEM] {
-            less
-        } else {
-            st.acc[state::SYSTEM]
-        };
-        st.acc[state::SYSTEM] -= from_system;
-        less -= from_system;
-        let from_user = if less < st.acc[state::USER] {
-            less
-        } else {
-            st.acc[state::USER]
-        };
-        st.acc[state::USER] -= from_user;
-        -((from_system + from_user) as i64)
+        let taken_total = less;
+        for slot in [
+            state::SYSTEM,
+            state::USER,
+            state::SOFTIRQ,
+            state::HARDIRQ,
+            state::GUEST,
+            state::IDLE,
+        ] {
+            let take = if less < st.acc[slot] { less } else { st.acc[slot] };
+            st.acc[slot] -= take;
+            less -= take;
+        }
+        -((taken_total - less) as i64)
     }
 }
 

@@ -97,7 +97,12 @@ impl CpuCollector {
         for st in per_cpu.iter() {
             let mut st = *st;
             charge_pending(&mut st, now_ns);
-            if st.initialized != 0 {
+            // A thread that exited is not running, whatever the CPU's state
+            // says (its switch-out can go unreported on some kernels): its
+            // totals are final, and the CPU's pending time is not its.
+            let exited = live.get(&st.tid).is_some_and(|t| t.flags & thread_flag::EXITED != 0)
+                || self.retired.iter().any(|(tid, _)| *tid == st.tid);
+            if st.initialized != 0 && !exited {
                 let t = live.entry(st.tid).or_default();
                 for s in 0..state::REPORTED {
                     t.ns[s] += st.acc[s];
