@@ -47,10 +47,15 @@ fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
 
 /// Run count and run time of each attached program.
 pub fn read(ebpf: &Ebpf, probes: &[ProbeStatus]) -> Vec<ProgramRow> {
+    // A program attached at several points (the shared uprobe programs) is listed once.
+    let mut seen = std::collections::HashSet::new();
     probes
         .iter()
         .filter_map(|p| {
             let name = p.program.as_deref()?;
+            if !seen.insert(name) {
+                return None;
+            }
             let program = ebpf.program(name)?;
             let info = program.info().ok()?;
             let misses = program.fd().map(|fd| recursion_misses(fd.as_fd())).unwrap_or(0);
