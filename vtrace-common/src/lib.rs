@@ -175,6 +175,19 @@ pub mod hop {
 pub const SIZE_BUCKETS: [u64; 10] = [64, 128, 256, 512, 1024, 1500, 4096, 8192, 16384, 65536];
 pub const LOG2_BUCKETS: usize = 20;
 
+/// Index of `len`'s bucket in a [`SIZE_BUCKETS`] histogram (the last for larger sizes).
+#[inline(always)]
+pub fn size_bucket(len: u64) -> usize {
+    let mut i = 0;
+    while i < SIZE_BUCKETS.len() {
+        if len <= SIZE_BUCKETS[i] {
+            return i;
+        }
+        i += 1;
+    }
+    SIZE_BUCKETS.len()
+}
+
 /// A network device in one namespace at one hop.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]

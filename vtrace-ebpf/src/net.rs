@@ -12,8 +12,8 @@ use aya_ebpf::{
     programs::{RawTracePointContext, TracePointContext},
 };
 use vtrace_common::{
-    DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent, SIZE_BUCKETS,
-    SkbMark, dev_key, hop,
+    DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent, SkbMark, dev_key,
+    hop, size_bucket,
 };
 
 use crate::{account, config};
@@ -133,18 +133,6 @@ fn device_id(dev: u64) -> Option<(u32, u32)> {
         read(net, config::get(&config::NET_NS_INUM)).unwrap_or(0)
     };
     Some((netns, ifindex))
-}
-
-#[inline(always)]
-fn size_bucket(len: u64) -> usize {
-    let mut i = 0;
-    while i < SIZE_BUCKETS.len() {
-        if len <= SIZE_BUCKETS[i] {
-            return i;
-        }
-        i += 1;
-    }
-    SIZE_BUCKETS.len()
 }
 
 #[inline(always)]

@@ -11,7 +11,7 @@ use aya_ebpf::{
     maps::{Array, LruHashMap, PerCpuHashMap},
     programs::{ProbeContext, RetProbeContext},
 };
-use vtrace_common::{LATENCY_BUCKETS, MAX_UPROBES, SIZE_BUCKETS, UprobeKey, UprobeSpec, UprobeStats, uprobe_size};
+use vtrace_common::{LATENCY_BUCKETS, MAX_UPROBES, UprobeKey, UprobeSpec, UprobeStats, size_bucket, uprobe_size};
 
 use crate::account;
 
@@ -32,18 +32,6 @@ fn stats(key: &UprobeKey) -> Option<&'static mut UprobeStats> {
     }
     let _ = UPROBE_STATS.insert(key, &UprobeStats::default(), 0);
     UPROBE_STATS.get_ptr_mut(key).map(|s| unsafe { &mut *s })
-}
-
-#[inline(always)]
-fn size_bucket(len: u64) -> usize {
-    let mut i = 0;
-    while i < SIZE_BUCKETS.len() {
-        if len <= SIZE_BUCKETS[i] {
-            return i;
-        }
-        i += 1;
-    }
-    SIZE_BUCKETS.len()
 }
 
 /// Argument `n` (0-3) of the probed call (x86-64 System V: rdi, rsi, rdx,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::recording::{Recording, ThreadRow};
+use crate::recording::{CpuRow, Recording, ThreadRow};
 
 /// Nanoseconds per state. `busy_ns` excludes idle.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -29,6 +29,16 @@ impl StateTimes {
         self.hardirq_ns += o.hardirq_ns;
         self.guest_ns += o.guest_ns;
         self.idle_ns += o.idle_ns;
+    }
+    pub fn of_cpu(c: &CpuRow) -> Self {
+        StateTimes {
+            user_ns: c.user_ns,
+            system_ns: c.system_ns,
+            softirq_ns: c.softirq_ns,
+            hardirq_ns: c.hardirq_ns,
+            guest_ns: c.guest_ns,
+            idle_ns: c.idle_ns,
+        }
     }
     pub fn of_thread(t: &ThreadRow) -> Self {
         StateTimes {
@@ -92,14 +102,7 @@ impl CpuBreakdown {
     pub fn of(rec: &Recording) -> Self {
         let mut total = StateTimes::default();
         for c in &rec.cpus {
-            total.add(&StateTimes {
-                user_ns: c.user_ns,
-                system_ns: c.system_ns,
-                softirq_ns: c.softirq_ns,
-                hardirq_ns: c.hardirq_ns,
-                guest_ns: c.guest_ns,
-                idle_ns: c.idle_ns,
-            });
+            total.add(&StateTimes::of_cpu(c));
         }
         let mut roles: BTreeMap<(String, String), Group> = BTreeMap::new();
         let mut procs: BTreeMap<u32, Group> = BTreeMap::new();

@@ -161,14 +161,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
 
     let _ = writeln!(o, "\nPer CPU\n  {:>4}{STATE_HEADER}    idle(s)", "cpu");
     for c in &rec.cpus {
-        let st = StateTimes {
-            user_ns: c.user_ns,
-            system_ns: c.system_ns,
-            softirq_ns: c.softirq_ns,
-            hardirq_ns: c.hardirq_ns,
-            guest_ns: c.guest_ns,
-            idle_ns: c.idle_ns,
-        };
+        let st = StateTimes::of_cpu(c);
         let _ = writeln!(
             o,
             "  {:>4}{}{:>11}",
