@@ -45,6 +45,8 @@ globals! {
     DEV_ND_NET,
     /// struct net: `ns.inum`.
     NET_NS_INUM,
+    /// struct napi_struct: `dev`.
+    NAPI_DEV,
     /// 1: stream every packet at every hop to NET_EVENTS (`record --events`).
     NET_EVENTS_ON,
 }

@@ -21,6 +21,10 @@ use crate::{account, config};
 #[map]
 pub static NET_DEVICES: PerCpuHashMap<DevKey, DevStats> = PerCpuHashMap::with_max_entries(4096, 0);
 
+/// NAPI polls per device: [polls, packets processed, polls that used their whole budget].
+#[map]
+pub static NAPI_POLLS: PerCpuHashMap<u64, [u64; 3]> = PerCpuHashMap::with_max_entries(1024, 0);
+
 #[map]
 pub static NET_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_REASONS, 0);
 
@@ -268,6 +272,36 @@ pub fn raw_netif_receive_skb(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "napi_gro_receive_entry")]
 pub fn raw_napi_gro_receive_entry(ctx: RawTracePointContext) -> i32 {
     count(ctx.arg(0), 0, hop::GRO, 0, None);
+    0
+}
+
+/// TP_PROTO(struct napi_struct *napi, int work, int budget)
+#[raw_tracepoint(tracepoint = "napi_poll")]
+pub fn raw_napi_poll(ctx: RawTracePointContext) -> i32 {
+    let napi: u64 = ctx.arg(0);
+    let work: u64 = ctx.arg(1);
+    let budget: u64 = ctx.arg(2);
+    let dev: u64 = if napi == 0 {
+        0
+    } else {
+        read(napi, config::get(&config::NAPI_DEV)).unwrap_or(0)
+    };
+    let Some((netns, ifindex)) = device_id(dev) else {
+        return 0;
+    };
+    let key = dev_key(netns, ifindex);
+    let full = (work as i32 >= budget as i32) as u64;
+    match NAPI_POLLS.get_ptr_mut(&key) {
+        Some(v) => {
+            let v = unsafe { &mut *v };
+            v[0] += 1;
+            v[1] += work as u32 as u64;
+            v[2] += full;
+        }
+        None => {
+            let _ = NAPI_POLLS.insert(&key, &[1, work as u32 as u64, full], 0);
+        }
+    }
     0
 }
 

@@ -752,6 +752,7 @@ fn net_rows(
     devices.extend(
         net.softirq
             .keys()
+            .chain(net.napi.keys())
             .filter(|&&k| k != 0)
             .map(|&k| ((k >> 32) as u32, k as u32)),
     );
@@ -763,6 +764,11 @@ fn net_rows(
             (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
             _ => 0,
         };
+        let napi = net
+            .napi
+            .get(&vtrace_common::dev_key(netns, ifindex))
+            .copied()
+            .unwrap_or_default();
         let (platform, instance, role) = owner
             .get(&(netns, ifindex))
             .cloned()
@@ -780,6 +786,9 @@ fn net_rows(
                 .get(&vtrace_common::dev_key(netns, ifindex))
                 .copied()
                 .unwrap_or(0),
+            napi_polls: napi[0],
+            napi_packets: napi[1],
+            napi_budget_exhausted: napi[2],
             counter_rx_packets: delta(|c| c.rx_packets),
             counter_rx_bytes: delta(|c| c.rx_bytes),
             counter_tx_packets: delta(|c| c.tx_packets),

@@ -26,6 +26,8 @@ pub struct NetSnapshot {
     pub softirq: BTreeMap<u64, u64>,
     pub drops: Vec<u64>,
     pub latency: BTreeMap<HopEdge, HopLatency>,
+    /// dev_key -> [polls, packets, polls that used their whole budget].
+    pub napi: BTreeMap<u64, [u64; 3]>,
 }
 
 fn add(a: &mut DevStats, b: &DevStats) {
@@ -95,11 +97,28 @@ impl NetSnapshot {
             })
             .filter(|(_, v)| v.count > 0)
             .collect();
+        let napi = self
+            .napi
+            .iter()
+            .map(|(k, v)| {
+                let b = base.napi.get(k).copied().unwrap_or_default();
+                (
+                    *k,
+                    [
+                        v[0].saturating_sub(b[0]),
+                        v[1].saturating_sub(b[1]),
+                        v[2].saturating_sub(b[2]),
+                    ],
+                )
+            })
+            .filter(|(_, v)| v[0] > 0)
+            .collect();
         NetSnapshot {
             devices,
             softirq,
             drops,
             latency,
+            napi,
         }
     }
 }
@@ -109,6 +128,7 @@ pub struct NetCollector {
     softirq: PerCpuHashMap<MapData, u64, u64>,
     drops: PerCpuArray<MapData, u64>,
     latency: PerCpuHashMap<MapData, HopEdge, HopLatency>,
+    napi: PerCpuHashMap<MapData, u64, [u64; 3]>,
     event_drops: PerCpuArray<MapData, u64>,
 }
 
@@ -123,6 +143,7 @@ impl NetCollector {
             softirq: PerCpuHashMap::try_from(take("NET_SOFTIRQ")?).map_err(map_err)?,
             drops: PerCpuArray::try_from(take("NET_DROPS")?).map_err(map_err)?,
             latency: PerCpuHashMap::try_from(take("NET_HOP_LATENCY")?).map_err(map_err)?,
+            napi: PerCpuHashMap::try_from(take("NAPI_POLLS")?).map_err(map_err)?,
             event_drops: PerCpuArray::try_from(take("NET_EVENT_DROPS")?).map_err(map_err)?,
         })
     }
@@ -152,6 +173,15 @@ impl NetCollector {
                 t.count += v.count;
                 t.sum_ns += v.sum_ns;
                 for (a, b) in t.log2.iter_mut().zip(v.log2) {
+                    *a += b;
+                }
+            }
+        }
+        for entry in self.napi.iter() {
+            let (k, per_cpu) = entry.map_err(map_err)?;
+            let t = snap.napi.entry(k).or_default();
+            for v in per_cpu.iter() {
+                for (a, b) in t.iter_mut().zip(v) {
                     *a += b;
                 }
             }

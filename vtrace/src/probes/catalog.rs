@@ -309,6 +309,15 @@ pub const CATALOG: &[ProbeSpec] = &[
         "packet dropped, with the kernel's drop reason",
         "skb"
     ),
+    ProbeSpec {
+        id: "napi_poll",
+        layer: Layer::Net,
+        what: "NAPI poll of a device: packets per poll, budget exhaustion",
+        strategies: &[Strategy::RawTracepoint {
+            program: "raw_napi_poll",
+            tracepoint: "napi_poll",
+        }],
+    },
     tracepoint_probe!(
         "consume_skb",
         Layer::Net,

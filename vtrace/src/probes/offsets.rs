@@ -28,6 +28,7 @@ pub struct KernelOffsets {
     pub dev_ifindex: u32,
     pub dev_nd_net: u32,
     pub net_ns_inum: u32,
+    pub napi_dev: u32,
     /// Not an offset: 1 streams per-packet events (`record --events`).
     pub net_events_on: u32,
 }
@@ -61,6 +62,7 @@ impl KernelOffsets {
             o.dev_ifindex = m("net_device", "ifindex");
             o.dev_nd_net = m("net_device", "nd_net");
             o.net_ns_inum = m("net", "ns") + m("ns_common", "inum");
+            o.napi_dev = m("napi_struct", "dev");
         }
         if let Ok(tracefs) = &caps.tracefs {
             let f = |cat: &str, ev: &str, field: &str| {
@@ -76,8 +78,9 @@ impl KernelOffsets {
     }
 
     /// (global name in vtrace-ebpf/src/config.rs, value)
-    pub fn globals(&self) -> [(&'static str, u32); 21] {
+    pub fn globals(&self) -> [(&'static str, u32); 22] {
         [
+            ("NAPI_DEV", self.napi_dev),
             ("NET_EVENTS_ON", self.net_events_on),
             ("SKB_LEN", self.skb_len),
             ("SKB_DEV", self.skb_dev),

@@ -120,6 +120,10 @@ table! {
         role: String,
         /// NET_RX softirq time spent on this device's received packets.
         softirq_ns: u64,
+        /// NAPI polls of the device, packets they processed, and polls that used their whole budget.
+        napi_polls: u64,
+        napi_packets: u64,
+        napi_budget_exhausted: u64,
         counter_rx_packets: u64,
         counter_rx_bytes: u64,
         counter_tx_packets: u64,

@@ -77,6 +77,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         .map(|d| {
             json!({"name": d.name, "ifindex": d.ifindex, "netns": d.netns, "kind": d.kind, "platform": d.platform,
                    "instance": d.instance, "role": d.role, "softirq_ns": d.softirq_ns,
+                   "napi_polls": d.napi_polls, "napi_packets": d.napi_packets, "napi_budget_exhausted": d.napi_budget_exhausted,
                    "rx_packets": d.counter_rx_packets, "rx_bytes": d.counter_rx_bytes,
                    "tx_packets": d.counter_tx_packets, "tx_bytes": d.counter_tx_bytes})
         })
