@@ -26,7 +26,7 @@ fn machine_state() -> Vec<String> {
             .lines()
             .map(|l| format!("mount {l}")),
     );
-    for dir in ["/run/runc", "/run/crun", "/run/runsc"] {
+    for dir in ["/run/runc", "/run/crun", "/run/runsc", "/run/vtrace-lab"] {
         if let Ok(d) = std::fs::read_dir(dir) {
             lines.extend(d.flatten().map(|e| format!("state {}", e.path().display())));
         }

@@ -58,9 +58,10 @@ pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     ledger.add(Resource::Processes {
         pattern: exec.display().to_string(),
     })?;
-    let log =
-        fs::File::create(Path::new(LEDGER_DIR).join("dockerd.log")).map_err(crate::error::io("create dockerd.log"))?;
-    let pidfile = Path::new(LEDGER_DIR).join("dockerd.pid");
+    // Log and pid file live in the data root, which `down` removes.
+    fs::create_dir_all(&data).map_err(crate::error::io(format!("create {}", data.display())))?;
+    let log = fs::File::create(data.join("dockerd.log")).map_err(crate::error::io("create dockerd.log"))?;
+    let pidfile = data.join("dockerd.pid");
     let host = socket();
     let child = Command::new("dockerd")
         .args([
@@ -92,7 +93,7 @@ pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
         if start.elapsed() > Duration::from_secs(30) {
             return Err(Error::Io {
                 context: "dockerd".into(),
-                source: std::io::Error::other("not ready within 30 s (see /run/vtrace-lab/dockerd.log)"),
+                source: std::io::Error::other("not ready within 30 s (see /var/lib/vtrace-lab/docker/dockerd.log)"),
             });
         }
         std::thread::sleep(Duration::from_millis(200));

@@ -380,6 +380,7 @@ pub fn down(name: &str) -> Result<()> {
         }
     }
     let _ = fs::remove_file(Ledger::path(name));
+    let _ = fs::remove_dir(LEDGER_DIR); // only when no other platform's ledger is left
     let left = leftovers(&ledger);
     if left.is_empty() {
         Ok(())
