@@ -22,8 +22,15 @@ fn lab(platform: &'static str) -> LabGuard {
 }
 
 fn record(dir: &TempDir, name: &str, cmd: &[&str]) -> Value {
+    record_with(dir, name, &[], cmd)
+}
+
+/// `vtrace record FLAGS -o DIR/NAME -- CMD`, then its JSON report.
+fn record_with(dir: &TempDir, name: &str, flags: &[&str], cmd: &[&str]) -> Value {
     let rec = dir.join(name);
-    let mut args = vec!["record", "-o", rec.to_str().unwrap(), "--"];
+    let mut args = vec!["record"];
+    args.extend_from_slice(flags);
+    args.extend_from_slice(&["-o", rec.to_str().unwrap(), "--"]);
     args.extend_from_slice(cmd);
     let o = vtrace(&args);
     assert!(o.status.success(), "record {cmd:?}: {}", stderr(&o));
@@ -298,29 +305,25 @@ fn uprobe<'a>(r: &'a Value, probe: &str) -> Vec<&'a Value> {
 fn lwip_stack_functions_are_seen_with_their_sizes() {
     let dir = TempDir::new("uprobe-lwip");
     let _lwip = lab("lwip");
-    let rec = dir.join("lwip.vtrace");
-    let o = vtrace(&[
-        "record",
-        "--platform",
-        "lwip",
-        "-o",
-        rec.to_str().unwrap(),
-        "--",
-        "redis-benchmark",
-        "-h",
-        "10.99.18.2",
-        "-t",
-        "set,get",
-        "-d",
-        "16384",
-        "-n",
-        "500",
-        "-c",
-        "5",
-        "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let r = report_json(&rec);
+    let r = record_with(
+        &dir,
+        "lwip.vtrace",
+        &["--platform", "lwip"],
+        &[
+            "redis-benchmark",
+            "-h",
+            "10.99.18.2",
+            "-t",
+            "set,get",
+            "-d",
+            "16384",
+            "-n",
+            "500",
+            "-c",
+            "5",
+            "-q",
+        ],
+    );
     // The application writes 16 KB values; the stack sends them as frames within its MTU.
     let write = uprobe(&r, "lwip:tcp_write");
     assert_eq!(write.len(), 1, "{}", r["uprobes"]);
@@ -347,19 +350,12 @@ fn lwip_stack_functions_are_seen_with_their_sizes() {
 #[test]
 fn a_user_uprobe_with_return_measures_latency() {
     let dir = TempDir::new("uprobe-ret");
-    let rec = dir.join("sleep.vtrace");
-    let o = vtrace(&[
-        "record",
-        "--uprobe",
-        "libc.so.6:clock_nanosleep:ret",
-        "-o",
-        rec.to_str().unwrap(),
-        "--",
-        "sleep",
-        "0.3",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let r = report_json(&rec);
+    let r = record_with(
+        &dir,
+        "sleep.vtrace",
+        &["--uprobe", "libc.so.6:clock_nanosleep:ret"],
+        &["sleep", "0.3"],
+    );
     let calls = uprobe(&r, "uprobe:libc.so.6:clock_nanosleep");
     let rets = uprobe(&r, "uretprobe:libc.so.6:clock_nanosleep");
     let call = calls
@@ -383,29 +379,25 @@ fn a_user_uprobe_with_return_measures_latency() {
 fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
     let dir = TempDir::new("qemu-path");
     let _vm = lab("linuxvm");
-    let rec = dir.join("vm.vtrace");
-    let o = vtrace(&[
-        "record",
-        "--platform",
-        "linuxvm",
-        "-o",
-        rec.to_str().unwrap(),
-        "--",
-        "redis-benchmark",
-        "-h",
-        "10.99.14.2",
-        "-t",
-        "set,get",
-        "-d",
-        "64",
-        "-n",
-        "2000",
-        "-c",
-        "5",
-        "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let r = report_json(&rec);
+    let r = record_with(
+        &dir,
+        "vm.vtrace",
+        &["--platform", "linuxvm"],
+        &[
+            "redis-benchmark",
+            "-h",
+            "10.99.14.2",
+            "-t",
+            "set,get",
+            "-d",
+            "64",
+            "-n",
+            "2000",
+            "-c",
+            "5",
+            "-q",
+        ],
+    );
     // (virtio_queue_notify is attached too; QEMU's TCG guest kicks through another path.)
     for probe in ["qemu:qemu_sendv_packet_async", "qemu:virtio_notify"] {
         let u = uprobe(&r, probe);
@@ -443,28 +435,25 @@ fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
 fn hop_latency_and_per_packet_journeys() {
     let dir = TempDir::new("net-journeys");
     let _host = lab("host");
-    let rec = dir.join("events.vtrace");
-    let o = vtrace(&[
-        "record",
-        "--events",
-        "-o",
-        rec.to_str().unwrap(),
-        "--",
-        "redis-benchmark",
-        "-h",
-        "10.99.11.2",
-        "-t",
-        "set,get",
-        "-d",
-        "1024",
-        "-n",
-        "2000",
-        "-c",
-        "5",
-        "-q",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let r = report_json(&rec);
+    let r = record_with(
+        &dir,
+        "events.vtrace",
+        &["--events"],
+        &[
+            "redis-benchmark",
+            "-h",
+            "10.99.11.2",
+            "-t",
+            "set,get",
+            "-d",
+            "1024",
+            "-n",
+            "2000",
+            "-c",
+            "5",
+            "-q",
+        ],
+    );
     let hops = r["hops"].as_array().unwrap();
     let edge = |from: &str, to: &str| {
         hops.iter()
