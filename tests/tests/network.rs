@@ -429,6 +429,32 @@ fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
         received <= sent && received * 100 >= sent * 95,
         "sent {sent}, received {received}"
     );
+    // The VMM's own syscalls on its tap fd: what it reads is what the tap
+    // transmitted; what it writes is what the tap received. QEMU's tap fd
+    // carries a 12-byte virtio-net header per packet.
+    let io = r["tun_io"].as_array().unwrap();
+    let dir = |d: &str| {
+        io.iter()
+            .find(|t| t["direction"] == d && t["device"] == "vtl-vm0")
+            .unwrap_or_else(|| panic!("{d}: {io:?}"))
+    };
+    let xmit = hop(&r, "vtl-vm0", "xmit").expect("tap xmit hop");
+    assert_eq!(n(dir("read"), "calls"), n(xmit, "packets"), "VMM reads vs tap xmit");
+    assert_eq!(
+        n(dir("read"), "bytes"),
+        n(xmit, "bytes") + 12 * n(xmit, "packets"),
+        "read bytes = frames + vnet headers"
+    );
+    let writes = n(dir("write"), "calls");
+    assert!(
+        writes >= received && writes <= received + 2,
+        "VMM writes {writes} vs tap receive {received}"
+    );
+    eprintln!(
+        "VMM fd: {} reads = {} tap xmit; {writes} writes vs {received} tap receive",
+        n(dir("read"), "calls"),
+        n(xmit, "packets")
+    );
 }
 
 #[test]

@@ -288,6 +288,27 @@ pub struct NetEvent {
     pub hop: u32,
 }
 
+/// read/write-family syscalls of one process on a tun/tap fd (the VMM side
+/// of a tap: a user-space virtio backend moving packets).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TunIoKey {
+    /// [`dev_key`] of the tap.
+    pub dev: u64,
+    pub tgid: u32,
+    /// 1: write/writev (packets into the tap), 0: read/readv.
+    pub write: u32,
+}
+
+/// A syscall on a tun fd in progress (between sys_enter and sys_exit).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunPending {
+    pub dev: u64,
+    pub write: u32,
+    pub _pad: u32,
+}
+
 /// Drop reasons counted (enum skb_drop_reason values below this).
 pub const DROP_REASONS: u32 = 256;
 
@@ -358,6 +379,8 @@ mod pod {
     unsafe impl aya::Pod for super::DevStats {}
     unsafe impl aya::Pod for super::UprobeSpec {}
     unsafe impl aya::Pod for super::HopEdge {}
+    unsafe impl aya::Pod for super::TunIoKey {}
+    unsafe impl aya::Pod for super::TunPending {}
     unsafe impl aya::Pod for super::HopLatency {}
     unsafe impl aya::Pod for super::SkbMark {}
     unsafe impl aya::Pod for super::NetEvent {}

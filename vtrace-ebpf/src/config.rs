@@ -45,6 +45,10 @@ globals! {
     DEV_ND_NET,
     /// struct net: `ns.inum`.
     NET_NS_INUM,
+    /// struct pt_regs: `di` (first syscall argument on x86-64).
+    PT_REGS_DI,
+    /// 1: some process holds a tun fd: follow read/write syscalls on them.
+    TUN_FDS_ON,
     /// struct napi_struct: `dev`.
     NAPI_DEV,
     /// 1: stream every packet at every hop to NET_EVENTS (`record --events`).

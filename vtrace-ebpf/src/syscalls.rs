@@ -2,12 +2,84 @@
 //! so they touch only this CPU's state (no per-thread lookup).
 
 use aya_ebpf::{
-    macros::{raw_tracepoint, tracepoint},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::{map, raw_tracepoint, tracepoint},
+    maps::{HashMap, PerCpuHashMap},
     programs::{RawTracePointContext, TracePointContext},
 };
-use vtrace_common::state;
+use vtrace_common::{DevStats, TunIoKey, TunPending, size_bucket, state};
 
-use crate::account;
+use crate::{account, config};
+
+/// (tgid << 32 | fd) -> dev_key of the tap, for every tun fd open when
+/// recording started (filled by userspace).
+#[map]
+pub static TUN_FDS: HashMap<u64, u64> = HashMap::with_max_entries(1024, 0);
+
+#[map]
+pub static TUN_PENDING: HashMap<u32, TunPending> = HashMap::with_max_entries(4096, 0);
+
+/// Calls and bytes per (tap, process, direction); `packets` counts calls.
+#[map]
+pub static TUN_IO: PerCpuHashMap<TunIoKey, DevStats> = PerCpuHashMap::with_max_entries(1024, 0);
+
+const NR_READ: u64 = 0;
+const NR_WRITE: u64 = 1;
+const NR_READV: u64 = 19;
+const NR_WRITEV: u64 = 20;
+
+/// At a read/write-family syscall on a known tun fd, remembers it for sys_exit.
+#[inline(always)]
+fn tun_enter(id: u64, fd: u64) {
+    let write = match id {
+        NR_READ | NR_READV => 0,
+        NR_WRITE | NR_WRITEV => 1,
+        _ => return,
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let key = (pid_tgid & 0xffff_ffff_0000_0000) | (fd & 0xffff_ffff);
+    if let Some(dev) = unsafe { TUN_FDS.get(&key) } {
+        let _ = TUN_PENDING.insert(
+            &(pid_tgid as u32),
+            &TunPending {
+                dev: *dev,
+                write,
+                _pad: 0,
+            },
+            0,
+        );
+    }
+}
+
+#[inline(always)]
+fn tun_exit(ret: i64) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let Some(p) = (unsafe { TUN_PENDING.get(&tid) }).copied() else {
+        return;
+    };
+    let _ = TUN_PENDING.remove(&tid);
+    if ret <= 0 {
+        return;
+    }
+    let key = TunIoKey {
+        dev: p.dev,
+        tgid: (pid_tgid >> 32) as u32,
+        write: p.write,
+    };
+    if TUN_IO.get_ptr_mut(&key).is_none() {
+        let _ = TUN_IO.insert(&key, &DevStats::default(), 0);
+    }
+    if let Some(s) = TUN_IO.get_ptr_mut(&key) {
+        let s = unsafe { &mut *s };
+        s.packets += 1;
+        s.bytes += ret as u64;
+        let b = size_bucket(ret as u64);
+        if b < s.size_hist.len() {
+            s.size_hist[b] += 1;
+        }
+    }
+}
 
 #[inline(always)]
 fn on_sys_enter() {
@@ -34,26 +106,55 @@ fn on_sys_exit() {
     st.base = state::USER as u32;
 }
 
+/// TP_PROTO(struct pt_regs *regs, long id)
 #[raw_tracepoint(tracepoint = "sys_enter")]
-pub fn raw_sys_enter(_ctx: RawTracePointContext) -> i32 {
+pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
     on_sys_enter();
+    if config::get(&config::TUN_FDS_ON) != 0 {
+        let regs: u64 = ctx.arg(0);
+        let id: u64 = ctx.arg(1);
+        if id <= NR_WRITEV {
+            let fd: u64 =
+                unsafe { bpf_probe_read_kernel((regs + config::get(&config::PT_REGS_DI) as u64) as *const u64) }
+                    .unwrap_or(u64::MAX);
+            tun_enter(id, fd);
+        }
+    }
     0
 }
 
+/// TP_PROTO(struct pt_regs *regs, long ret)
 #[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn raw_sys_exit(_ctx: RawTracePointContext) -> i32 {
+pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
     on_sys_exit();
+    if config::get(&config::TUN_FDS_ON) != 0 {
+        let ret: u64 = ctx.arg(1);
+        tun_exit(ret as i64);
+    }
     0
 }
 
+/// Record: id at 8, args[6] at 16.
 #[tracepoint(category = "raw_syscalls", name = "sys_enter")]
-pub fn tp_sys_enter(_ctx: TracePointContext) -> i32 {
+pub fn tp_sys_enter(ctx: TracePointContext) -> i32 {
     on_sys_enter();
+    if config::get(&config::TUN_FDS_ON) != 0 {
+        let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
+        if id <= NR_WRITEV {
+            let fd: u64 = unsafe { ctx.read_at(16) }.unwrap_or(u64::MAX);
+            tun_enter(id, fd);
+        }
+    }
     0
 }
 
+/// Record: ret at 16.
 #[tracepoint(category = "raw_syscalls", name = "sys_exit")]
-pub fn tp_sys_exit(_ctx: TracePointContext) -> i32 {
+pub fn tp_sys_exit(ctx: TracePointContext) -> i32 {
     on_sys_exit();
+    if config::get(&config::TUN_FDS_ON) != 0 {
+        let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
+        tun_exit(ret);
+    }
     0
 }

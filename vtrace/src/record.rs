@@ -119,11 +119,16 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     use tokio::signal::unix::{SignalKind, signal};
 
     let caps = Capabilities::detect();
+    // Tun fds open now (a VMM's taps): their read/write syscalls are followed.
+    let system = SystemSnapshot::live();
+    let tun_fds = netc::tun_fds(&system);
     let offsets = KernelOffsets {
         net_events_on: opts.events as u32,
+        tun_fds_on: !tun_fds.is_empty() as u32,
         ..KernelOffsets::resolve(&caps)
     };
     let mut ebpf = crate::ebpf::load(&offsets)?;
+    netc::load_tun_fds(&mut ebpf, &tun_fds)?;
     let mut collector = CpuCollector::new(&mut ebpf)?;
     let net = NetCollector::new(&mut ebpf)?;
     let uprobe_stats = UprobeCollector::new(&mut ebpf)?;
@@ -250,6 +255,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let end_mono = monotonic_ns();
     let end_unix = unix_ns();
     let programs = bpf_stats::read(&ebpf, &probes);
+    let tun_stats = netc::tun_io(&ebpf)?;
     let final_snap = collector.snapshot(end_mono, false)?;
     series.push(&final_snap, start_mono);
     guest.sample();
@@ -323,6 +329,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let net_tables = net_rows(&net_delta, &counters_start, &counters_end, &attribution, &drop_names);
     let net_latency = latency_rows(&net_delta);
     let net_events = event_rows(&events, start_mono);
+    let (tun_io, tun_sizes) = tun_rows(&tun_stats, &system, &threads);
     let (uprobe_rows, uprobe_hists) = uprobe_rows(&uprobes_end, &probes, &threads);
     let rec = Recording {
         meta: Metadata {
@@ -359,10 +366,11 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         programs,
         net_devices: net_tables.0,
         net_hops: net_tables.1,
-        net_sizes: net_tables.2,
+        net_sizes: net_tables.2.into_iter().chain(tun_sizes).collect(),
         net_drops: net_tables.3,
         net_latency,
         net_events,
+        tun_io,
         uprobes: uprobe_rows,
         uprobe_hists,
     };
@@ -903,6 +911,53 @@ fn event_rows(events: &[vtrace_common::NetEvent], start_mono: u64) -> Vec<record
             len: e.len,
         })
         .collect()
+}
+
+/// Syscalls on tun fds per (tap, process, direction), with their sizes.
+fn tun_rows(
+    stats: &std::collections::BTreeMap<vtrace_common::TunIoKey, vtrace_common::DevStats>,
+    system: &SystemSnapshot,
+    threads: &[ThreadRow],
+) -> (Vec<recording::TunIoRow>, Vec<NetSizeRow>) {
+    let mut rows = Vec::new();
+    let mut sizes = Vec::new();
+    for (k, v) in stats {
+        let (netns, ifindex) = ((k.dev >> 32) as u32, k.dev as u32);
+        let device = system
+            .netdevs
+            .iter()
+            .find(|d| d.netns as u32 == netns && d.ifindex == ifindex)
+            .map(|d| d.name.clone())
+            .unwrap_or_else(|| format!("if{ifindex}"));
+        let comm = threads
+            .iter()
+            .find(|t| t.tid == k.tgid)
+            .map(|t| t.comm.clone())
+            .unwrap_or_default();
+        let direction = if k.write == 1 { "write" } else { "read" };
+        rows.push(recording::TunIoRow {
+            pid: k.tgid,
+            comm,
+            device,
+            netns,
+            ifindex,
+            direction: direction.into(),
+            calls: v.packets,
+            bytes: v.bytes,
+        });
+        for (i, &count) in v.size_hist.iter().enumerate() {
+            let le = vtrace_common::SIZE_BUCKETS.get(i).copied().unwrap_or(u32::MAX as u64);
+            sizes.push(NetSizeRow {
+                netns,
+                ifindex,
+                hop: format!("fd_{direction}"),
+                kind: "mtu".into(),
+                le,
+                count,
+            });
+        }
+    }
+    (rows, sizes)
 }
 
 /// Uprobe rows per (probe, process), attributed like the process's threads.

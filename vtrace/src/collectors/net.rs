@@ -379,3 +379,49 @@ pub fn spawn_event_reader(
         events
     }))
 }
+
+/// Tun fds open now: ((tgid << 32 | fd), dev_key of the tap), for TUN_FDS.
+pub fn tun_fds(system: &crate::platforms::SystemSnapshot) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for p in &system.processes {
+        for (fd, iff) in &p.tun_fds {
+            let netns = if p.netns != 0 { p.netns } else { system.host_netns };
+            if let Some(d) = system.netdevs.iter().find(|d| d.name == *iff && d.netns == netns) {
+                out.push((
+                    ((p.pid as u64) << 32) | *fd as u64,
+                    vtrace_common::dev_key(netns as u32, d.ifindex),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Reads the syscalls-on-tun-fds statistics.
+pub fn tun_io(ebpf: &Ebpf) -> Result<BTreeMap<vtrace_common::TunIoKey, DevStats>> {
+    let map = ebpf
+        .map("TUN_IO")
+        .ok_or_else(|| Error::Ebpf("map TUN_IO missing".into()))?;
+    let stats: PerCpuHashMap<_, vtrace_common::TunIoKey, DevStats> = PerCpuHashMap::try_from(map).map_err(map_err)?;
+    let mut out: BTreeMap<vtrace_common::TunIoKey, DevStats> = BTreeMap::new();
+    for entry in stats.iter() {
+        let (k, per_cpu) = entry.map_err(map_err)?;
+        let t = out.entry(k).or_default();
+        for v in per_cpu.iter() {
+            add(t, v);
+        }
+    }
+    Ok(out)
+}
+
+/// Fills TUN_FDS before the syscall programs attach.
+pub fn load_tun_fds(ebpf: &mut Ebpf, fds: &[(u64, u64)]) -> Result<()> {
+    let map = ebpf
+        .map_mut("TUN_FDS")
+        .ok_or_else(|| Error::Ebpf("map TUN_FDS missing".into()))?;
+    let mut m: aya::maps::HashMap<_, u64, u64> = aya::maps::HashMap::try_from(map).map_err(map_err)?;
+    for (k, v) in fds {
+        m.insert(k, v, 0).map_err(map_err)?;
+    }
+    Ok(())
+}

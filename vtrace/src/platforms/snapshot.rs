@@ -30,6 +30,9 @@ pub struct ProcInfo {
     /// Interfaces of /dev/net/tun fds (fdinfo `iff:`).
     #[serde(default)]
     pub tun_ifaces: Vec<String>,
+    /// (fd, interface) of those fds.
+    #[serde(default)]
+    pub tun_fds: Vec<(u32, String)>,
     /// Holds a /dev/vhost-net or /dev/vhost-vsock fd.
     #[serde(default)]
     pub vhost_fds: bool,
@@ -109,7 +112,7 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
         }
     }
     threads.sort_by_key(|t| t.tid);
-    let (mut tun_ifaces, mut vhost_fds) = (Vec::new(), false);
+    let (mut tun_ifaces, mut tun_fds, mut vhost_fds) = (Vec::new(), Vec::new(), false);
     if let Ok(fds) = fs::read_dir(format!("{dir}/fd")) {
         for fd in fds.flatten() {
             let Ok(target) = fs::read_link(fd.path()) else { continue };
@@ -119,6 +122,9 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
                     .unwrap_or_default();
                 if let Some(iff) = info.lines().find_map(|l| l.strip_prefix("iff:")) {
                     tun_ifaces.push(iff.trim().to_string());
+                    if let Some(fd) = fd.file_name().to_str().and_then(|f| f.parse().ok()) {
+                        tun_fds.push((fd, iff.trim().to_string()));
+                    }
                 }
             } else if target.starts_with("/dev/vhost-") {
                 vhost_fds = true;
@@ -141,6 +147,7 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
         cmdline,
         threads,
         tun_ifaces,
+        tun_fds,
         vhost_fds,
         netns: netns_of(&pid.to_string()),
         cgroup,

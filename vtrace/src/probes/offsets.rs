@@ -29,6 +29,9 @@ pub struct KernelOffsets {
     pub dev_nd_net: u32,
     pub net_ns_inum: u32,
     pub napi_dev: u32,
+    pub pt_regs_di: u32,
+    /// Not an offset: 1 follows syscalls on tun fds (set when some process holds one).
+    pub tun_fds_on: u32,
     /// Not an offset: 1 streams per-packet events (`record --events`).
     pub net_events_on: u32,
 }
@@ -63,6 +66,7 @@ impl KernelOffsets {
             o.dev_nd_net = m("net_device", "nd_net");
             o.net_ns_inum = m("net", "ns") + m("ns_common", "inum");
             o.napi_dev = m("napi_struct", "dev");
+            o.pt_regs_di = m("pt_regs", "di");
         }
         if let Ok(tracefs) = &caps.tracefs {
             let f = |cat: &str, ev: &str, field: &str| {
@@ -78,8 +82,10 @@ impl KernelOffsets {
     }
 
     /// (global name in vtrace-ebpf/src/config.rs, value)
-    pub fn globals(&self) -> [(&'static str, u32); 22] {
+    pub fn globals(&self) -> [(&'static str, u32); 24] {
         [
+            ("PT_REGS_DI", self.pt_regs_di),
+            ("TUN_FDS_ON", self.tun_fds_on),
             ("NAPI_DEV", self.napi_dev),
             ("NET_EVENTS_ON", self.net_events_on),
             ("SKB_LEN", self.skb_len),

@@ -85,6 +85,7 @@ pub fn write(slot: &OutputSlot, rec: &Recording) -> Result<PathBuf> {
     write_table(dir, &rec.net_drops)?;
     write_table(dir, &rec.net_latency)?;
     write_table(dir, &rec.net_events)?;
+    write_table(dir, &rec.tun_io)?;
     write_table(dir, &rec.uprobes)?;
     write_table(dir, &rec.uprobe_hists)?;
     // meta.json last: its presence marks a complete recording.
@@ -170,6 +171,7 @@ pub fn read(path: &Path) -> Result<Recording> {
         net_drops: read_table(path, &corrupt)?,
         net_latency: read_table(path, &corrupt)?,
         net_events: read_table(path, &corrupt)?,
+        tun_io: read_table(path, &corrupt)?,
         uprobes: read_table(path, &corrupt)?,
         uprobe_hists: read_table(path, &corrupt)?,
     })

@@ -195,6 +195,23 @@ table! {
 }
 
 table! {
+    /// read/write syscalls of a process on a tun/tap fd: the VMM (or other
+    /// user-space backend) side of a tap. Their sizes are in net_sizes with
+    /// hop `fd_read` / `fd_write`.
+    TunIoRow = "tun_io" {
+        pid: u32,
+        comm: String,
+        device: String,
+        netns: u32,
+        ifindex: u32,
+        /// read (packets from the tap to the process) or write (into the tap).
+        direction: String,
+        calls: u64,
+        bytes: u64,
+    }
+}
+
+table! {
     /// Packets freed as dropped, per kernel drop reason.
     NetDropRow = "net_drops" {
         reason: String,
@@ -318,6 +335,7 @@ pub struct Recording {
     pub net_drops: Vec<NetDropRow>,
     pub net_latency: Vec<NetLatencyRow>,
     pub net_events: Vec<NetEventRow>,
+    pub tun_io: Vec<TunIoRow>,
     pub uprobes: Vec<UprobeRow>,
     pub uprobe_hists: Vec<UprobeHistRow>,
 }

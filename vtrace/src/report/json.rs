@@ -140,6 +140,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         "device_counters": counters,
         "drops": drops,
         "uprobes": uprobes,
+        "tun_io": rec.tun_io,
         "hops": hops,
         "journeys": crate::analysis::net::journeys(rec),
         "probes": probes,
