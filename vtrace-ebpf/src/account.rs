@@ -14,7 +14,7 @@
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap},
 };
 use vtrace_common::{
     CpuState, IRQ_SLOTS, IrqStat, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, ThreadTimes, state,
@@ -29,11 +29,20 @@ pub static THREADS: HashMap<u32, ThreadTimes> = HashMap::with_max_entries(MAX_TH
 
 /// NET_RX softirq ns per device ([`vtrace_common::dev_key`]; 0: before the first packet).
 #[map]
-pub static NET_SOFTIRQ: aya_ebpf::maps::PerCpuHashMap<u64, u64> =
-    aya_ebpf::maps::PerCpuHashMap::with_max_entries(4096, 0);
+pub static NET_SOFTIRQ: PerCpuHashMap<u64, u64> = PerCpuHashMap::with_max_entries(4096, 0);
 
 #[map]
 pub static IRQS: PerCpuArray<IrqStat> = PerCpuArray::with_max_entries(IRQ_SLOTS, 0);
+
+/// The value under `key`, inserted as `V::default()` first if absent.
+#[inline(always)]
+pub fn entry<K, V: Default>(map: &PerCpuHashMap<K, V>, key: &K) -> Option<&'static mut V> {
+    if let Some(v) = map.get_ptr_mut(key) {
+        return Some(unsafe { &mut *v });
+    }
+    let _ = map.insert(key, &V::default(), 0);
+    map.get_ptr_mut(key).map(|v| unsafe { &mut *v })
+}
 
 #[inline(always)]
 pub fn now() -> u64 {

@@ -68,15 +68,7 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
                 from_hop: prev.hop,
                 to_hop: hop_id,
             };
-            let lat = match NET_HOP_LATENCY.get_ptr_mut(&edge) {
-                Some(l) => Some(l),
-                None => {
-                    let _ = NET_HOP_LATENCY.insert(&edge, &HopLatency::default(), 0);
-                    NET_HOP_LATENCY.get_ptr_mut(&edge)
-                }
-            };
-            if let Some(l) = lat {
-                let l = unsafe { &mut *l };
+            if let Some(l) = account::entry(&NET_HOP_LATENCY, &edge) {
                 l.count += 1;
                 l.sum_ns += ns;
                 // Masked after an opaque read: LLVM would otherwise drop the
@@ -203,17 +195,9 @@ fn count(skb: u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
         hop: hop_id,
         _pad: 0,
     };
-    let stats = match NET_DEVICES.get_ptr_mut(&key) {
-        Some(s) => s,
-        None => {
-            let _ = NET_DEVICES.insert(&key, &DevStats::default(), 0);
-            match NET_DEVICES.get_ptr_mut(&key) {
-                Some(s) => s,
-                None => return,
-            }
-        }
+    let Some(s) = account::entry(&NET_DEVICES, &key) else {
+        return;
     };
-    let s = unsafe { &mut *stats };
     if rc != 0 {
         s.errors += 1;
         return;

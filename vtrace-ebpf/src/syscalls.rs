@@ -67,11 +67,7 @@ fn tun_exit(ret: i64) {
         tgid: (pid_tgid >> 32) as u32,
         write: p.write,
     };
-    if TUN_IO.get_ptr_mut(&key).is_none() {
-        let _ = TUN_IO.insert(&key, &DevStats::default(), 0);
-    }
-    if let Some(s) = TUN_IO.get_ptr_mut(&key) {
-        let s = unsafe { &mut *s };
+    if let Some(s) = account::entry(&TUN_IO, &key) {
         s.packets += 1;
         s.bytes += ret as u64;
         let b = size_bucket(ret as u64);

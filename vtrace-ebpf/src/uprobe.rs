@@ -25,15 +25,6 @@ pub static UPROBE_STATS: PerCpuHashMap<UprobeKey, UprobeStats> = PerCpuHashMap::
 #[map]
 pub static UPROBE_STARTS: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
 
-#[inline(always)]
-fn stats(key: &UprobeKey) -> Option<&'static mut UprobeStats> {
-    if let Some(s) = UPROBE_STATS.get_ptr_mut(key) {
-        return Some(unsafe { &mut *s });
-    }
-    let _ = UPROBE_STATS.insert(key, &UprobeStats::default(), 0);
-    UPROBE_STATS.get_ptr_mut(key).map(|s| unsafe { &mut *s })
-}
-
 /// Argument `n` (0-3) of the probed call (x86-64 System V: rdi, rsi, rdx,
 /// rcx). Each register is loaded at a constant offset and only then chosen:
 /// the verifier rejects context loads at a computed offset.
@@ -64,10 +55,13 @@ pub fn uprobe_call(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let id = bpf_get_current_pid_tgid();
-    let Some(s) = stats(&UprobeKey {
-        slot,
-        tgid: (id >> 32) as u32,
-    }) else {
+    let Some(s) = account::entry(
+        &UPROBE_STATS,
+        &UprobeKey {
+            slot,
+            tgid: (id >> 32) as u32,
+        },
+    ) else {
         return 0;
     };
     s.calls += 1;
@@ -107,10 +101,13 @@ pub fn uretprobe_call(ctx: RetProbeContext) -> u32 {
     };
     let _ = UPROBE_STARTS.remove(&start_key);
     let ns = account::now().saturating_sub(start);
-    let Some(s) = stats(&UprobeKey {
-        slot,
-        tgid: (id >> 32) as u32,
-    }) else {
+    let Some(s) = account::entry(
+        &UPROBE_STATS,
+        &UprobeKey {
+            slot,
+            tgid: (id >> 32) as u32,
+        },
+    ) else {
         return 0;
     };
     s.returns += 1;

@@ -58,19 +58,21 @@ pub struct RecordOutcome {
     pub recording: Recording,
 }
 
-/// What preflight found: where to write, and the platform's instances.
+/// What preflight found: where to write, the system as it was, and the
+/// platform's instances in it.
 pub struct Prepared {
     slot: OutputSlot,
     profiles: Vec<Profile>,
+    system: SystemSnapshot,
     instances: Vec<Instance>,
 }
 
-/// The selected platform's instances running now (none for `host`).
-fn platform_instances(opts: &RecordOptions, profiles: &[Profile]) -> Result<Vec<Instance>> {
+/// The selected platform's instances in `system` (none for `host`).
+fn platform_instances(opts: &RecordOptions, profiles: &[Profile], system: &SystemSnapshot) -> Result<Vec<Instance>> {
     if opts.platform == platforms::HOST {
         return Ok(Vec::new());
     }
-    let all = platforms::detect(profiles, &SystemSnapshot::live());
+    let all = platforms::detect(profiles, system);
     platforms::select(profiles, all, &opts.platform, opts.instance.as_deref())
 }
 
@@ -85,11 +87,14 @@ pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
     }
     crate::privileges::check()?;
     ensure_tracefs()?;
-    let instances = platform_instances(opts, &profiles)?;
+    // One look at the system serves platform detection and the tun fds to follow.
+    let system = SystemSnapshot::live();
+    let instances = platform_instances(opts, &profiles, &system)?;
     let slot = OutputSlot::claim(&opts.output)?;
     Ok(Prepared {
         slot,
         profiles,
+        system,
         instances,
     })
 }
@@ -114,13 +119,13 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let Prepared {
         slot,
         profiles,
+        system,
         instances: instances_at_start,
     } = prepared;
     use tokio::signal::unix::{SignalKind, signal};
 
     let caps = Capabilities::detect();
-    // Tun fds open now (a VMM's taps): their read/write syscalls are followed.
-    let system = SystemSnapshot::live();
+    // Tun fds open at the start (a VMM's taps): their read/write syscalls are followed.
     let tun_fds = netc::tun_fds(&system);
     let offsets = KernelOffsets {
         net_events_on: opts.events as u32,
@@ -286,7 +291,11 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let wall_ns = end_mono.saturating_sub(start_mono);
     let selection = Selection::new(opts, workload.as_ref(), &tasks_at_start, &final_snap);
     // Instances again at the end: processes and threads started during the run.
-    let instances_at_end = platform_instances(opts, &profiles).unwrap_or_default();
+    let instances_at_end = if opts.platform == platforms::HOST {
+        Vec::new()
+    } else {
+        platform_instances(opts, &profiles, &SystemSnapshot::live()).unwrap_or_default()
+    };
     let attribution = Attribution::new(profiles, vec![instances_at_start, instances_at_end]);
     for i in attribution.instances() {
         let devices: Vec<String> = i.devices.iter().map(|d| format!("{} ({})", d.name, d.role)).collect();
