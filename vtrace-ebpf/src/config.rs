@@ -53,6 +53,31 @@ globals! {
     NAPI_DEV,
     /// 1: stream every packet at every hop to NET_EVENTS (`record --events`).
     NET_EVENTS_ON,
+    /// struct pt_regs: `si` (second syscall argument: the ioctl command).
+    PT_REGS_SI,
+    /// 1: kvm_userspace_exit is traced: time each vCPU thread until its next ioctl(KVM_RUN).
+    KVM_RUN_ON,
+    /// kvm/* records (from their format files): the fields the programs read.
+    TP_KVM_EXIT_REASON,
+    TP_KVM_EXIT_ISA,
+    TP_KVM_UEXIT_REASON,
+    TP_KVM_UEXIT_ERRNO,
+    TP_KVM_PIO_RW,
+    TP_KVM_PIO_PORT,
+    TP_KVM_PIO_SIZE,
+    TP_KVM_PIO_COUNT,
+    TP_KVM_MMIO_TYPE,
+    TP_KVM_MMIO_LEN,
+    TP_KVM_MMIO_GPA,
+    TP_KVM_FAST_MMIO_GPA,
+    TP_KVM_SET_IRQ_GSI,
+    TP_KVM_SET_IRQ_LEVEL,
+    TP_KVM_MSI_ADDRESS,
+    TP_KVM_MSI_DATA,
+    TP_KVM_INJ_VIRQ_VECTOR,
+    TP_KVM_INJ_VIRQ_SOFT,
+    TP_KVM_WAKEUP_NS,
+    TP_KVM_WAKEUP_WAITED,
 }
 
 /// Reads a global without letting the compiler fold it to its initial 0.

@@ -1,42 +1,264 @@
-//! KVM guest entry/exit: switches a vCPU thread's base state between guest
-//! and system. On kernels where they do not fire (e.g. PVM), userspace falls
+//! KVM: guest entry/exit (switches a vCPU thread's base state between guest
+//! and system, and times exit -> entry per reason), user-space exits (timed
+//! until the vCPU thread's next `ioctl(KVM_RUN)`, in `syscalls.rs`), port and
+//! MMIO accesses, interrupt injection and halt wake-ups.
+//!
+//! Records are read at offsets from the kvm/* format files (`config::TP_KVM_*`).
+//! On kernels where kvm_entry/kvm_exit do not fire (e.g. PVM), userspace falls
 //! back to tick-sampled guest time from /proc and labels it so.
 
 use aya_ebpf::{
-    macros::{raw_tracepoint, tracepoint},
+    macros::{map, raw_tracepoint, tracepoint},
+    maps::{Array, LruHashMap, PerCpuHashMap},
     programs::{RawTracePointContext, TracePointContext},
 };
-use vtrace_common::state;
+use vtrace_common::{
+    FINE_BUCKETS, KVM_RUN_INTERRUPTED, KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, VcpuPending,
+    fine_bucket, kvm_event, kvm_latency, state,
+};
 
-use crate::account;
+use crate::{account, config};
+
+/// What each vCPU thread is in the middle of (bounded: LRU).
+#[map]
+pub static VCPU_PENDING: LruHashMap<u32, VcpuPending> = LruHashMap::with_max_entries(4096, 0);
+
+#[map]
+pub static KVM_LATENCY: PerCpuHashMap<KvmLatencyKey, LatencyHist> = PerCpuHashMap::with_max_entries(1024, 0);
+
+#[map]
+pub static KVM_EVENTS: PerCpuHashMap<KvmEventKey, KvmEventStats> = PerCpuHashMap::with_max_entries(4096, 0);
+
+/// One all-zero histogram: the template for new KVM_LATENCY entries (too
+/// large to build on the 512-byte eBPF stack).
+#[map]
+pub static ZERO_HIST: Array<LatencyHist> = Array::with_max_entries(1, 0);
 
 #[inline(always)]
-fn set_base(base: usize) {
-    if let Some(st) = account::enter(account::now(), state::SYSTEM) {
+fn add_latency(key: &KvmLatencyKey, ns: u64) {
+    let h = match KVM_LATENCY.get_ptr_mut(key) {
+        Some(h) => h,
+        None => {
+            let Some(zero) = ZERO_HIST.get(0) else { return };
+            if KVM_LATENCY.insert(key, zero, 0).is_err() {
+                return;
+            }
+            match KVM_LATENCY.get_ptr_mut(key) {
+                Some(h) => h,
+                None => return,
+            }
+        }
+    };
+    let h = unsafe { &mut *h };
+    if h.count == 0 || ns < h.min_ns {
+        h.min_ns = ns;
+    }
+    if ns > h.max_ns {
+        h.max_ns = ns;
+    }
+    h.count += 1;
+    h.sum_ns += ns;
+    // Hidden from the optimiser, so the bound check stays as one unsigned
+    // compare the verifier can follow.
+    let b = fine_bucket(ns);
+    let b = unsafe { core::ptr::read_volatile(&b) };
+    if b < FINE_BUCKETS {
+        h.buckets[b] += 1;
+    }
+}
+
+#[inline(always)]
+fn count_event(kind: u32, addr: u64, op: u32, size: u32, bytes: u64) {
+    let key = KvmEventKey {
+        tid: account::current_tid(),
+        kind,
+        addr,
+        op,
+        size,
+    };
+    if let Some(s) = account::entry(&KVM_EVENTS, &key) {
+        s.count += 1;
+        s.bytes += bytes;
+    }
+}
+
+#[inline(always)]
+fn set_base(now: u64, base: usize) {
+    if let Some(st) = account::enter(now, state::SYSTEM) {
         st.base = base as u32;
     }
 }
 
-#[raw_tracepoint(tracepoint = "kvm_entry")]
-pub fn raw_kvm_entry(_ctx: RawTracePointContext) -> i32 {
-    set_base(state::GUEST);
+#[inline(always)]
+fn pending(tid: u32) -> Option<&'static mut VcpuPending> {
+    if let Some(p) = VCPU_PENDING.get_ptr_mut(&tid) {
+        return Some(unsafe { &mut *p });
+    }
+    let _ = VCPU_PENDING.insert(&tid, &VcpuPending::default(), 0);
+    VCPU_PENDING.get_ptr_mut(&tid).map(|p| unsafe { &mut *p })
+}
+
+#[inline(always)]
+fn on_exit(reason: u32, isa: u32) {
+    let now = account::now();
+    set_base(now, state::SYSTEM);
+    if let Some(p) = pending(account::current_tid()) {
+        p.exit_ns = now;
+        p.exit_reason = reason;
+        p.exit_isa = isa;
+    }
+}
+
+#[inline(always)]
+fn on_entry() {
+    let now = account::now();
+    set_base(now, state::GUEST);
+    let tid = account::current_tid();
+    if let Some(p) = VCPU_PENDING.get_ptr_mut(&tid) {
+        let p = unsafe { &mut *p };
+        if p.exit_ns != 0 {
+            let key = KvmLatencyKey {
+                tid,
+                kind: kvm_latency::EXIT,
+                reason: p.exit_reason,
+                isa: p.exit_isa,
+            };
+            add_latency(&key, now.saturating_sub(p.exit_ns));
+            p.exit_ns = 0;
+        }
+    }
+}
+
+/// From sys_enter: an `ioctl(fd, KVM_RUN)` ends the VMM's handling of the
+/// thread's last user-space exit.
+#[inline(always)]
+pub fn on_kvm_run() {
+    let tid = account::current_tid();
+    let Some(p) = VCPU_PENDING.get_ptr_mut(&tid) else {
+        return;
+    };
+    let p = unsafe { &mut *p };
+    if p.userspace_ns != 0 {
+        let key = KvmLatencyKey {
+            tid,
+            kind: kvm_latency::USERSPACE,
+            reason: p.userspace_reason,
+            isa: 0,
+        };
+        add_latency(&key, account::now().saturating_sub(p.userspace_ns));
+        p.userspace_ns = 0;
+    }
+}
+
+#[inline(always)]
+fn field<T: Copy + Default>(ctx: &TracePointContext, offset: &'static u32) -> T {
+    unsafe { ctx.read_at::<T>(config::get(offset) as usize) }.unwrap_or_default()
+}
+
+/// Without the record's reason (raw_tp args are the vcpu and isa only); the
+/// classic tracepoint is preferred for that reason.
+#[raw_tracepoint(tracepoint = "kvm_exit")]
+pub fn raw_kvm_exit(ctx: RawTracePointContext) -> i32 {
+    let isa: u64 = ctx.arg(1);
+    on_exit(u32::MAX, isa as u32);
     0
 }
 
-#[raw_tracepoint(tracepoint = "kvm_exit")]
-pub fn raw_kvm_exit(_ctx: RawTracePointContext) -> i32 {
-    set_base(state::SYSTEM);
+#[tracepoint(category = "kvm", name = "kvm_exit")]
+pub fn tp_kvm_exit(ctx: TracePointContext) -> i32 {
+    let reason: u32 = field(&ctx, &config::TP_KVM_EXIT_REASON);
+    let isa: u32 = field(&ctx, &config::TP_KVM_EXIT_ISA);
+    // VMX keeps flags in the upper half of the basic exit reason.
+    let reason = if isa == 1 { reason & 0xffff } else { reason };
+    on_exit(reason, isa);
+    0
+}
+
+#[raw_tracepoint(tracepoint = "kvm_entry")]
+pub fn raw_kvm_entry(_ctx: RawTracePointContext) -> i32 {
+    on_entry();
     0
 }
 
 #[tracepoint(category = "kvm", name = "kvm_entry")]
 pub fn tp_kvm_entry(_ctx: TracePointContext) -> i32 {
-    set_base(state::GUEST);
+    on_entry();
     0
 }
 
-#[tracepoint(category = "kvm", name = "kvm_exit")]
-pub fn tp_kvm_exit(_ctx: TracePointContext) -> i32 {
-    set_base(state::SYSTEM);
+#[tracepoint(category = "kvm", name = "kvm_userspace_exit")]
+pub fn tp_kvm_userspace_exit(ctx: TracePointContext) -> i32 {
+    let reason: u32 = field(&ctx, &config::TP_KVM_UEXIT_REASON);
+    let errno: i32 = field(&ctx, &config::TP_KVM_UEXIT_ERRNO);
+    let reason = if errno < 0 { KVM_RUN_INTERRUPTED } else { reason };
+    if let Some(p) = pending(account::current_tid()) {
+        p.userspace_ns = account::now();
+        p.userspace_reason = reason;
+    }
+    count_event(kvm_event::USERSPACE_EXIT, reason as u64, 0, 0, 0);
+    0
+}
+
+#[tracepoint(category = "kvm", name = "kvm_pio")]
+pub fn tp_kvm_pio(ctx: TracePointContext) -> i32 {
+    let rw: u32 = field(&ctx, &config::TP_KVM_PIO_RW);
+    let port: u32 = field(&ctx, &config::TP_KVM_PIO_PORT);
+    let size: u32 = field(&ctx, &config::TP_KVM_PIO_SIZE);
+    let count: u32 = field(&ctx, &config::TP_KVM_PIO_COUNT);
+    count_event(kvm_event::PIO, port as u64, rw, size, size as u64 * count as u64);
+    0
+}
+
+#[tracepoint(category = "kvm", name = "kvm_mmio")]
+pub fn tp_kvm_mmio(ctx: TracePointContext) -> i32 {
+    let kind: u32 = field(&ctx, &config::TP_KVM_MMIO_TYPE);
+    let len: u32 = field(&ctx, &config::TP_KVM_MMIO_LEN);
+    let gpa: u64 = field(&ctx, &config::TP_KVM_MMIO_GPA);
+    count_event(kvm_event::MMIO, gpa, kind, len, len as u64);
+    0
+}
+
+#[tracepoint(category = "kvm", name = "kvm_fast_mmio")]
+pub fn tp_kvm_fast_mmio(ctx: TracePointContext) -> i32 {
+    let gpa: u64 = field(&ctx, &config::TP_KVM_FAST_MMIO_GPA);
+    count_event(kvm_event::FAST_MMIO, gpa, 0, 0, 0);
+    0
+}
+
+#[tracepoint(category = "kvm", name = "kvm_set_irq")]
+pub fn tp_kvm_set_irq(ctx: TracePointContext) -> i32 {
+    let gsi: u32 = field(&ctx, &config::TP_KVM_SET_IRQ_GSI);
+    let level: i32 = field(&ctx, &config::TP_KVM_SET_IRQ_LEVEL);
+    count_event(kvm_event::SET_IRQ, gsi as u64, level as u32, 0, 0);
+    0
+}
+
+#[tracepoint(category = "kvm", name = "kvm_msi_set_irq")]
+pub fn tp_kvm_msi_set_irq(ctx: TracePointContext) -> i32 {
+    let address: u64 = field(&ctx, &config::TP_KVM_MSI_ADDRESS);
+    let data: u64 = field(&ctx, &config::TP_KVM_MSI_DATA);
+    count_event(kvm_event::MSI, address, (data & 0xff) as u32, 0, 0);
+    0
+}
+
+#[tracepoint(category = "kvm", name = "kvm_inj_virq")]
+pub fn tp_kvm_inj_virq(ctx: TracePointContext) -> i32 {
+    let vector: u32 = field(&ctx, &config::TP_KVM_INJ_VIRQ_VECTOR);
+    let soft: u8 = field(&ctx, &config::TP_KVM_INJ_VIRQ_SOFT);
+    count_event(kvm_event::INJ_VIRQ, vector as u64, soft as u32, 0, 0);
+    0
+}
+
+#[tracepoint(category = "kvm", name = "kvm_vcpu_wakeup")]
+pub fn tp_kvm_vcpu_wakeup(ctx: TracePointContext) -> i32 {
+    let ns: u64 = field(&ctx, &config::TP_KVM_WAKEUP_NS);
+    let waited: u8 = field(&ctx, &config::TP_KVM_WAKEUP_WAITED);
+    let key = KvmLatencyKey {
+        tid: account::current_tid(),
+        kind: kvm_latency::HALT,
+        reason: waited as u32,
+        isa: 0,
+    };
+    add_latency(&key, ns);
     0
 }

@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use vtrace_common::{DevStats, TunIoKey, TunPending, size_bucket, state};
 
-use crate::{account, config};
+use crate::{account, config, kvm};
 
 /// (tgid << 32 | fd) -> dev_key of the tap, for every tun fd open when
 /// recording started (filled by userspace).
@@ -27,6 +27,9 @@ const NR_READ: u64 = 0;
 const NR_WRITE: u64 = 1;
 const NR_READV: u64 = 19;
 const NR_WRITEV: u64 = 20;
+const NR_IOCTL: u64 = 16;
+/// `_IO(KVMIO, 0x80)`
+const KVM_RUN: u64 = 0xae80;
 
 /// At a read/write-family syscall on a known tun fd, remembers it for sys_exit.
 #[inline(always)]
@@ -106,9 +109,16 @@ fn on_sys_exit() {
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
     on_sys_enter();
+    let regs: u64 = ctx.arg(0);
+    let id: u64 = ctx.arg(1);
+    if id == NR_IOCTL && config::get(&config::KVM_RUN_ON) != 0 {
+        let cmd: u64 = unsafe { bpf_probe_read_kernel((regs + config::get(&config::PT_REGS_SI) as u64) as *const u64) }
+            .unwrap_or(0);
+        if cmd == KVM_RUN {
+            kvm::on_kvm_run();
+        }
+    }
     if config::get(&config::TUN_FDS_ON) != 0 {
-        let regs: u64 = ctx.arg(0);
-        let id: u64 = ctx.arg(1);
         if id <= NR_WRITEV {
             let fd: u64 =
                 unsafe { bpf_probe_read_kernel((regs + config::get(&config::PT_REGS_DI) as u64) as *const u64) }
@@ -134,8 +144,11 @@ pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
 #[tracepoint(category = "raw_syscalls", name = "sys_enter")]
 pub fn tp_sys_enter(ctx: TracePointContext) -> i32 {
     on_sys_enter();
+    let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
+    if id == NR_IOCTL && config::get(&config::KVM_RUN_ON) != 0 && unsafe { ctx.read_at::<u64>(24) } == Ok(KVM_RUN) {
+        kvm::on_kvm_run();
+    }
     if config::get(&config::TUN_FDS_ON) != 0 {
-        let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
         if id <= NR_WRITEV {
             let fd: u64 = unsafe { ctx.read_at(16) }.unwrap_or(u64::MAX);
             tun_enter(id, fd);

@@ -233,13 +233,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 println!("{:<28}{:<9}{:<12}note", "probe", "layer", "method");
                 for p in &plan {
                     let method = p.method.clone().unwrap_or_else(|| "unavailable".into());
-                    println!(
-                        "{:<28}{:<9}{:<12}{}",
-                        p.id,
-                        p.layer,
-                        method,
-                        p.reason.clone().unwrap_or_default()
-                    );
+                    println!("{:<28}{:<9}{:<12}{}", p.id, p.layer, method, p.note());
                 }
             }
             Ok(0)

@@ -15,6 +15,7 @@ use crate::{
     collectors::{
         bpf_stats,
         cpu::{CpuCollector, CpuSnapshot, monotonic_ns},
+        kvm::{KvmCollector, KvmStatsSampler, ReasonNames},
         net::{self as netc, DeviceCounters, NetCollector, NetSnapshot},
         procfs::{self, TaskStat},
         uprobes::UprobeCollector,
@@ -137,6 +138,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let mut collector = CpuCollector::new(&mut ebpf)?;
     let net = NetCollector::new(&mut ebpf)?;
     let uprobe_stats = UprobeCollector::new(&mut ebpf)?;
+    let kvm = KvmCollector::new(&mut ebpf)?;
     let events_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let events_reader = if opts.events {
         Some(netc::spawn_event_reader(&mut ebpf, events_stop.clone())?)
@@ -199,6 +201,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     ticker.tick().await; // the first tick fires at once
     let mut series = Series::default();
     let mut guest = GuestSampler::new(&tasks_at_start);
+    let mut kvm_stats = KvmStatsSampler::start();
     while stop.is_none() {
         tokio::select! {
             status = async { child.as_mut().unwrap().wait().await }, if child.is_some() => {
@@ -214,6 +217,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
                 let snap = collector.snapshot(monotonic_ns(), true)?;
                 series.push(&snap, start_mono);
                 guest.sample();
+                kvm_stats.sample();
             }
         }
     }
@@ -249,6 +253,8 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     }
     let net_end = net.snapshot()?;
     let uprobes_end = uprobe_stats.snapshot()?;
+    let kvm_end = kvm.snapshot()?;
+    kvm_stats.sample();
     let net_event_drops = net.event_drops();
     events_stop.store(true, std::sync::atomic::Ordering::Release);
     let events = events_reader.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
@@ -314,7 +320,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     }
     let guest_ticks = guest.deltas();
     let clock_ticks = procfs::clock_ticks();
-    let threads = thread_rows(&final_snap, &selection, &attribution, &guest_ticks, clock_ticks);
+    let threads = thread_rows(
+        &final_snap,
+        &selection,
+        &attribution,
+        &guest_ticks,
+        clock_ticks,
+        &kvm_end.vcpu_tids(),
+    );
     if threads.iter().any(|t| t.guest_source == "tick_sampled") {
         notes.push(
             "kvm_entry/kvm_exit did not fire on this kernel: guest time of vCPU threads is tick-sampled from \
@@ -340,6 +353,23 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let net_events = event_rows(&events, start_mono);
     let (tun_io, tun_sizes) = tun_rows(&tun_stats, &system, &threads);
     let (uprobe_rows, uprobe_hists) = uprobe_rows(&uprobes_end, &probes, &threads);
+    let kvm_names = caps
+        .tracefs
+        .as_ref()
+        .map(|t| ReasonNames::from_tracefs(t))
+        .unwrap_or_default();
+    let (kvm_latency, kvm_latency_hists, kvm_events) = crate::collectors::kvm::rows(&kvm_end, &kvm_names, &threads);
+    if let Some(e) = &kvm_stats.error {
+        notes.push(format!("KVM's own statistics unreadable, no cross-check: {e}"));
+    }
+    let kvm_exits_seen = kvm_latency.iter().any(|r| r.kind == "exit");
+    if !kvm_exits_seen && kvm_latency.iter().any(|r| r.kind == "userspace_exit") {
+        notes.push(
+            "kvm_exit/kvm_entry never fired although vCPUs ran (e.g. a PVM host): exit reasons and exit->entry \
+             latency are unavailable; user-space exits, VMM handling time and pio/mmio counts are exact"
+                .into(),
+        );
+    }
     let rec = Recording {
         meta: Metadata {
             format: FORMAT_NAME.into(),
@@ -382,6 +412,10 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         tun_io,
         uprobes: uprobe_rows,
         uprobe_hists,
+        kvm_latency,
+        kvm_latency_hists,
+        kvm_events,
+        kvm_stats: kvm_stats.rows(),
     };
     let path = recording::write(&slot, &rec)?;
     Ok(RecordOutcome {
@@ -575,7 +609,9 @@ fn comm_of(t: &ThreadTimes) -> String {
 }
 
 /// Roles on the host platform; platform profiles refine these.
-fn role_of(tid: u32, t: &ThreadTimes, selected: bool, guest: bool, own_tgid: u32) -> &'static str {
+/// The role of a thread no platform instance claims. `vcpu`: it ran a guest
+/// (guest time, or KVM exits); `in_vmm`: a thread of its process did.
+fn role_of(tid: u32, t: &ThreadTimes, selected: bool, vcpu: bool, in_vmm: bool, own_tgid: u32) -> &'static str {
     if tid == 0 {
         "idle"
     } else if tid == OVERFLOW_TID {
@@ -584,8 +620,10 @@ fn role_of(tid: u32, t: &ThreadTimes, selected: bool, guest: bool, own_tgid: u32
         "kernel"
     } else if t.tgid == own_tgid {
         "vtrace"
-    } else if guest {
+    } else if vcpu {
         "vcpu"
+    } else if in_vmm {
+        "vmm"
     } else if selected {
         "app"
     } else {
@@ -599,7 +637,15 @@ fn thread_rows(
     attribution: &Attribution,
     guest_ticks: &HashMap<u32, u64>,
     clock_ticks: u64,
+    vcpu_tids: &HashSet<u32>,
 ) -> Vec<ThreadRow> {
+    // Processes that run vCPUs: their other threads are the VMM.
+    let vmm_tgids: HashSet<u32> = snap
+        .threads
+        .iter()
+        .filter(|(tid, _)| vcpu_tids.contains(tid))
+        .map(|(_, t)| t.tgid)
+        .collect();
     // A process is named after its main thread.
     let process_comm: HashMap<u32, String> = snap
         .threads
@@ -636,7 +682,15 @@ fn thread_rows(
                 None => (
                     platforms::HOST.to_string(),
                     String::new(),
-                    role_of(*tid, t, selected, guest_ns > 0, sel.own_tgid).to_string(),
+                    role_of(
+                        *tid,
+                        t,
+                        selected,
+                        guest_ns > 0 || vcpu_tids.contains(tid),
+                        vmm_tgids.contains(&t.tgid),
+                        sel.own_tgid,
+                    )
+                    .to_string(),
                 ),
             };
             ThreadRow {

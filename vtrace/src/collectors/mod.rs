@@ -3,6 +3,7 @@
 
 pub mod bpf_stats;
 pub mod cpu;
+pub mod kvm;
 pub mod net;
 pub mod procfs;
 pub mod uprobes;

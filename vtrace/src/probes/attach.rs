@@ -23,6 +23,9 @@ pub struct ProbeStatus {
     pub program: Option<String>,
     pub available: bool,
     pub reason: Option<String>,
+    /// Attached, but known not to deliver here (and why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caveat: Option<String>,
     /// Uprobes: the slot (BPF cookie) their statistics are kept under.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
@@ -37,8 +40,29 @@ impl ProbeStatus {
             program: used.map(|s| s.program().to_string()),
             available: used.is_some(),
             reason: (!skipped.is_empty()).then(|| skipped.join("; ")),
+            caveat: None,
             slot: None,
         }
+    }
+
+    fn with_caveat(mut self, caps: &Capabilities) -> Self {
+        if self.available && (self.id == "kvm_exit" || self.id == "kvm_entry") && caps.kvm_module == Some("kvm_pvm") {
+            self.caveat = Some(
+                "never fires under kvm_pvm: PVM runs guests without VMX/SVM entries and exits; guest time is \
+                 tick-sampled and exit reasons are unavailable"
+                    .into(),
+            );
+        }
+        self
+    }
+
+    /// What `vtrace probes` and the report show beside the probe.
+    pub fn note(&self) -> String {
+        [self.caveat.as_deref(), self.reason.as_deref()]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -51,7 +75,7 @@ pub fn plan(caps: &Capabilities, specs: &[ProbeSpec]) -> Vec<ProbeStatus> {
             let mut skipped = Vec::new();
             for s in spec.strategies {
                 match caps.check(s) {
-                    Ok(()) => return ProbeStatus::new(spec, Some(s), skipped),
+                    Ok(()) => return ProbeStatus::new(spec, Some(s), skipped).with_caveat(caps),
                     Err(why) => skipped.push(format!("{}: {why}", s.method())),
                 }
             }
@@ -72,7 +96,7 @@ pub fn attach_all(ebpf: &mut Ebpf, caps: &Capabilities, specs: &[ProbeSpec]) -> 
                 let outcome = caps.check(s).and_then(|()| attach_one(ebpf, s, slot));
                 match outcome {
                     Ok(()) => {
-                        let mut status = ProbeStatus::new(spec, Some(s), skipped);
+                        let mut status = ProbeStatus::new(spec, Some(s), skipped).with_caveat(caps);
                         if let Strategy::UProbe { .. } = s {
                             status.slot = Some(slot);
                             next_slot += 1;

@@ -30,6 +30,8 @@ pub struct Capabilities {
     kprobe_functions: Option<HashSet<String>>,
     /// Whether this kernel loads fentry programs, once tried (see `try_fentry`).
     pub fentry: Option<Result<(), String>>,
+    /// The loaded KVM vendor module: kvm_intel, kvm_amd or kvm_pvm.
+    pub kvm_module: Option<&'static str>,
 }
 
 impl Capabilities {
@@ -63,6 +65,9 @@ impl Capabilities {
             uprobe_pmu: Path::new("/sys/bus/event_source/devices/uprobe/type").exists(),
             kprobe_functions,
             fentry: None,
+            kvm_module: ["kvm_intel", "kvm_amd", "kvm_pvm"]
+                .into_iter()
+                .find(|m| Path::new("/sys/module").join(m).exists()),
         }
     }
 

@@ -34,7 +34,36 @@ pub struct KernelOffsets {
     pub tun_fds_on: u32,
     /// Not an offset: 1 streams per-packet events (`record --events`).
     pub net_events_on: u32,
+    pub pt_regs_si: u32,
+    /// Not an offset: 1 times user-space exits until the next ioctl(KVM_RUN) (kvm is loaded).
+    pub kvm_run_on: u32,
+    /// Offsets of the [`KVM_FIELDS`] record fields, in that order.
+    pub kvm_fields: [u32; KVM_FIELDS.len()],
 }
+
+/// (global, event, field) of every kvm/* record field the eBPF programs read.
+const KVM_FIELDS: [(&str, &str, &str); 20] = [
+    ("TP_KVM_EXIT_REASON", "kvm_exit", "exit_reason"),
+    ("TP_KVM_EXIT_ISA", "kvm_exit", "isa"),
+    ("TP_KVM_UEXIT_REASON", "kvm_userspace_exit", "reason"),
+    ("TP_KVM_UEXIT_ERRNO", "kvm_userspace_exit", "errno"),
+    ("TP_KVM_PIO_RW", "kvm_pio", "rw"),
+    ("TP_KVM_PIO_PORT", "kvm_pio", "port"),
+    ("TP_KVM_PIO_SIZE", "kvm_pio", "size"),
+    ("TP_KVM_PIO_COUNT", "kvm_pio", "count"),
+    ("TP_KVM_MMIO_TYPE", "kvm_mmio", "type"),
+    ("TP_KVM_MMIO_LEN", "kvm_mmio", "len"),
+    ("TP_KVM_MMIO_GPA", "kvm_mmio", "gpa"),
+    ("TP_KVM_FAST_MMIO_GPA", "kvm_fast_mmio", "gpa"),
+    ("TP_KVM_SET_IRQ_GSI", "kvm_set_irq", "gsi"),
+    ("TP_KVM_SET_IRQ_LEVEL", "kvm_set_irq", "level"),
+    ("TP_KVM_MSI_ADDRESS", "kvm_msi_set_irq", "address"),
+    ("TP_KVM_MSI_DATA", "kvm_msi_set_irq", "data"),
+    ("TP_KVM_INJ_VIRQ_VECTOR", "kvm_inj_virq", "vector"),
+    ("TP_KVM_INJ_VIRQ_SOFT", "kvm_inj_virq", "soft"),
+    ("TP_KVM_WAKEUP_NS", "kvm_vcpu_wakeup", "ns"),
+    ("TP_KVM_WAKEUP_WAITED", "kvm_vcpu_wakeup", "waited"),
+];
 
 impl KernelOffsets {
     /// Resolves what the running kernel provides; what it lacks stays 0 and the
@@ -67,6 +96,7 @@ impl KernelOffsets {
             o.net_ns_inum = m("net", "ns") + m("ns_common", "inum");
             o.napi_dev = m("napi_struct", "dev");
             o.pt_regs_di = m("pt_regs", "di");
+            o.pt_regs_si = m("pt_regs", "si");
         }
         if let Ok(tracefs) = &caps.tracefs {
             let f = |cat: &str, ev: &str, field: &str| {
@@ -77,13 +107,19 @@ impl KernelOffsets {
             o.tp_fork_child_pid = f("sched", "sched_process_fork", "child_pid");
             o.tp_irq_irq = f("irq", "irq_handler_entry", "irq");
             o.tp_softirq_vec = f("irq", "softirq_entry", "vec");
+            for (slot, (_, event, field)) in o.kvm_fields.iter_mut().zip(KVM_FIELDS) {
+                *slot = f("kvm", event, field);
+            }
+            o.kvm_run_on = tracepoint_field(tracefs, "kvm", "kvm_userspace_exit", "reason").is_some() as u32;
         }
         o
     }
 
     /// (global name in vtrace-ebpf/src/config.rs, value)
-    pub fn globals(&self) -> [(&'static str, u32); 24] {
-        [
+    pub fn globals(&self) -> Vec<(&'static str, u32)> {
+        let mut g = vec![
+            ("PT_REGS_SI", self.pt_regs_si),
+            ("KVM_RUN_ON", self.kvm_run_on),
             ("PT_REGS_DI", self.pt_regs_di),
             ("TUN_FDS_ON", self.tun_fds_on),
             ("NAPI_DEV", self.napi_dev),
@@ -108,7 +144,14 @@ impl KernelOffsets {
             ("TP_FORK_CHILD_PID", self.tp_fork_child_pid),
             ("TP_IRQ_IRQ", self.tp_irq_irq),
             ("TP_SOFTIRQ_VEC", self.tp_softirq_vec),
-        ]
+        ];
+        g.extend(
+            KVM_FIELDS
+                .iter()
+                .zip(self.kvm_fields)
+                .map(|((global, _, _), v)| (*global, v)),
+        );
+        g
     }
 }
 

@@ -88,6 +88,10 @@ pub fn write(slot: &OutputSlot, rec: &Recording) -> Result<PathBuf> {
     write_table(dir, &rec.tun_io)?;
     write_table(dir, &rec.uprobes)?;
     write_table(dir, &rec.uprobe_hists)?;
+    write_table(dir, &rec.kvm_latency)?;
+    write_table(dir, &rec.kvm_latency_hists)?;
+    write_table(dir, &rec.kvm_events)?;
+    write_table(dir, &rec.kvm_stats)?;
     // meta.json last: its presence marks a complete recording.
     let meta = serde_json::to_vec_pretty(&rec.meta).expect("metadata serializes");
     fs::write(dir.join(META), meta).map_err(crate::error::io("write meta.json"))?;
@@ -174,5 +178,9 @@ pub fn read(path: &Path) -> Result<Recording> {
         tun_io: read_table(path, &corrupt)?,
         uprobes: read_table(path, &corrupt)?,
         uprobe_hists: read_table(path, &corrupt)?,
+        kvm_latency: read_table(path, &corrupt)?,
+        kvm_latency_hists: read_table(path, &corrupt)?,
+        kvm_events: read_table(path, &corrupt)?,
+        kvm_stats: read_table(path, &corrupt)?,
     })
 }

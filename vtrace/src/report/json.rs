@@ -33,7 +33,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         .map(|p| {
             let (events, _) = runs.get(p.id.as_str()).copied().unwrap_or_default();
             json!({"id": p.id, "layer": p.layer, "method": p.method, "available": p.available,
-                   "reason": p.reason, "events": events})
+                   "reason": p.reason, "caveat": p.caveat, "events": events})
         })
         .collect();
     let programs: Vec<Value> = rec
@@ -122,6 +122,66 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         })
         .collect();
     let o = &rec.meta.overhead;
+    let kvm = crate::analysis::kvm::KvmSummary::of(rec);
+    let exits: Vec<Value> = kvm
+        .by_thread
+        .iter()
+        .filter(|s| s.kind == "exit")
+        .map(|s| json!(s))
+        .collect();
+    let userspace_count = |tid: u32, reason: &str| -> u64 {
+        rec.kvm_events
+            .iter()
+            .filter(|e| e.tid == tid && e.kind == "userspace_exit" && e.op == reason)
+            .map(|e| e.count)
+            .sum()
+    };
+    let userspace_exits: Vec<Value> = rec
+        .kvm_events
+        .iter()
+        .filter(|e| e.kind == "userspace_exit")
+        .map(|e| {
+            let timed = kvm
+                .by_thread
+                .iter()
+                .find(|s| s.kind == "userspace_exit" && s.tid == e.tid && s.reason == e.op);
+            json!({"tid": e.tid, "pid": e.pid, "comm": e.comm, "platform": e.platform, "instance": e.instance,
+                   "role": e.role, "reason": e.op, "count": userspace_count(e.tid, &e.op),
+                   "timed": timed.map_or(0, |t| t.count),
+                   "mean_vmm_ns": timed.map(|t| t.mean_ns), "min_vmm_ns": timed.map(|t| t.min_ns),
+                   "max_vmm_ns": timed.map(|t| t.max_ns), "stddev_vmm_ns": timed.map(|t| t.stddev_ns),
+                   "p50_vmm_ns": timed.map(|t| t.p50_ns), "p95_vmm_ns": timed.map(|t| t.p95_ns),
+                   "p99_vmm_ns": timed.map(|t| t.p99_ns), "pct_time": timed.map(|t| t.pct_time)})
+        })
+        .collect();
+    let kvm_events = |kind: &str, addr: &str, op: &str| -> Vec<Value> {
+        rec.kvm_events
+            .iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| {
+                let mut v = json!({"tid": e.tid, "pid": e.pid, "comm": e.comm, "role": e.role, "instance": e.instance,
+                                   "count": e.count, "bytes": e.bytes, "size": e.size, "device": e.device});
+                v[addr] = json!(e.addr);
+                v[op] = json!(e.op);
+                v
+            })
+            .collect()
+    };
+    let interrupts: Vec<Value> = ["set_irq", "msi", "inj_virq"]
+        .iter()
+        .flat_map(|k| kvm_events(k, "addr", "op"))
+        .collect();
+    let kvm = json!({
+        "exits": exits,
+        "userspace_exits": userspace_exits,
+        "halts": kvm.by_thread.iter().filter(|s| s.kind == "halt").collect::<Vec<_>>(),
+        "by_instance": kvm.by_instance,
+        "pio": kvm_events("pio", "port", "direction"),
+        "mmio": kvm_events("mmio", "gpa", "type"),
+        "fast_mmio": kvm_events("fast_mmio", "gpa", "type"),
+        "interrupts": interrupts,
+        "kvm_stats": kvm.stats_check,
+    });
     json!({
         "schema_version": rec.meta.schema_version,
         "wall_ns": cpu.wall_ns,
@@ -142,6 +202,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         "uprobes": uprobes,
         "tun_io": rec.tun_io,
         "hops": hops,
+        "kvm": kvm,
         "journeys": crate::analysis::net::journeys(rec),
         "probes": probes,
         "overhead": {

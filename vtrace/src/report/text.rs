@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 
 use super::ns_per_event;
 use crate::{
-    analysis::cpu::{CpuBreakdown, StateTimes},
+    analysis::{
+        cpu::{CpuBreakdown, StateTimes},
+        kvm::{KvmSummary, ReasonStats},
+    },
     recording::Recording,
 };
 
@@ -173,6 +176,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
 
     network(&mut o, rec);
     user_space(&mut o, rec);
+    kvm(&mut o, rec, top);
 
     let _ = writeln!(
         o,
@@ -194,7 +198,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
             p.layer,
             method,
             events,
-            p.reason.clone().unwrap_or_default()
+            p.note()
         );
     }
 
@@ -369,5 +373,112 @@ fn user_space(o: &mut String, rec: &Recording) {
             "  {:<34}{:>8} {:<16}{:<16}{:>10}{:>12}{:>9}{:>14}",
             u.probe, u.pid, u.comm, owner, u.calls, u.bytes, mean, lat
         );
+    }
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1e3)
+}
+
+const KVM_HEADER: [&str; 13] = [
+    "reason", "count", "%count", "%time", "min(us)", "mean(us)", "max(us)", "stddev", "p50(us)", "p95(us)", "p99(us)",
+    "", "",
+];
+
+fn kvm_line(o: &mut String, who: &str, s: &ReasonStats) {
+    let _ = writeln!(
+        o,
+        "  {:<28}{:<20}{:>9}{:>8.1}{:>8.1}{:>10}{:>10}{:>10}{:>9}{:>10}{:>10}{:>10}",
+        who,
+        s.reason,
+        s.count,
+        s.pct_count,
+        s.pct_time,
+        us(s.min_ns),
+        us(s.mean_ns),
+        us(s.max_ns),
+        us(s.stddev_ns),
+        us(s.p50_ns),
+        us(s.p95_ns),
+        us(s.p99_ns)
+    );
+}
+
+/// KVM exits the way `perf kvm stat` shows them, plus the user-space leg.
+fn kvm(o: &mut String, rec: &Recording, top: usize) {
+    if rec.kvm_latency.is_empty() && rec.kvm_events.is_empty() {
+        return;
+    }
+    let k = KvmSummary::of(rec);
+    let sections = [
+        ("exit", "KVM exits (kvm_exit -> kvm_entry)"),
+        (
+            "userspace_exit",
+            "User-space exits: VMM handling time (kvm_userspace_exit -> next ioctl(KVM_RUN))",
+        ),
+        ("halt", "Halts (kvm_vcpu_wakeup: time halted)"),
+    ];
+    for (kind, title) in sections {
+        let threads: Vec<&ReasonStats> = k.by_thread.iter().filter(|s| s.kind == kind).collect();
+        if threads.is_empty() {
+            continue;
+        }
+        let h = KVM_HEADER;
+        let _ = writeln!(
+            o,
+            "\n{title}\n  {:<28}{:<20}{:>9}{:>8}{:>8}{:>10}{:>10}{:>10}{:>9}{:>10}{:>10}{:>10}",
+            "vcpu thread / scope", h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10]
+        );
+        for s in threads.iter().take(top) {
+            kvm_line(o, &format!("{} {} ({})", s.tid, s.comm, s.role), s);
+        }
+        let instances: Vec<&ReasonStats> = k.by_instance.iter().filter(|s| s.kind == kind).collect();
+        if instances.len() > threads.len() || threads.iter().any(|t| t.instance.is_empty()) {
+            for s in k.total.iter().filter(|s| s.kind == kind) {
+                kvm_line(o, "all vCPUs", s);
+            }
+        }
+        for s in instances.iter().filter(|s| !s.instance.is_empty()) {
+            kvm_line(o, &s.instance, s);
+        }
+    }
+    if !rec.kvm_events.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nKVM port, MMIO and interrupt events\n  {:<10}{:<18}{:<16}{:>14} {:<18}{:>6}{:>10}{:>12}  device",
+            "tid", "comm", "kind", "addr", "op", "size", "count", "bytes"
+        );
+        let mut events: Vec<_> = rec.kvm_events.iter().collect();
+        events.sort_by_key(|e| std::cmp::Reverse(e.count));
+        for e in events.iter().take(top.max(20)) {
+            let _ = writeln!(
+                o,
+                "  {:<10}{:<18}{:<16}{:>14} {:<18}{:>6}{:>10}{:>12}  {}",
+                e.tid,
+                e.comm,
+                e.kind,
+                format!("{:#x}", e.addr),
+                e.op,
+                e.size,
+                e.count,
+                e.bytes,
+                e.device
+            );
+        }
+    }
+    if !k.stats_check.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nKVM's own statistics (debugfs) beside vtrace's events\n  {:<10}{:>6}  {:<18}{:>12}{:>12}  vtrace source",
+            "pid", "vms", "stat", "kvm", "vtrace"
+        );
+        for c in &k.stats_check {
+            let v = c.vtrace.map_or("-".to_string(), |v| v.to_string());
+            let _ = writeln!(
+                o,
+                "  {:<10}{:>6}  {:<18}{:>12}{:>12}  {}",
+                c.pid, c.vms, c.stat, c.kvm, v, c.vtrace_source
+            );
+        }
     }
 }

@@ -1,0 +1,144 @@
+//! KVM exits from a real VMM (examples/src/kvm_vmm.rs) on the real /dev/kvm:
+//! counts against the exits the guest is known to make, the VMM's handling
+//! time against the VMM's own clock, and KVM's own statistics.
+
+use serde_json::Value;
+use vtrace_tests::{TempDir, bin, report_json, stderr, vtrace};
+
+const PIO: u64 = 40;
+const MMIO: u64 = 25;
+const HALTS: u64 = 15;
+const SLEEP_US: u64 = 2000;
+
+fn n(v: &Value, f: &str) -> u64 {
+    v[f].as_u64().unwrap_or_else(|| panic!("{f} missing in {v}"))
+}
+
+#[test]
+fn test_vmm_exits_are_counted_timed_and_attributed() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    assert!(
+        std::path::Path::new("/dev/kvm").exists(),
+        "/dev/kvm missing: this test needs KVM (load kvm_intel, kvm_amd or kvm_pvm)"
+    );
+    let dir = TempDir::new("kvm");
+    let rec = dir.join("vmm.vtrace");
+    let vmm = bin("kvm-vmm");
+    let counts = [PIO, MMIO, HALTS, SLEEP_US].map(|v| v.to_string());
+    let o = vtrace(&[
+        "record",
+        "--interval",
+        "100ms",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        vmm.to_str().unwrap(),
+        "--pio",
+        &counts[0],
+        "--mmio",
+        &counts[1],
+        "--halts",
+        &counts[2],
+        "--sleep-us",
+        &counts[3],
+    ]);
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    // The VMM's own account: what it saw and how long it took per exit.
+    let truth: Value = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .expect("the VMM prints one JSON line");
+    assert_eq!(
+        (n(&truth, "pio"), n(&truth, "mmio"), n(&truth, "hlt")),
+        (PIO, MMIO, HALTS),
+        "the guest did not make the exits it should: {truth}"
+    );
+    let tid = n(&truth, "vcpu_tid");
+    let r = report_json(&rec);
+    let kvm = &r["kvm"];
+    let of_vcpu = |list: &str| -> Vec<&Value> {
+        kvm[list]
+            .as_array()
+            .unwrap_or_else(|| panic!("kvm.{list} missing"))
+            .iter()
+            .filter(|e| e["tid"].as_u64() == Some(tid))
+            .collect()
+    };
+    eprintln!(
+        "vmm: {truth}\nkvm report: {}",
+        serde_json::to_string_pretty(kvm).unwrap()
+    );
+
+    // Exactly N port writes and M MMIO writes, at the guest's addresses.
+    let pio = of_vcpu("pio");
+    assert_eq!(pio.len(), 1, "one port: {pio:?}");
+    assert_eq!((n(pio[0], "port"), pio[0]["direction"].as_str()), (0x10, Some("write")));
+    assert_eq!(n(pio[0], "count"), PIO);
+    let mmio = of_vcpu("mmio");
+    assert_eq!(mmio.len(), 1, "one address: {mmio:?}");
+    assert_eq!((n(mmio[0], "gpa"), mmio[0]["type"].as_str()), (0x8000, Some("write")));
+    assert_eq!(n(mmio[0], "count"), MMIO);
+
+    // N+M+K user-space exits by reason, the vCPU thread attributed as such.
+    let exits = of_vcpu("userspace_exits");
+    let count = |reason: &str| {
+        exits
+            .iter()
+            .filter(|e| e["reason"] == reason)
+            .map(|e| n(e, "count"))
+            .sum::<u64>()
+    };
+    assert_eq!(
+        (count("IO"), count("MMIO"), count("HLT")),
+        (PIO, MMIO, HALTS),
+        "{exits:?}"
+    );
+    assert_eq!(exits.iter().map(|e| n(e, "count")).sum::<u64>(), PIO + MMIO + HALTS);
+    for e in &exits {
+        assert_eq!(
+            (e["role"].as_str(), e["comm"].as_str()),
+            (Some("vcpu"), Some("vcpu0")),
+            "{e}"
+        );
+    }
+    let threads = r["threads"].as_array().unwrap();
+    let role = |t: u64| {
+        threads
+            .iter()
+            .find(|x| x["tid"].as_u64() == Some(t))
+            .map(|x| x["role"].clone())
+    };
+    assert_eq!(role(tid), Some("vcpu".into()));
+    assert_eq!(role(n(&truth, "pid")), Some("vmm".into()), "the VMM's main thread");
+
+    // The VMM's handling time per exit, within 10 % of its own measure. The
+    // last halt ends the run without another KVM_RUN, so it is not timed.
+    let want = n(&truth, "handling_ns_mean") as f64;
+    assert!(
+        want >= SLEEP_US as f64 * 1000.0,
+        "the VMM slept less than asked: {want}"
+    );
+    let timed: u64 = exits.iter().map(|e| n(e, "timed")).sum();
+    assert_eq!(timed, PIO + MMIO + HALTS - 1);
+    for e in &exits {
+        let mean = n(e, "mean_vmm_ns") as f64;
+        assert!(
+            (mean - want).abs() / want < 0.10,
+            "{}: {mean} ns vs the VMM's {want} ns",
+            e["reason"]
+        );
+        let (p50, p99) = (n(e, "p50_vmm_ns") as f64, n(e, "p99_vmm_ns") as f64);
+        assert!(
+            n(e, "min_vmm_ns") as f64 <= p50 && p50 <= p99 && p99 <= n(e, "max_vmm_ns") as f64,
+            "{e}"
+        );
+        assert!((p50 - want).abs() / want < 0.15, "{}: p50 {p50} vs {want}", e["reason"]);
+    }
+
+    // KVM's own statistics for the vCPU, as the VMM read them, agree.
+    let stats = &truth["kvm_stats"];
+    if let (Some(mmio_exits), Some(halt_exits)) = (stats["mmio_exits"].as_u64(), stats["halt_exits"].as_u64()) {
+        assert_eq!((mmio_exits, halt_exits), (MMIO, HALTS), "KVM's own counts: {stats}");
+        assert!(n(stats, "exits") >= PIO + MMIO + HALTS, "{stats}");
+    }
+}

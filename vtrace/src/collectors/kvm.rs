@@ -1,0 +1,489 @@
+//! KVM collector: exit and user-space-exit latency, port/MMIO accesses and
+//! interrupt injection per vCPU thread (`vtrace-ebpf/src/kvm.rs`), exit
+//! reasons named from the running kernel's own tracepoint formats, and KVM's
+//! own per-VM statistics (debugfs) for a cross-check.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::Path,
+};
+
+use aya::{
+    Ebpf,
+    maps::{MapData, PerCpuHashMap},
+};
+use vtrace_common::{
+    FINE_BUCKETS, KVM_RUN_INTERRUPTED, KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, fine_bucket_range,
+    kvm_event, kvm_latency,
+};
+
+use crate::{
+    Error, Result,
+    recording::{KvmEventRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow, ThreadRow},
+};
+
+pub struct KvmCollector {
+    latency: PerCpuHashMap<MapData, KvmLatencyKey, LatencyHist>,
+    events: PerCpuHashMap<MapData, KvmEventKey, KvmEventStats>,
+}
+
+/// What the KVM maps hold at one moment, summed over CPUs.
+#[derive(Default)]
+pub struct KvmSnapshot {
+    pub latency: BTreeMap<KvmLatencyKey, LatencyHist>,
+    pub events: BTreeMap<KvmEventKey, KvmEventStats>,
+}
+
+impl KvmSnapshot {
+    /// Threads that ran a vCPU: they exited to KVM or to the VMM.
+    pub fn vcpu_tids(&self) -> std::collections::HashSet<u32> {
+        self.latency
+            .keys()
+            .filter(|k| k.kind != kvm_latency::HALT)
+            .map(|k| k.tid)
+            .chain(
+                self.events
+                    .keys()
+                    .filter(|k| [kvm_event::PIO, kvm_event::MMIO, kvm_event::FAST_MMIO].contains(&k.kind))
+                    .map(|k| k.tid),
+            )
+            .collect()
+    }
+}
+
+fn take<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str) -> Result<PerCpuHashMap<MapData, K, V>> {
+    let map = ebpf
+        .take_map(name)
+        .ok_or_else(|| Error::Ebpf(format!("map {name} missing")))?;
+    PerCpuHashMap::try_from(map).map_err(|e| Error::Ebpf(e.to_string()))
+}
+
+impl KvmCollector {
+    pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
+        Ok(KvmCollector {
+            latency: take(ebpf, "KVM_LATENCY")?,
+            events: take(ebpf, "KVM_EVENTS")?,
+        })
+    }
+
+    pub fn snapshot(&self) -> Result<KvmSnapshot> {
+        let mut out = KvmSnapshot::default();
+        for entry in self.latency.iter() {
+            let (k, per_cpu) = entry.map_err(|e| Error::Ebpf(e.to_string()))?;
+            let t = out.latency.entry(k).or_default();
+            for v in per_cpu.iter().filter(|v| v.count > 0) {
+                t.min_ns = if t.count == 0 { v.min_ns } else { t.min_ns.min(v.min_ns) };
+                t.max_ns = t.max_ns.max(v.max_ns);
+                t.count += v.count;
+                t.sum_ns += v.sum_ns;
+                for (a, b) in t.buckets.iter_mut().zip(v.buckets) {
+                    *a += b;
+                }
+            }
+        }
+        for entry in self.events.iter() {
+            let (k, per_cpu) = entry.map_err(|e| Error::Ebpf(e.to_string()))?;
+            let t = out.events.entry(k).or_default();
+            for v in per_cpu.iter() {
+                t.count += v.count;
+                t.bytes += v.bytes;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Names of exit reasons and access types, parsed from the `__print_symbolic`
+/// tables in the running kernel's kvm/* format files, so they never drift
+/// from the kernel that produced the numbers.
+#[derive(Clone, Debug, Default)]
+pub struct ReasonNames {
+    pub vmx: HashMap<u32, String>,
+    pub svm: HashMap<u32, String>,
+    /// KVM_EXIT_* without the prefix (IO, MMIO, HLT, ...).
+    pub userspace: HashMap<u32, String>,
+    pub mmio_type: HashMap<u32, String>,
+}
+
+impl ReasonNames {
+    pub fn from_tracefs(tracefs: &Path) -> Self {
+        let fmt = |event: &str| {
+            std::fs::read_to_string(tracefs.join("events/kvm").join(event).join("format")).unwrap_or_default()
+        };
+        let exit = symbolic_tables(&fmt("kvm_exit"));
+        // kvm_exit prints `(REC->isa == 1) ? VMX table : SVM table`.
+        let mut exit = exit.into_iter();
+        let userspace = symbolic_tables(&fmt("kvm_userspace_exit"))
+            .into_iter()
+            .next()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.strip_prefix("KVM_EXIT_").map(str::to_string).unwrap_or(v)))
+            .collect();
+        ReasonNames {
+            vmx: exit.next().unwrap_or_default(),
+            svm: exit.next().unwrap_or_default(),
+            userspace,
+            mmio_type: symbolic_tables(&fmt("kvm_mmio")).into_iter().next().unwrap_or_default(),
+        }
+    }
+
+    /// ("vmx" | "svm" | "", name) of a latency key's reason.
+    pub fn name(&self, k: &KvmLatencyKey) -> (&'static str, String) {
+        let lookup = |table: &HashMap<u32, String>, reason: u32| {
+            table
+                .get(&reason)
+                .cloned()
+                .unwrap_or_else(|| format!("reason_{reason}"))
+        };
+        match k.kind {
+            kvm_latency::EXIT if k.reason == u32::MAX => ("", "unknown (raw_tp)".into()),
+            kvm_latency::EXIT if k.isa == 1 => ("vmx", lookup(&self.vmx, k.reason)),
+            kvm_latency::EXIT => ("svm", lookup(&self.svm, k.reason)),
+            kvm_latency::USERSPACE if k.reason == KVM_RUN_INTERRUPTED => ("", "INTERRUPTED".into()),
+            kvm_latency::USERSPACE => ("", lookup(&self.userspace, k.reason)),
+            _ => ("", if k.reason == 1 { "wait" } else { "poll" }.into()),
+        }
+    }
+}
+
+/// Every `__print_symbolic(expr, { value, "name" }, ...)` table of a format
+/// file's print fmt, in order. Values may be sums (`0x040 + 14`); names may
+/// be concatenated literals (`"KVM_EXIT_" "IO"`).
+pub fn symbolic_tables(format: &str) -> Vec<HashMap<u32, String>> {
+    let mut tables = Vec::new();
+    let mut rest = format;
+    while let Some(at) = rest.find("__print_symbolic(") {
+        rest = &rest[at + "__print_symbolic(".len()..];
+        let mut table = HashMap::new();
+        // Entries until the call's closing parenthesis.
+        let mut s = rest;
+        loop {
+            s = s.trim_start_matches([' ', ',', '\n', '\t']);
+            if s.starts_with(')') || s.is_empty() {
+                break;
+            }
+            if let Some(body) = s.strip_prefix('{') {
+                let Some(end) = body.find('}') else { break };
+                if let Some((value, name)) = parse_entry(&body[..end]) {
+                    table.insert(value, name);
+                }
+                s = &body[end + 1..];
+            } else {
+                // The expression being decoded: skip to the first entry or the end.
+                match s.find(['{', ')']) {
+                    Some(i) => s = &s[i..],
+                    None => break,
+                }
+                if s.starts_with(')') {
+                    // `(REC->x & 0xffff)`-style nested parenthesis before the entries.
+                    s = &s[1..];
+                }
+            }
+        }
+        rest = s;
+        tables.push(table);
+    }
+    tables
+}
+
+fn parse_entry(entry: &str) -> Option<(u32, String)> {
+    let (value, name) = entry.split_once(',')?;
+    let value = value
+        .split('+')
+        .map(|t| {
+            let t = t.trim();
+            match t.strip_prefix("0x") {
+                Some(h) => u32::from_str_radix(h, 16).ok(),
+                None => t.parse().ok(),
+            }
+        })
+        .sum::<Option<u32>>()?;
+    let name: String = name.split('"').skip(1).step_by(2).collect();
+    Some((value, name))
+}
+
+/// Well-known x86 port ranges (PC platform, QEMU and Firecracker devices).
+const PORTS: &[(u32, u32, &str)] = &[
+    (0x20, 0x21, "pic-master"),
+    (0x40, 0x43, "pit"),
+    (0x60, 0x64, "i8042"),
+    (0x70, 0x71, "rtc-cmos"),
+    (0x80, 0x80, "post-debug"),
+    (0xa0, 0xa1, "pic-slave"),
+    (0x2f8, 0x2ff, "serial-com2"),
+    (0x3f8, 0x3ff, "serial-com1"),
+    (0x510, 0x511, "fw_cfg"),
+    (0x600, 0x63f, "acpi-pm"),
+    (0xcf8, 0xcff, "pci-config"),
+];
+
+/// What is at port or guest-physical address `addr`, where that is known
+/// without the VMM's help; else empty (the raw address stands).
+pub fn device_at(kind: u32, addr: u64) -> &'static str {
+    match kind {
+        kvm_event::PIO => PORTS
+            .iter()
+            .find(|(lo, hi, _)| (*lo as u64..=*hi as u64).contains(&addr))
+            .map(|p| p.2)
+            .unwrap_or(""),
+        kvm_event::MMIO | kvm_event::FAST_MMIO => match addr {
+            0xfee0_0000..=0xfeef_ffff => "local-apic",
+            0xfec0_0000..=0xfec0_0fff => "ioapic",
+            0xfed0_0000..=0xfed0_03ff => "hpet",
+            _ => "",
+        },
+        _ => "",
+    }
+}
+
+/// Rows of the kvm_* tables, each thread named by `threads`.
+pub fn rows(
+    snap: &KvmSnapshot,
+    names: &ReasonNames,
+    threads: &[ThreadRow],
+) -> (Vec<KvmLatencyRow>, Vec<KvmLatencyHistRow>, Vec<KvmEventRow>) {
+    let by_tid: HashMap<u32, &ThreadRow> = threads.iter().map(|t| (t.tid, t)).collect();
+    let who = |tid: u32| {
+        by_tid
+            .get(&tid)
+            .map_or((0, String::new(), String::new(), String::new(), String::new()), |t| {
+                (
+                    t.pid,
+                    t.comm.clone(),
+                    t.platform.clone(),
+                    t.instance.clone(),
+                    t.role.clone(),
+                )
+            })
+    };
+    let mut latency = Vec::new();
+    let mut hists = Vec::new();
+    for (k, h) in &snap.latency {
+        if h.count == 0 {
+            continue;
+        }
+        let (isa, reason_name) = names.name(k);
+        let (pid, comm, platform, instance, role) = who(k.tid);
+        let kind = kvm_latency::NAMES.get(k.kind as usize).copied().unwrap_or("?");
+        latency.push(KvmLatencyRow {
+            tid: k.tid,
+            pid,
+            comm,
+            platform,
+            instance,
+            role,
+            kind: kind.into(),
+            isa: isa.into(),
+            reason: k.reason,
+            reason_name: reason_name.clone(),
+            count: h.count,
+            sum_ns: h.sum_ns,
+            min_ns: h.min_ns,
+            max_ns: h.max_ns,
+        });
+        for (i, &count) in h.buckets.iter().enumerate().take(FINE_BUCKETS).filter(|(_, c)| **c > 0) {
+            let (lo_ns, hi_ns) = fine_bucket_range(i);
+            hists.push(KvmLatencyHistRow {
+                tid: k.tid,
+                kind: kind.into(),
+                reason_name: reason_name.clone(),
+                lo_ns,
+                hi_ns,
+                count,
+            });
+        }
+    }
+    let events = snap
+        .events
+        .iter()
+        .map(|(k, s)| {
+            let (pid, comm, platform, instance, role) = who(k.tid);
+            let op = match k.kind {
+                kvm_event::PIO => if k.op == 1 { "write" } else { "read" }.to_string(),
+                kvm_event::MMIO => names.mmio_type.get(&k.op).cloned().unwrap_or_else(|| k.op.to_string()),
+                kvm_event::FAST_MMIO => "write".into(),
+                kvm_event::SET_IRQ => format!("level {}", k.op as i32),
+                kvm_event::MSI => format!("vector {}", k.op),
+                kvm_event::INJ_VIRQ => if k.op == 1 { "soft" } else { "irq" }.to_string(),
+                kvm_event::USERSPACE_EXIT => {
+                    names
+                        .name(&KvmLatencyKey {
+                            tid: k.tid,
+                            kind: kvm_latency::USERSPACE,
+                            reason: k.addr as u32,
+                            isa: 0,
+                        })
+                        .1
+                }
+                _ => k.op.to_string(),
+            };
+            KvmEventRow {
+                tid: k.tid,
+                pid,
+                comm,
+                platform,
+                instance,
+                role,
+                kind: kvm_event::NAMES.get(k.kind as usize).copied().unwrap_or("?").into(),
+                addr: k.addr,
+                op,
+                size: k.size,
+                count: s.count,
+                bytes: s.bytes,
+                device: device_at(k.kind, k.addr).into(),
+            }
+        })
+        .collect();
+    (latency, hists, events)
+}
+
+/// KVM's own per-VM counters (debugfs `kvm/<pid>-<fd>/<stat>`, summed over
+/// the VM's vCPUs) that vtrace's events can be checked against.
+pub const KVM_STATS: &[&str] = &[
+    "exits",
+    "io_exits",
+    "mmio_exits",
+    "halt_exits",
+    "halt_wakeup",
+    "irq_exits",
+    "irq_injections",
+    "signal_exits",
+    "request_irq_exits",
+    "insn_emulation",
+    "hypercalls",
+];
+
+const KVM_DEBUGFS: &str = "/sys/kernel/debug/kvm";
+
+/// KVM's statistics of every VM seen while recording: the first and last
+/// value of each, sampled each interval (a VM's directory goes with the VM,
+/// so one that lives less than an interval may be missed). Only debugfs
+/// serves them to another process: the binary stats fd (KVM_GET_STATS_FD)
+/// answers the VMM's own process only.
+#[derive(Default)]
+pub struct KvmStatsSampler {
+    first: BTreeMap<(String, &'static str), u64>,
+    last: BTreeMap<(String, &'static str), u64>,
+    /// VMs that existed when recording started (their first value is a baseline, not 0).
+    at_start: std::collections::HashSet<String>,
+    /// Why statistics could not be read, once.
+    pub error: Option<String>,
+}
+
+impl KvmStatsSampler {
+    pub fn start() -> Self {
+        let mut s = KvmStatsSampler::default();
+        s.sample();
+        s.at_start = s.first.keys().map(|(vm, _)| vm.clone()).collect();
+        s
+    }
+
+    pub fn sample(&mut self) {
+        let Ok(dir) = std::fs::read_dir(KVM_DEBUGFS) else {
+            return;
+        };
+        for vm in dir.flatten() {
+            let name = vm.file_name().to_string_lossy().into_owned();
+            // Per-VM directories are `<pid>-<fd>`; the top level holds totals.
+            if !name.contains('-') || !vm.path().is_dir() {
+                continue;
+            }
+            for stat in KVM_STATS {
+                match std::fs::read_to_string(vm.path().join(stat)) {
+                    Ok(v) => {
+                        if let Ok(v) = v.trim().parse::<u64>() {
+                            self.first.entry((name.clone(), stat)).or_insert(v);
+                            self.last.insert((name.clone(), stat), v);
+                        }
+                    }
+                    Err(e) if self.error.is_none() => {
+                        let why = if e.raw_os_error() == Some(libc::EPERM) {
+                            " (debugfs is locked down: see kernel_lockdown(7))"
+                        } else {
+                            ""
+                        };
+                        self.error = Some(format!("{KVM_DEBUGFS}/{name}/{stat}: {e}{why}"));
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+
+    pub fn rows(&self) -> Vec<KvmStatRow> {
+        self.last
+            .iter()
+            .map(|((vm, stat), &end)| KvmStatRow {
+                vm: vm.clone(),
+                pid: vm.split('-').next().and_then(|p| p.parse().ok()).unwrap_or(0),
+                stat: stat.to_string(),
+                // A VM created while recording counted from 0.
+                start: if self.at_start.contains(vm) {
+                    self.first.get(&(vm.clone(), *stat)).copied().unwrap_or(0)
+                } else {
+                    0
+                },
+                end,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Against the real format files of the running kernel.
+    #[test]
+    fn names_exit_reasons_from_this_kernel() {
+        let tracefs = crate::probes::capabilities::ensure_tracefs().expect("tracefs (run as root)");
+        assert!(
+            tracefs.join("events/kvm/kvm_exit/format").exists(),
+            "no kvm tracepoints on this kernel: load kvm (kvm_intel, kvm_amd or kvm_pvm)"
+        );
+        let n = ReasonNames::from_tracefs(&tracefs);
+        // VMX basic exit reasons (SDM Appendix C) and SVM exit codes (APM vol. 2).
+        assert_eq!(n.vmx.get(&12).map(String::as_str), Some("HLT"));
+        assert_eq!(n.vmx.get(&30).map(String::as_str), Some("IO_INSTRUCTION"));
+        assert_eq!(n.vmx.get(&48).map(String::as_str), Some("EPT_VIOLATION"));
+        assert_eq!(n.svm.get(&0x078).map(String::as_str), Some("hlt"));
+        assert_eq!(n.svm.get(&0x07b).map(String::as_str), Some("io"));
+        assert_eq!(n.svm.get(&(0x040 + 14)).map(String::as_str), Some("PF excp"));
+        assert!(
+            n.vmx.len() > 50 && n.svm.len() > 50,
+            "{} vmx / {} svm",
+            n.vmx.len(),
+            n.svm.len()
+        );
+        assert_eq!(n.userspace.get(&2).map(String::as_str), Some("IO"));
+        assert_eq!(n.userspace.get(&5).map(String::as_str), Some("HLT"));
+        assert_eq!(n.userspace.get(&6).map(String::as_str), Some("MMIO"));
+        assert_eq!(n.mmio_type.get(&2).map(String::as_str), Some("write"));
+        let key = KvmLatencyKey {
+            tid: 1,
+            kind: kvm_latency::EXIT,
+            reason: 12,
+            isa: 1,
+        };
+        assert_eq!(n.name(&key), ("vmx", "HLT".to_string()));
+    }
+
+    #[test]
+    fn parses_symbolic_tables() {
+        let t = symbolic_tables(
+            r#"print fmt: "%s", __print_symbolic(REC->r, { 0, "KVM_EXIT_" "UNKNOWN" }, { 0x040 + 3, "BP excp" }), x"#,
+        );
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0][&0], "KVM_EXIT_UNKNOWN");
+        assert_eq!(t[0][&0x43], "BP excp");
+    }
+
+    #[test]
+    fn names_well_known_ports() {
+        assert_eq!(device_at(kvm_event::PIO, 0x3f8), "serial-com1");
+        assert_eq!(device_at(kvm_event::PIO, 0xcfc), "pci-config");
+        assert_eq!(device_at(kvm_event::PIO, 0x10), "");
+        assert_eq!(device_at(kvm_event::MMIO, 0xfee0_0300), "local-apic");
+    }
+}
