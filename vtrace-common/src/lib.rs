@@ -502,6 +502,17 @@ pub struct VcpuPending {
     pub _pad: u32,
 }
 
+/// One sampled stack: the thread and its kernel and user stack ids (-1:
+/// none, e.g. a kernel thread has no user stack).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SampleKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub kernel_stack: i32,
+    pub user_stack: i32,
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all three are repr(C), Copy, and made only of integers.
@@ -524,6 +535,7 @@ mod pod {
     unsafe impl aya::Pod for super::KvmEventKey {}
     unsafe impl aya::Pod for super::KvmEventStats {}
     unsafe impl aya::Pod for super::VcpuPending {}
+    unsafe impl aya::Pod for super::SampleKey {}
 }
 
 #[cfg(test)]

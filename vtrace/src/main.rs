@@ -5,6 +5,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use vtrace::{
+    probes::catalog::LayerGroup,
     record::{RecordOptions, record},
     recording,
     report::{self, Format, ReportOptions},
@@ -42,6 +43,12 @@ enum Command {
         /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer).
         #[arg(long)]
         events: bool,
+        /// Probe layers to attach (the CPU engine is always on); e.g. `--layers cpu` for CPU attribution alone.
+        #[arg(long, value_enum, value_delimiter = ',', default_values_t = LayerGroup::ALL)]
+        layers: Vec<LayerGroup>,
+        /// Sample stacks at this frequency (Hz) on every CPU, for flamegraphs (`report --folded`); 0 = off.
+        #[arg(long, default_value_t = 0)]
+        sample: u64,
         /// Select this process and its descendants (repeatable).
         #[arg(long = "pid")]
         pids: Vec<u32>,
@@ -130,6 +137,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             platform_file,
             uprobes,
             events,
+            layers,
+            sample,
             pids,
             comms,
             cgroups,
@@ -151,6 +160,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 command,
                 uprobes,
                 events,
+                layers,
+                sample_hz: sample,
             };
             let outcome = record(&opts)?;
             eprintln!(

@@ -18,10 +18,14 @@ use crate::{
         kvm::{KvmCollector, KvmStatsSampler, ReasonNames},
         net::{self as netc, DeviceCounters, NetCollector, NetSnapshot},
         procfs::{self, TaskStat},
+        sample::Sampler,
         uprobes::UprobeCollector,
     },
     platforms::{self, Instance, Profile, SystemSnapshot, attribute::Attribution},
-    probes::{self, CATALOG, Capabilities, ProbeStatus, capabilities::ensure_tracefs, offsets::KernelOffsets},
+    probes::{
+        self, CATALOG, Capabilities, ProbeStatus, capabilities::ensure_tracefs, catalog::LayerGroup,
+        offsets::KernelOffsets,
+    },
     recording::{
         self, CpuRow, FORMAT_NAME, Host, IntervalRow, IrqRow, Metadata, NetDeviceRow, NetDropRow, NetHopRow,
         NetSizeRow, OutputSlot, Overhead, Recording, SCHEMA_VERSION, Selectors, SoftirqRow, ThreadRow, UprobeHistRow,
@@ -49,6 +53,10 @@ pub struct RecordOptions {
     pub uprobes: Vec<String>,
     /// Stream every packet at every hop (`--events`).
     pub events: bool,
+    /// Probe layers to attach (`--layers`); the CPU engine always.
+    pub layers: Vec<probes::catalog::LayerGroup>,
+    /// Stack sampling frequency (`--sample HZ`), 0 for none.
+    pub sample_hz: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -128,10 +136,13 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let caps = Capabilities::detect();
     // Tun fds open at the start (a VMM's taps): their read/write syscalls are followed.
     let tun_fds = netc::tun_fds(&system);
+    let layer_on = |g: LayerGroup| g == LayerGroup::Cpu || opts.layers.contains(&g);
+    let resolved = KernelOffsets::resolve(&caps);
     let offsets = KernelOffsets {
-        net_events_on: opts.events as u32,
-        tun_fds_on: !tun_fds.is_empty() as u32,
-        ..KernelOffsets::resolve(&caps)
+        net_events_on: (opts.events && layer_on(LayerGroup::Net)) as u32,
+        tun_fds_on: (!tun_fds.is_empty() && layer_on(LayerGroup::Net)) as u32,
+        kvm_run_on: resolved.kvm_run_on * layer_on(LayerGroup::Kvm) as u32,
+        ..resolved
     };
     let mut ebpf = crate::ebpf::load(&offsets)?;
     netc::load_tun_fds(&mut ebpf, &tun_fds)?;
@@ -154,11 +165,19 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let start_unix = unix_ns();
     let start_mono = monotonic_ns();
     let tasks_at_start = procfs::scan_tasks();
-    let mut specs: Vec<probes::ProbeSpec> = CATALOG.to_vec();
+    let mut specs: Vec<probes::ProbeSpec> = CATALOG
+        .iter()
+        .filter(|p| layer_on(LayerGroup::of(p.layer)))
+        .copied()
+        .collect();
     for u in &opts.uprobes {
         specs.extend(probes::catalog::user_uprobe(u).map_err(Error::BadArgument)?);
     }
     let probes = probes::attach_all(&mut ebpf, &caps, &specs);
+    let mut sampler = match opts.sample_hz {
+        0 => None,
+        hz => Some(Sampler::start(&mut ebpf, hz)?),
+    };
     if let Some(p) = probes.iter().find(|p| p.id == "sched_switch" && !p.available) {
         return Err(Error::NoProbes(format!(
             "sched_switch: {}",
@@ -218,6 +237,9 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
                 series.push(&snap, start_mono);
                 guest.sample();
                 kvm_stats.sample();
+                if let Some(s) = sampler.as_mut() {
+                    s.learn_processes();
+                }
             }
         }
     }
@@ -254,6 +276,10 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let net_end = net.snapshot()?;
     let uprobes_end = uprobe_stats.snapshot()?;
     let kvm_end = kvm.snapshot()?;
+    let (folded, sample_drops) = match sampler.as_mut() {
+        Some(s) => s.finish()?,
+        None => (Vec::new(), 0),
+    };
     kvm_stats.sample();
     let net_event_drops = net.event_drops();
     events_stop.store(true, std::sync::atomic::Ordering::Release);
@@ -344,6 +370,8 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         state_repairs: final_snap.cpus.iter().map(|c| c.state_repairs).sum(),
         untraced_switches: final_snap.cpus.iter().map(|c| c.untraced_switches).sum(),
         net_event_drops,
+        sample_hz: opts.sample_hz,
+        sample_drops,
         ..self_usage()
     };
     let drop_names = netc::drop_reason_names(caps.btf.as_ref().ok().map(|b| b.as_ref()));
@@ -370,6 +398,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
                 .into(),
         );
     }
+    let samples = crate::collectors::sample::rows(folded, &threads);
     let rec = Recording {
         meta: Metadata {
             format: FORMAT_NAME.into(),
@@ -416,6 +445,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         kvm_latency_hists,
         kvm_events,
         kvm_stats: kvm_stats.rows(),
+        samples,
     };
     let path = recording::write(&slot, &rec)?;
     Ok(RecordOutcome {

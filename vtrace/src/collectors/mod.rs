@@ -6,4 +6,5 @@ pub mod cpu;
 pub mod kvm;
 pub mod net;
 pub mod procfs;
+pub mod sample;
 pub mod uprobes;

@@ -42,6 +42,34 @@ impl Layer {
     }
 }
 
+/// What `record --layers` switches on and off. The CPU engine (sched,
+/// syscalls, interrupts) is always on: every other figure is charged to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LayerGroup {
+    Cpu,
+    /// Device hops, tun/tap and vhost, drops.
+    Net,
+    /// KVM exits, user-space exits, port/MMIO and interrupt events.
+    Kvm,
+    /// User-space functions of known stacks and VMMs (lwIP, QEMU).
+    Uprobe,
+}
+
+impl LayerGroup {
+    pub const ALL: [LayerGroup; 4] = [LayerGroup::Cpu, LayerGroup::Net, LayerGroup::Kvm, LayerGroup::Uprobe];
+
+    pub fn of(layer: Layer) -> LayerGroup {
+        match layer {
+            Layer::Net | Layer::Tun | Layer::Vhost => LayerGroup::Net,
+            Layer::Kvm => LayerGroup::Kvm,
+            Layer::Vmm | Layer::Uprobe => LayerGroup::Uprobe,
+            Layer::Sched | Layer::Irq | Layer::Softirq | Layer::Syscall | Layer::Fs | Layer::Block | Layer::Sample => {
+                LayerGroup::Cpu
+            }
+        }
+    }
+}
+
 /// One way to attach a probe. Ordered best-first in [`ProbeSpec::strategies`]:
 /// fentry (cheapest, typed) > kprobe > tp_btf > raw_tp > tracepoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -92,6 +92,7 @@ pub fn write(slot: &OutputSlot, rec: &Recording) -> Result<PathBuf> {
     write_table(dir, &rec.kvm_latency_hists)?;
     write_table(dir, &rec.kvm_events)?;
     write_table(dir, &rec.kvm_stats)?;
+    write_table(dir, &rec.samples)?;
     // meta.json last: its presence marks a complete recording.
     let meta = serde_json::to_vec_pretty(&rec.meta).expect("metadata serializes");
     fs::write(dir.join(META), meta).map_err(crate::error::io("write meta.json"))?;
@@ -182,5 +183,6 @@ pub fn read(path: &Path) -> Result<Recording> {
         kvm_latency_hists: read_table(path, &corrupt)?,
         kvm_events: read_table(path, &corrupt)?,
         kvm_stats: read_table(path, &corrupt)?,
+        samples: read_table(path, &corrupt)?,
     })
 }

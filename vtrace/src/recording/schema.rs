@@ -321,6 +321,21 @@ table! {
     }
 }
 
+table! {
+    /// Sampled stacks (`record --sample HZ`), folded root first: user frames,
+    /// then kernel frames suffixed `_[k]`; `count` samples of this thread had it.
+    SampleRow = "samples" {
+        pid: u32,
+        tid: u32,
+        comm: String,
+        platform: String,
+        instance: String,
+        role: String,
+        stack: String,
+        count: u64,
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Host {
     pub hostname: String,
@@ -367,6 +382,12 @@ pub struct Overhead {
     pub untraced_switches: u64,
     /// Per-packet events lost because the ring buffer was full (`--events`).
     pub net_event_drops: u64,
+    /// Stack sampling frequency (`--sample`), 0 when off.
+    #[serde(default)]
+    pub sample_hz: u64,
+    /// Samples not counted because the sample map was full.
+    #[serde(default)]
+    pub sample_drops: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -414,4 +435,5 @@ pub struct Recording {
     pub kvm_latency_hists: Vec<KvmLatencyHistRow>,
     pub kvm_events: Vec<KvmEventRow>,
     pub kvm_stats: Vec<KvmStatRow>,
+    pub samples: Vec<SampleRow>,
 }

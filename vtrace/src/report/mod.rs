@@ -11,6 +11,9 @@ pub enum Format {
     Text,
     Json,
     Csv,
+    /// Sampled stacks folded per line (`comm;frame;...;frame count`), the
+    /// input of flamegraph.pl and inferno-flamegraph.
+    Folded,
 }
 
 pub struct ReportOptions {
@@ -25,6 +28,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
         Format::Text => text::render(rec, &cpu, opts.top),
         Format::Json => serde_json::to_string_pretty(&json::document(rec, &cpu)).expect("report serializes"),
         Format::Csv => csv::threads(&cpu),
+        Format::Folded => folded(rec),
     }
 }
 
@@ -35,4 +39,21 @@ pub fn ns_per_event(run_time_ns: u64, run_count: u64) -> f64 {
     } else {
         run_time_ns as f64 / run_count as f64
     }
+}
+
+/// The recording's sampled stacks, each prefixed by its process name, merged
+/// over the threads of a process.
+pub fn folded(rec: &Recording) -> String {
+    let mut merged: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for s in &rec.samples {
+        let comm = rec
+            .threads
+            .iter()
+            .find(|t| t.tid == s.pid)
+            .map_or(s.comm.as_str(), |t| t.comm.as_str());
+        *merged
+            .entry(format!("{};{}", comm.replace(' ', "_"), s.stack))
+            .or_default() += s.count;
+    }
+    merged.into_iter().map(|(stack, n)| format!("{stack} {n}\n")).collect()
 }

@@ -177,6 +177,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
     network(&mut o, rec);
     user_space(&mut o, rec);
     kvm(&mut o, rec, top);
+    samples(&mut o, rec, top);
 
     let _ = writeln!(
         o,
@@ -480,5 +481,32 @@ fn kvm(o: &mut String, rec: &Recording, top: usize) {
                 c.pid, c.vms, c.stat, c.kvm, v, c.vtrace_source
             );
         }
+    }
+}
+
+/// The hottest sampled stacks: their leaf frames and owner.
+fn samples(o: &mut String, rec: &Recording, top: usize) {
+    if rec.samples.is_empty() {
+        return;
+    }
+    let total: u64 = rec.samples.iter().map(|s| s.count).sum();
+    let _ = writeln!(
+        o,
+        "\nSampled stacks ({} Hz, {total} samples; `report --format folded` for a flamegraph)\n  {:>8}{:>7}  {:<16}{:<10}leaf frames",
+        rec.meta.overhead.sample_hz, "samples", "%", "comm", "role"
+    );
+    let mut rows: Vec<_> = rec.samples.iter().collect();
+    rows.sort_by_key(|s| std::cmp::Reverse(s.count));
+    for s in rows.iter().take(top) {
+        let leaf: Vec<&str> = s.stack.rsplit(';').take(3).collect();
+        let _ = writeln!(
+            o,
+            "  {:>8}{:>7}  {:<16}{:<10}{}",
+            s.count,
+            pct(s.count, total),
+            s.comm,
+            s.role,
+            leaf.join(" <- ")
+        );
     }
 }

@@ -75,6 +75,8 @@ pub fn run(output: PathBuf, requests: u32) -> Result<RecordOutcome> {
         platform_file: None,
         uprobes: vec![],
         events: false,
+        layers: crate::probes::catalog::LayerGroup::ALL.to_vec(),
+        sample_hz: 0,
         pids: vec![redis],
         comms: vec![],
         cgroups: vec![],

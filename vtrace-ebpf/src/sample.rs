@@ -1,0 +1,48 @@
+//! Stack sampling (`record --sample HZ`): a software cpu-clock perf event on
+//! every CPU; each sample counts one (thread, kernel stack, user stack) in
+//! the kernel, so the cost is one stack walk and one map update per sample,
+//! never a per-sample event to user space.
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{BPF_F_FAST_STACK_CMP, BPF_F_REUSE_STACKID, BPF_F_USER_STACK},
+    macros::{map, perf_event},
+    maps::{PerCpuArray, PerCpuHashMap, StackTrace},
+    programs::{PerfEventContext, tracing::StackIdContext},
+};
+use vtrace_common::SampleKey;
+
+use crate::account;
+
+#[map]
+pub static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
+
+#[map]
+pub static SAMPLES: PerCpuHashMap<SampleKey, u64> = PerCpuHashMap::with_max_entries(32768, 0);
+
+/// [0]: samples not counted because SAMPLES was full.
+#[map]
+pub static SAMPLE_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+#[perf_event]
+pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
+    let flags = (BPF_F_FAST_STACK_CMP | BPF_F_REUSE_STACKID) as u64;
+    let key = SampleKey {
+        tgid: ctx.tgid(),
+        tid: ctx.pid(),
+        kernel_stack: ctx.get_stackid(&STACKS, flags).map(|id| id as i32).unwrap_or(-1),
+        user_stack: ctx
+            .get_stackid(&STACKS, flags | BPF_F_USER_STACK as u64)
+            .map(|id| id as i32)
+            .unwrap_or(-1),
+    };
+    match account::entry(&SAMPLES, &key) {
+        Some(n) => *n += 1,
+        None => {
+            if let Some(d) = SAMPLE_DROPS.get_ptr_mut(0) {
+                unsafe { *d += 1 };
+            }
+        }
+    }
+    0
+}
