@@ -15,7 +15,7 @@ PKGS=(
   "llvm-${LLVM_MAJOR}-dev" libpolly-"${LLVM_MAJOR}"-dev zlib1g-dev libzstd-dev  # bpf-linker
   iproute2 iptables procps iputils-ping                                        # netns / veth / bridge, ping
   redis-server redis-tools iperf3 fio sysstat                                  # workloads, mpstat
-  bpftrace                                                                     # overhead comparison
+  bpftrace linux-perf python3                                                  # overhead comparison (benches/overhead.py)
   runc crun busybox-static util-linux                                          # vtrace lab containers
   qemu-system-x86 cpio                                                         # vtrace lab linuxvm
   docker.io lxc liblwip-dev                                                    # vtrace lab docker, lxc, lwip

@@ -173,10 +173,23 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     for u in &opts.uprobes {
         specs.extend(probes::catalog::user_uprobe(u).map_err(Error::BadArgument)?);
     }
-    let probes = probes::attach_all(&mut ebpf, &caps, &specs);
+    let mut probes = probes::attach_all(&mut ebpf, &caps, &specs);
     let mut sampler = match opts.sample_hz {
         0 => None,
-        hz => Some(Sampler::start(&mut ebpf, hz)?),
+        hz => {
+            let s = Sampler::start(&mut ebpf, hz)?;
+            probes.push(ProbeStatus {
+                id: "sample:cpu-clock".into(),
+                layer: "sample".into(),
+                method: Some("perf_event".into()),
+                program: Some("sample_cpu".into()),
+                available: true,
+                reason: None,
+                caveat: None,
+                slot: None,
+            });
+            Some(s)
+        }
     };
     if let Some(p) = probes.iter().find(|p| p.id == "sched_switch" && !p.available) {
         return Err(Error::NoProbes(format!(

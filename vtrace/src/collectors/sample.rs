@@ -73,6 +73,9 @@ struct Mapping {
     name: String,
 }
 
+/// (pid, tid, folded stack, samples)
+pub type FoldedStack = (u32, u32, String, u64);
+
 pub struct Sampler {
     samples: PerCpuHashMap<MapData, SampleKey, u64>,
     drops: PerCpuArray<MapData, u64>,
@@ -178,7 +181,7 @@ impl Sampler {
 
     /// Folded stacks with their sample counts, per thread, and the samples
     /// lost to a full map.
-    pub fn finish(&mut self) -> Result<(Vec<(u32, u32, String, u64)>, u64)> {
+    pub fn finish(&mut self) -> Result<(Vec<FoldedStack>, u64)> {
         self.learn_processes();
         let kallsyms = KernelSymbols::read();
         let mut counts: BTreeMap<SampleKey, u64> = BTreeMap::new();
@@ -248,7 +251,7 @@ impl KernelSymbols {
 }
 
 /// Rows of the samples table.
-pub fn rows(folded: Vec<(u32, u32, String, u64)>, threads: &[ThreadRow]) -> Vec<crate::recording::SampleRow> {
+pub fn rows(folded: Vec<FoldedStack>, threads: &[ThreadRow]) -> Vec<crate::recording::SampleRow> {
     let by_tid: HashMap<u32, &ThreadRow> = threads.iter().map(|t| (t.tid, t)).collect();
     folded
         .into_iter()

@@ -203,6 +203,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         "tun_io": rec.tun_io,
         "hops": hops,
         "kvm": kvm,
+        "samples": rec.samples,
         "journeys": crate::analysis::net::journeys(rec),
         "probes": probes,
         "overhead": {
