@@ -28,6 +28,7 @@ fn every_program_passes_the_verifier() {
             Program::RawTracePoint(p) => p.load().map_err(|e| e.to_string()),
             Program::TracePoint(p) => p.load().map_err(|e| e.to_string()),
             Program::UProbe(p) => p.load().map_err(|e| e.to_string()),
+            Program::PerfEvent(p) => p.load().map_err(|e| e.to_string()),
             // Loads (verifier) even where kprobes cannot attach.
             Program::KProbe(p) => p.load().map_err(|e| e.to_string()),
             Program::FEntry(p) => match fentry_target(name) {
@@ -71,6 +72,7 @@ fn catalog_and_object_agree() {
         .chain(user.iter())
         .flat_map(|p| p.strategies)
         .map(|s| s.program())
+        .chain([vtrace::collectors::sample::PROGRAM])
         .collect();
     let missing: Vec<_> = in_catalog.difference(&in_object).collect();
     let unused: Vec<_> = in_object.difference(&in_catalog).collect();

@@ -182,7 +182,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
                 id: "sample:cpu-clock".into(),
                 layer: "sample".into(),
                 method: Some("perf_event".into()),
-                program: Some("sample_cpu".into()),
+                program: Some(crate::collectors::sample::PROGRAM.into()),
                 available: true,
                 reason: None,
                 caveat: None,

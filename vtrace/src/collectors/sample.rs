@@ -73,6 +73,10 @@ struct Mapping {
     name: String,
 }
 
+/// The eBPF program behind `--sample` (outside the probe catalog: it
+/// attaches to perf events, not to a probe point).
+pub const PROGRAM: &str = "sample_cpu";
+
 /// (pid, tid, folded stack, samples)
 pub type FoldedStack = (u32, u32, String, u64);
 
@@ -90,8 +94,8 @@ impl Sampler {
     pub fn start(ebpf: &mut Ebpf, hz: u64) -> Result<Self> {
         let err = |e: &dyn std::fmt::Display| Error::Ebpf(format!("stack sampler: {e}"));
         let program: &mut PerfEvent = ebpf
-            .program_mut("sample_cpu")
-            .ok_or_else(|| Error::Ebpf("program sample_cpu missing".into()))?
+            .program_mut(PROGRAM)
+            .ok_or_else(|| Error::Ebpf(format!("program {PROGRAM} missing")))?
             .try_into()
             .map_err(|e| err(&e))?;
         program.load().map_err(|e| err(&e))?;
