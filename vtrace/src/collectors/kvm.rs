@@ -13,8 +13,8 @@ use aya::{
     maps::{MapData, PerCpuHashMap},
 };
 use vtrace_common::{
-    FINE_BUCKETS, KVM_RUN_INTERRUPTED, KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, fine_bucket_range,
-    kvm_event, kvm_latency,
+    KVM_RUN_INTERRUPTED, KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, fine_bucket_range, kvm_event,
+    kvm_latency,
 };
 
 use crate::{
@@ -128,6 +128,17 @@ impl ReasonNames {
         }
     }
 
+    /// Name of a KVM_EXIT_* reason (or of an interrupted KVM_RUN).
+    pub fn userspace_name(&self, reason: u32) -> String {
+        if reason == KVM_RUN_INTERRUPTED {
+            return "INTERRUPTED".into();
+        }
+        self.userspace
+            .get(&reason)
+            .cloned()
+            .unwrap_or_else(|| format!("reason_{reason}"))
+    }
+
     /// ("vmx" | "svm" | "", name) of a latency key's reason.
     pub fn name(&self, k: &KvmLatencyKey) -> (&'static str, String) {
         let lookup = |table: &HashMap<u32, String>, reason: u32| {
@@ -140,8 +151,7 @@ impl ReasonNames {
             kvm_latency::EXIT if k.reason == u32::MAX => ("", "unknown (raw_tp)".into()),
             kvm_latency::EXIT if k.isa == 1 => ("vmx", lookup(&self.vmx, k.reason)),
             kvm_latency::EXIT => ("svm", lookup(&self.svm, k.reason)),
-            kvm_latency::USERSPACE if k.reason == KVM_RUN_INTERRUPTED => ("", "INTERRUPTED".into()),
-            kvm_latency::USERSPACE => ("", lookup(&self.userspace, k.reason)),
+            kvm_latency::USERSPACE => ("", self.userspace_name(k.reason)),
             _ => ("", if k.reason == 1 { "wait" } else { "poll" }.into()),
         }
     }
@@ -285,7 +295,7 @@ pub fn rows(
             min_ns: h.min_ns,
             max_ns: h.max_ns,
         });
-        for (i, &count) in h.buckets.iter().enumerate().take(FINE_BUCKETS).filter(|(_, c)| **c > 0) {
+        for (i, &count) in h.buckets.iter().enumerate().filter(|(_, c)| **c > 0) {
             let (lo_ns, hi_ns) = fine_bucket_range(i);
             hists.push(KvmLatencyHistRow {
                 tid: k.tid,
@@ -309,16 +319,7 @@ pub fn rows(
                 kvm_event::SET_IRQ => format!("level {}", k.op as i32),
                 kvm_event::MSI => format!("vector {}", k.op),
                 kvm_event::INJ_VIRQ => if k.op == 1 { "soft" } else { "irq" }.to_string(),
-                kvm_event::USERSPACE_EXIT => {
-                    names
-                        .name(&KvmLatencyKey {
-                            tid: k.tid,
-                            kind: kvm_latency::USERSPACE,
-                            reason: k.addr as u32,
-                            isa: 0,
-                        })
-                        .1
-                }
+                kvm_event::USERSPACE_EXIT => names.userspace_name(k.addr as u32),
                 _ => k.op.to_string(),
             };
             KvmEventRow {
@@ -383,6 +384,10 @@ impl KvmStatsSampler {
     }
 
     pub fn sample(&mut self) {
+        // Refused once (lockdown), refused always: do not retry every interval.
+        if self.error.is_some() {
+            return;
+        }
         let Ok(dir) = std::fs::read_dir(KVM_DEBUGFS) else {
             return;
         };

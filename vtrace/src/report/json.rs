@@ -129,13 +129,6 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         .filter(|s| s.kind == "exit")
         .map(|s| json!(s))
         .collect();
-    let userspace_count = |tid: u32, reason: &str| -> u64 {
-        rec.kvm_events
-            .iter()
-            .filter(|e| e.tid == tid && e.kind == "userspace_exit" && e.op == reason)
-            .map(|e| e.count)
-            .sum()
-    };
     let userspace_exits: Vec<Value> = rec
         .kvm_events
         .iter()
@@ -146,7 +139,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
                 .iter()
                 .find(|s| s.kind == "userspace_exit" && s.tid == e.tid && s.reason == e.op);
             json!({"tid": e.tid, "pid": e.pid, "comm": e.comm, "platform": e.platform, "instance": e.instance,
-                   "role": e.role, "reason": e.op, "count": userspace_count(e.tid, &e.op),
+                   "role": e.role, "reason": e.op, "count": e.count,
                    "timed": timed.map_or(0, |t| t.count),
                    "mean_vmm_ns": timed.map(|t| t.mean_ns), "min_vmm_ns": timed.map(|t| t.min_ns),
                    "max_vmm_ns": timed.map(|t| t.max_ns), "stddev_vmm_ns": timed.map(|t| t.stddev_ns),
