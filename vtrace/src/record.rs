@@ -201,7 +201,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     // Baselines for the network counters: the devices' own and the probes'.
     let net_probes = probes.iter().any(|p| p.layer == "net" && p.available);
     let counters_start = if net_probes {
-        netc::device_counters(true)
+        netc::device_counters()
     } else {
         HashMap::new()
     };
@@ -286,6 +286,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         // Let the workload's last packets (TCP close) land before the counters are read.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The devices' counters and the probes' are read back to back, in the
+    // same order as at the start, so that a packet can only fall between the
+    // two windows in the microseconds that separate the reads.
+    let counters_end = if net_probes {
+        netc::device_counters()
+    } else {
+        HashMap::new()
+    };
     let net_end = net.snapshot()?;
     let uprobes_end = uprobe_stats.snapshot()?;
     let kvm_end = kvm.snapshot()?;
@@ -297,11 +305,6 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let net_event_drops = net.event_drops();
     events_stop.store(true, std::sync::atomic::Ordering::Release);
     let events = events_reader.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-    let counters_end = if net_probes {
-        netc::device_counters(false)
-    } else {
-        HashMap::new()
-    };
     let end_mono = monotonic_ns();
     let end_unix = unix_ns();
     let programs = bpf_stats::read(&ebpf, &probes);

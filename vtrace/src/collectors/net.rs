@@ -261,9 +261,9 @@ fn host_counters(out: &mut HashMap<(u32, u32), DeviceCounters>, netns: u32) {
 
 /// Counters of every device in the host namespace, the named namespaces and
 /// the namespaces of running processes: (netns, ifindex) -> counters. The
-/// host's are read last, from sysfs, so that a probe snapshot taken right
-/// after (at the start) or right before (at the end) races as little as possible.
-pub fn device_counters(host_last: bool) -> HashMap<(u32, u32), DeviceCounters> {
+/// host's are read last, from sysfs, because the probe snapshot follows at
+/// once (at both edges of the window): they race with it the least.
+pub fn device_counters() -> HashMap<(u32, u32), DeviceCounters> {
     let host = netns_inode("/proc/self/ns/net");
     let mut namespaces: HashMap<u32, Vec<String>> = HashMap::new();
     namespaces.insert(host, vec!["ip".into()]);
@@ -287,9 +287,6 @@ pub fn device_counters(host_last: bool) -> HashMap<(u32, u32), DeviceCounters> {
         }
     }
     let mut out = HashMap::new();
-    if !host_last {
-        host_counters(&mut out, host);
-    }
     for (ns, prefix) in namespaces {
         let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
         for l in ip_links(&prefix) {
@@ -324,9 +321,7 @@ pub fn device_counters(host_last: bool) -> HashMap<(u32, u32), DeviceCounters> {
             );
         }
     }
-    if host_last {
-        host_counters(&mut out, host);
-    }
+    host_counters(&mut out, host);
     out
 }
 

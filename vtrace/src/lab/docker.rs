@@ -44,6 +44,7 @@ pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     let lower = rootfs::ensure()?;
     ledger.add(Resource::Link { name: BRIDGE.into() })?;
     sh(&["ip", "link", "add", BRIDGE, "type", "bridge"])?;
+    super::ipv4_only(BRIDGE, None)?;
     sh(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", BRIDGE])?;
     sh(&["ip", "link", "set", BRIDGE, "up"])?;
     let data = Path::new(DATA_DIR).join("docker");

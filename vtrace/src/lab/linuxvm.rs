@@ -205,6 +205,7 @@ pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     let initrd = initramfs(&modules, &guest_addr)?;
     ledger.add(Resource::Link { name: TAP.into() })?;
     sh(&["ip", "tuntap", "add", "dev", TAP, "mode", "tap"])?;
+    super::ipv4_only(TAP, None)?;
     sh(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", TAP])?;
     sh(&["ip", "link", "set", TAP, "up"])?;
     let run = dir().join("run");

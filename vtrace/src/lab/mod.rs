@@ -467,6 +467,21 @@ pub fn status() -> Vec<(String, String)> {
     out
 }
 
+/// Turns IPv6 off on a lab link before it comes up. The labs measure IPv4
+/// workloads; IPv6 autoconfiguration would add its own packets (duplicate
+/// address detection, router solicitations every 4 s, MLD reports) at random
+/// moments, landing in per-hop counts and straddling the window's edges.
+pub fn ipv4_only(dev: &str, netns: Option<&str>) -> Result<()> {
+    if !Path::new("/proc/sys/net/ipv6").exists() {
+        return Ok(()); // the kernel has no IPv6 at all
+    }
+    let key = format!("net.ipv6.conf.{dev}.disable_ipv6=1");
+    match netns {
+        Some(ns) => sh(&["ip", "netns", "exec", ns, "sysctl", "-qw", &key]),
+        None => sh(&["sysctl", "-qw", &key]),
+    }
+}
+
 /// Creates netns `ns` joined to the host by a veth pair `host_if`/`ns_if`,
 /// recording each piece in the ledger.
 pub fn veth_netns(ledger: &mut Ledger, p: &LabPlatform, ns: &str, host_if: &str, ns_if: &str) -> Result<()> {
@@ -476,6 +491,8 @@ pub fn veth_netns(ledger: &mut Ledger, p: &LabPlatform, ns: &str, host_if: &str,
     ledger.add(Resource::Link { name: host_if.into() })?;
     sh(&["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if])?;
     sh(&["ip", "link", "set", ns_if, "netns", ns])?;
+    ipv4_only(host_if, None)?;
+    ipv4_only(ns_if, Some(ns))?;
     sh(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", host_if])?;
     sh(&["ip", "link", "set", host_if, "up"])?;
     sh(&["ip", "-n", ns, "addr", "add", &format!("{guest_addr}/24"), "dev", ns_if])?;
