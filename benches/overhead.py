@@ -13,7 +13,10 @@ Loads: redis-benchmark GET/SET, 64 B values, 20 clients, over loopback
 against a local redis-server; iperf3 over loopback. vtrace rounds also
 report vtrace's own cost from the recording: eBPF run time per event per
 program (kernel BPF stats), events per second, its process's CPU time and
-peak RSS, and anything lost (ring-buffer drops, full maps).
+peak RSS, and anything lost (ring-buffer drops, full maps). Two reference
+points: vtrace with the kernel's BPF statistics on for the whole run (their
+cost), and empty BPF programs on the CPU layer's hooks (the floor any BPF
+tool pays for hooking every syscall and softirq).
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
@@ -31,15 +34,22 @@ tracepoint:irq:irq_handler_exit /@hi[cpu]/ { @hard[tid] = sum(nsecs - @hi[cpu]);
 tracepoint:sched:sched_switch { @switches[args->prev_pid] = count(); }
 """
 
+# The floor for any BPF tool on the CPU layer's hooks: programs that do nothing.
+EMPTY_SCRIPT = " ".join(f"tracepoint:{tp} {{ }}" for tp in [
+    "raw_syscalls:sys_enter", "raw_syscalls:sys_exit", "sched:sched_switch", "irq:softirq_entry",
+    "irq:softirq_exit", "irq:irq_handler_entry", "irq:irq_handler_exit"])
+
 # name -> (kind, vtrace flags or background command)
 CONFIGS = {
     "untraced": ("none", None),
     "vtrace cpu": ("vtrace", ["--layers", "cpu"]),
+    "vtrace cpu, stats always": ("vtrace", ["--layers", "cpu", "--self-stats", "always"]),
     "vtrace cpu+net": ("vtrace", ["--layers", "cpu,net"]),
     "vtrace all layers": ("vtrace", []),
     "vtrace cpu+sample 99Hz": ("vtrace", ["--layers", "cpu", "--sample", "99"]),
     "vtrace cpu+sample 999Hz": ("vtrace", ["--layers", "cpu", "--sample", "999"]),
     "bpftrace (same states)": ("background", ["bpftrace", "-e", BPFTRACE_SCRIPT]),
+    "empty BPF, same hooks": ("background", ["bpftrace", "-e", EMPTY_SCRIPT]),
     "perf record -a -g -F 99": ("background", ["perf", "record", "-a", "-g", "-F", "99", "-o", "{tmp}/perf.data"]),
     "mpstat 1": ("background", ["mpstat", "1"]),
 }
@@ -107,7 +117,7 @@ def vtrace_cost(rec):
                                   text=True, check=True).stdout)
     o = r["overhead"]
     wall = r["wall_ns"] / 1e9
-    progs = {p["program"]: p for p in o["programs"] if p["run_count"] > 0}
+    progs = {p["program"]: p for p in o["programs"] if p["run_count"] > 0 and p["events"] > 0}
     return {
         "bpf_cpu_pct": 100.0 * o["bpf_run_time_ns"] / (r["wall_ns"] * r["cpus"]),
         "events_per_s": o["bpf_run_count"] / wall,
@@ -115,7 +125,7 @@ def vtrace_cost(rec):
         "peak_rss_mib": o["vtrace_peak_rss_kib"] / 1024,
         "lost": o["net_event_drops"] + o["thread_map_overflows"] + o.get("sample_drops", 0)
         + sum(p["recursion_misses"] for p in o["programs"]),
-        "ns": {k: (p["ns_per_event"], p["run_count"] / wall) for k, p in progs.items()},
+        "ns": {k: (p["ns_per_event"], p["events"] / wall) for k, p in progs.items()},
     }
 
 

@@ -538,6 +538,91 @@ mod pod {
     unsafe impl aya::Pod for super::SampleKey {}
 }
 
+/// Hooks whose programs count their own runs in the `HOOK_RUNS` per-CPU
+/// array (index: position here), named as the program without its attach
+/// prefix (`raw_`, `tp_`, `kprobe_`, `fentry_`). Exact event counts at the
+/// cost of one per-CPU array add, where the kernel's BPF statistics would
+/// add two clock reads per run.
+pub const COUNTED_HOOKS: [&str; 49] = [
+    "sched_switch",
+    "sched_process_fork",
+    "sched_process_exit",
+    "sys_enter",
+    "sys_exit",
+    "irq_handler_entry",
+    "irq_handler_exit",
+    "local_timer_entry",
+    "local_timer_exit",
+    "reschedule_entry",
+    "reschedule_exit",
+    "call_function_entry",
+    "call_function_exit",
+    "call_function_single_entry",
+    "call_function_single_exit",
+    "irq_work_entry",
+    "irq_work_exit",
+    "softirq_entry",
+    "softirq_exit",
+    "net_dev_queue",
+    "net_dev_start_xmit",
+    "net_dev_xmit",
+    "netif_rx",
+    "netif_receive_skb",
+    "napi_gro_receive_entry",
+    "napi_poll",
+    "kfree_skb",
+    "consume_skb",
+    "kvm_exit",
+    "kvm_entry",
+    "kvm_userspace_exit",
+    "kvm_pio",
+    "kvm_mmio",
+    "kvm_fast_mmio",
+    "kvm_set_irq",
+    "kvm_msi_set_irq",
+    "kvm_inj_virq",
+    "kvm_vcpu_wakeup",
+    "sample_cpu",
+    "uprobe_call",
+    "uretprobe_call",
+    "tun_get_user",
+    "tun_sendmsg",
+    "tun_recvmsg",
+    "tun_net_xmit",
+    "handle_tx",
+    "handle_rx",
+    "handle_tx_kick",
+    "handle_rx_kick",
+];
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Index of `hook` in [`COUNTED_HOOKS`]; evaluated at compile time by the
+/// eBPF programs, so a name missing from the table fails the build.
+pub const fn hook_index(hook: &str) -> u32 {
+    let mut i = 0;
+    while i < COUNTED_HOOKS.len() {
+        if same(COUNTED_HOOKS[i], hook) {
+            return i as u32;
+        }
+        i += 1;
+    }
+    panic!("hook missing from COUNTED_HOOKS")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 //! On kernels where kvm_entry/kvm_exit do not fire (e.g. PVM), userspace falls
 //! back to tick-sampled guest time from /proc and labels it so.
 
+use crate::runs::count_run;
 use aya_ebpf::{
     macros::{map, raw_tracepoint, tracepoint},
     maps::{Array, LruHashMap, PerCpuHashMap},
@@ -159,6 +160,7 @@ fn field<T: Copy + Default>(ctx: &TracePointContext, offset: &'static u32) -> T 
 /// classic tracepoint is preferred for that reason.
 #[raw_tracepoint(tracepoint = "kvm_exit")]
 pub fn raw_kvm_exit(ctx: RawTracePointContext) -> i32 {
+    count_run!("kvm_exit");
     let isa: u64 = ctx.arg(1);
     on_exit(u32::MAX, isa as u32);
     0
@@ -166,6 +168,7 @@ pub fn raw_kvm_exit(ctx: RawTracePointContext) -> i32 {
 
 #[tracepoint(category = "kvm", name = "kvm_exit")]
 pub fn tp_kvm_exit(ctx: TracePointContext) -> i32 {
+    count_run!("kvm_exit");
     let reason: u32 = field(&ctx, &config::TP_KVM_EXIT_REASON);
     let isa: u32 = field(&ctx, &config::TP_KVM_EXIT_ISA);
     // VMX keeps flags in the upper half of the basic exit reason.
@@ -176,18 +179,21 @@ pub fn tp_kvm_exit(ctx: TracePointContext) -> i32 {
 
 #[raw_tracepoint(tracepoint = "kvm_entry")]
 pub fn raw_kvm_entry(_ctx: RawTracePointContext) -> i32 {
+    count_run!("kvm_entry");
     on_entry();
     0
 }
 
 #[tracepoint(category = "kvm", name = "kvm_entry")]
 pub fn tp_kvm_entry(_ctx: TracePointContext) -> i32 {
+    count_run!("kvm_entry");
     on_entry();
     0
 }
 
 #[tracepoint(category = "kvm", name = "kvm_userspace_exit")]
 pub fn tp_kvm_userspace_exit(ctx: TracePointContext) -> i32 {
+    count_run!("kvm_userspace_exit");
     let reason: u32 = field(&ctx, &config::TP_KVM_UEXIT_REASON);
     let errno: i32 = field(&ctx, &config::TP_KVM_UEXIT_ERRNO);
     let reason = if errno < 0 { KVM_RUN_INTERRUPTED } else { reason };
@@ -201,6 +207,7 @@ pub fn tp_kvm_userspace_exit(ctx: TracePointContext) -> i32 {
 
 #[tracepoint(category = "kvm", name = "kvm_pio")]
 pub fn tp_kvm_pio(ctx: TracePointContext) -> i32 {
+    count_run!("kvm_pio");
     let rw: u32 = field(&ctx, &config::TP_KVM_PIO_RW);
     let port: u32 = field(&ctx, &config::TP_KVM_PIO_PORT);
     let size: u32 = field(&ctx, &config::TP_KVM_PIO_SIZE);
@@ -211,6 +218,7 @@ pub fn tp_kvm_pio(ctx: TracePointContext) -> i32 {
 
 #[tracepoint(category = "kvm", name = "kvm_mmio")]
 pub fn tp_kvm_mmio(ctx: TracePointContext) -> i32 {
+    count_run!("kvm_mmio");
     let kind: u32 = field(&ctx, &config::TP_KVM_MMIO_TYPE);
     let len: u32 = field(&ctx, &config::TP_KVM_MMIO_LEN);
     let gpa: u64 = field(&ctx, &config::TP_KVM_MMIO_GPA);
@@ -220,6 +228,7 @@ pub fn tp_kvm_mmio(ctx: TracePointContext) -> i32 {
 
 #[tracepoint(category = "kvm", name = "kvm_fast_mmio")]
 pub fn tp_kvm_fast_mmio(ctx: TracePointContext) -> i32 {
+    count_run!("kvm_fast_mmio");
     let gpa: u64 = field(&ctx, &config::TP_KVM_FAST_MMIO_GPA);
     count_event(kvm_event::FAST_MMIO, gpa, 0, 0, 0);
     0
@@ -227,6 +236,7 @@ pub fn tp_kvm_fast_mmio(ctx: TracePointContext) -> i32 {
 
 #[tracepoint(category = "kvm", name = "kvm_set_irq")]
 pub fn tp_kvm_set_irq(ctx: TracePointContext) -> i32 {
+    count_run!("kvm_set_irq");
     let gsi: u32 = field(&ctx, &config::TP_KVM_SET_IRQ_GSI);
     let level: i32 = field(&ctx, &config::TP_KVM_SET_IRQ_LEVEL);
     count_event(kvm_event::SET_IRQ, gsi as u64, level as u32, 0, 0);
@@ -235,6 +245,7 @@ pub fn tp_kvm_set_irq(ctx: TracePointContext) -> i32 {
 
 #[tracepoint(category = "kvm", name = "kvm_msi_set_irq")]
 pub fn tp_kvm_msi_set_irq(ctx: TracePointContext) -> i32 {
+    count_run!("kvm_msi_set_irq");
     let address: u64 = field(&ctx, &config::TP_KVM_MSI_ADDRESS);
     let data: u64 = field(&ctx, &config::TP_KVM_MSI_DATA);
     count_event(kvm_event::MSI, address, (data & 0xff) as u32, 0, 0);
@@ -243,6 +254,7 @@ pub fn tp_kvm_msi_set_irq(ctx: TracePointContext) -> i32 {
 
 #[tracepoint(category = "kvm", name = "kvm_inj_virq")]
 pub fn tp_kvm_inj_virq(ctx: TracePointContext) -> i32 {
+    count_run!("kvm_inj_virq");
     let vector: u32 = field(&ctx, &config::TP_KVM_INJ_VIRQ_VECTOR);
     let soft: u8 = field(&ctx, &config::TP_KVM_INJ_VIRQ_SOFT);
     count_event(kvm_event::INJ_VIRQ, vector as u64, soft as u32, 0, 0);
@@ -251,6 +263,7 @@ pub fn tp_kvm_inj_virq(ctx: TracePointContext) -> i32 {
 
 #[tracepoint(category = "kvm", name = "kvm_vcpu_wakeup")]
 pub fn tp_kvm_vcpu_wakeup(ctx: TracePointContext) -> i32 {
+    count_run!("kvm_vcpu_wakeup");
     let ns: u64 = field(&ctx, &config::TP_KVM_WAKEUP_NS);
     let waited: u8 = field(&ctx, &config::TP_KVM_WAKEUP_WAITED);
     let key = KvmLatencyKey {

@@ -14,6 +14,7 @@ mod config;
 mod irq;
 mod kvm;
 mod net;
+mod runs;
 mod sample;
 mod sched;
 mod syscalls;

@@ -5,6 +5,7 @@
 //! Every hook reads the skb and its device with BTF offsets (config.rs). The
 //! classic-tracepoint fallbacks take the skb address from the record.
 
+use crate::runs::count_run;
 use aya_ebpf::{
     helpers::bpf_probe_read_kernel,
     macros::{map, raw_tracepoint, tracepoint},
@@ -221,6 +222,7 @@ fn count(skb: u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
 /// TP_PROTO(struct sk_buff *skb)
 #[raw_tracepoint(tracepoint = "net_dev_queue")]
 pub fn raw_net_dev_queue(ctx: RawTracePointContext) -> i32 {
+    count_run!("net_dev_queue");
     count(ctx.arg(0), 0, hop::QUEUE, 0, None);
     0
 }
@@ -228,6 +230,7 @@ pub fn raw_net_dev_queue(ctx: RawTracePointContext) -> i32 {
 /// TP_PROTO(const struct sk_buff *skb, const struct net_device *dev)
 #[raw_tracepoint(tracepoint = "net_dev_start_xmit")]
 pub fn raw_net_dev_start_xmit(ctx: RawTracePointContext) -> i32 {
+    count_run!("net_dev_start_xmit");
     count(ctx.arg(0), ctx.arg(1), hop::START_XMIT, 0, None);
     0
 }
@@ -235,6 +238,7 @@ pub fn raw_net_dev_start_xmit(ctx: RawTracePointContext) -> i32 {
 /// TP_PROTO(struct sk_buff *skb, int rc, struct net_device *dev, unsigned int skb_len)
 #[raw_tracepoint(tracepoint = "net_dev_xmit")]
 pub fn raw_net_dev_xmit(ctx: RawTracePointContext) -> i32 {
+    count_run!("net_dev_xmit");
     let rc: u64 = ctx.arg(1);
     let len: u64 = ctx.arg(3);
     count(ctx.arg(0), ctx.arg(2), hop::XMIT, rc as i32, Some(len as u32));
@@ -243,18 +247,21 @@ pub fn raw_net_dev_xmit(ctx: RawTracePointContext) -> i32 {
 
 #[raw_tracepoint(tracepoint = "netif_rx")]
 pub fn raw_netif_rx(ctx: RawTracePointContext) -> i32 {
+    count_run!("netif_rx");
     count(ctx.arg(0), 0, hop::RX, 0, None);
     0
 }
 
 #[raw_tracepoint(tracepoint = "netif_receive_skb")]
 pub fn raw_netif_receive_skb(ctx: RawTracePointContext) -> i32 {
+    count_run!("netif_receive_skb");
     count(ctx.arg(0), 0, hop::RECEIVE, 0, None);
     0
 }
 
 #[raw_tracepoint(tracepoint = "napi_gro_receive_entry")]
 pub fn raw_napi_gro_receive_entry(ctx: RawTracePointContext) -> i32 {
+    count_run!("napi_gro_receive_entry");
     count(ctx.arg(0), 0, hop::GRO, 0, None);
     0
 }
@@ -262,6 +269,7 @@ pub fn raw_napi_gro_receive_entry(ctx: RawTracePointContext) -> i32 {
 /// TP_PROTO(struct napi_struct *napi, int work, int budget)
 #[raw_tracepoint(tracepoint = "napi_poll")]
 pub fn raw_napi_poll(ctx: RawTracePointContext) -> i32 {
+    count_run!("napi_poll");
     let napi: u64 = ctx.arg(0);
     let work: u64 = ctx.arg(1);
     let budget: u64 = ctx.arg(2);
@@ -304,6 +312,7 @@ fn drop_reason(reason: u32) {
 /// TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
 #[raw_tracepoint(tracepoint = "kfree_skb")]
 pub fn raw_kfree_skb(ctx: RawTracePointContext) -> i32 {
+    count_run!("kfree_skb");
     let reason: u64 = ctx.arg(2);
     drop_reason(reason as u32);
     let skb: u64 = ctx.arg(0);
@@ -315,6 +324,7 @@ pub fn raw_kfree_skb(ctx: RawTracePointContext) -> i32 {
 /// address may be reused.
 #[raw_tracepoint(tracepoint = "consume_skb")]
 pub fn raw_consume_skb(ctx: RawTracePointContext) -> i32 {
+    count_run!("consume_skb");
     let skb: u64 = ctx.arg(0);
     let _ = SKB_LAST.remove(&skb);
     0
@@ -322,6 +332,7 @@ pub fn raw_consume_skb(ctx: RawTracePointContext) -> i32 {
 
 #[tracepoint(category = "skb", name = "consume_skb")]
 pub fn tp_consume_skb(ctx: TracePointContext) -> i32 {
+    count_run!("consume_skb");
     let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
     let _ = SKB_LAST.remove(&skb);
     0
@@ -332,6 +343,7 @@ macro_rules! skb_tracepoint {
     ($name:ident, $event:literal, $hop:expr) => {
         #[tracepoint(category = "net", name = $event)]
         pub fn $name(ctx: TracePointContext) -> i32 {
+            count_run!($event);
             let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
             if $hop == hop::XMIT {
                 // Length and rc come from the record; the record names the
@@ -355,6 +367,7 @@ skb_tracepoint!(tp_netif_receive_skb, "netif_receive_skb", hop::RECEIVE);
 
 #[tracepoint(category = "skb", name = "kfree_skb")]
 pub fn tp_kfree_skb(ctx: TracePointContext) -> i32 {
+    count_run!("kfree_skb");
     let reason: u32 = unsafe { ctx.read_at(36) }.unwrap_or(0);
     drop_reason(reason);
     let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);

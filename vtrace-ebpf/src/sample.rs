@@ -3,6 +3,7 @@
 //! the kernel, so the cost is one stack walk and one map update per sample,
 //! never a per-sample event to user space.
 
+use crate::runs::count_run;
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_FAST_STACK_CMP, BPF_F_REUSE_STACKID, BPF_F_USER_STACK},
@@ -26,6 +27,7 @@ pub static SAMPLE_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[perf_event]
 pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
+    count_run!("sample_cpu");
     let flags = (BPF_F_FAST_STACK_CMP | BPF_F_REUSE_STACKID) as u64;
     let key = SampleKey {
         tgid: ctx.tgid(),

@@ -1,6 +1,7 @@
 //! Scheduler hooks: context switch (flushes per-thread time), fork (marks new
 //! threads as seen from birth), exit (marks threads whose totals are final).
 
+use crate::runs::count_run;
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
     macros::{raw_tracepoint, tracepoint},
@@ -117,6 +118,7 @@ fn on_exit() {
 /// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn raw_sched_switch(ctx: RawTracePointContext) -> i32 {
+    count_run!("sched_switch");
     let next: u64 = ctx.arg(2);
     let prev_state: u64 = ctx.arg(3);
     on_switch(
@@ -128,6 +130,7 @@ pub fn raw_sched_switch(ctx: RawTracePointContext) -> i32 {
 
 #[tracepoint(category = "sched", name = "sched_switch")]
 pub fn tp_sched_switch(ctx: TracePointContext) -> i32 {
+    count_run!("sched_switch");
     let prev_state: i64 = unsafe { ctx.read_at(config::get(&config::TP_SWITCH_PREV_STATE) as usize) }.unwrap_or(1);
     let next_tid: u32 = unsafe { ctx.read_at(config::get(&config::TP_SWITCH_NEXT_PID) as usize) }.unwrap_or(0);
     on_switch(prev_state == 0, next_tid);
@@ -137,6 +140,7 @@ pub fn tp_sched_switch(ctx: TracePointContext) -> i32 {
 /// TP_PROTO(struct task_struct *parent, struct task_struct *child)
 #[raw_tracepoint(tracepoint = "sched_process_fork")]
 pub fn raw_sched_process_fork(ctx: RawTracePointContext) -> i32 {
+    count_run!("sched_process_fork");
     let child: u64 = ctx.arg(1);
     on_fork(
         read_task_u32(child, config::get(&config::TASK_PID_OFFSET)),
@@ -147,6 +151,7 @@ pub fn raw_sched_process_fork(ctx: RawTracePointContext) -> i32 {
 
 #[tracepoint(category = "sched", name = "sched_process_fork")]
 pub fn tp_sched_process_fork(ctx: TracePointContext) -> i32 {
+    count_run!("sched_process_fork");
     let child_tid: u32 = unsafe { ctx.read_at(config::get(&config::TP_FORK_CHILD_PID) as usize) }.unwrap_or(0);
     // The record has no tgid; the first switch-out of the child fills it in.
     on_fork(child_tid, 0);
@@ -155,12 +160,14 @@ pub fn tp_sched_process_fork(ctx: TracePointContext) -> i32 {
 
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn raw_sched_process_exit(_ctx: RawTracePointContext) -> i32 {
+    count_run!("sched_process_exit");
     on_exit();
     0
 }
 
 #[tracepoint(category = "sched", name = "sched_process_exit")]
 pub fn tp_sched_process_exit(_ctx: TracePointContext) -> i32 {
+    count_run!("sched_process_exit");
     on_exit();
     0
 }

@@ -1,6 +1,7 @@
 //! Syscall entry/exit: the user <-> system boundary. The hottest hooks of all,
 //! so they touch only this CPU's state (no per-thread lookup).
 
+use crate::runs::count_run;
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
     macros::{map, raw_tracepoint, tracepoint},
@@ -108,6 +109,7 @@ fn on_sys_exit() {
 /// TP_PROTO(struct pt_regs *regs, long id)
 #[raw_tracepoint(tracepoint = "sys_enter")]
 pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
+    count_run!("sys_enter");
     on_sys_enter();
     let regs: u64 = ctx.arg(0);
     let id: u64 = ctx.arg(1);
@@ -132,6 +134,7 @@ pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
 /// TP_PROTO(struct pt_regs *regs, long ret)
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
+    count_run!("sys_exit");
     on_sys_exit();
     if config::get(&config::TUN_FDS_ON) != 0 {
         let ret: u64 = ctx.arg(1);
@@ -143,6 +146,7 @@ pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
 /// Record: id at 8, args[6] at 16.
 #[tracepoint(category = "raw_syscalls", name = "sys_enter")]
 pub fn tp_sys_enter(ctx: TracePointContext) -> i32 {
+    count_run!("sys_enter");
     on_sys_enter();
     let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
     if id == NR_IOCTL && config::get(&config::KVM_RUN_ON) != 0 && unsafe { ctx.read_at::<u64>(24) } == Ok(KVM_RUN) {
@@ -160,6 +164,7 @@ pub fn tp_sys_enter(ctx: TracePointContext) -> i32 {
 /// Record: ret at 16.
 #[tracepoint(category = "raw_syscalls", name = "sys_exit")]
 pub fn tp_sys_exit(ctx: TracePointContext) -> i32 {
+    count_run!("sys_exit");
     on_sys_exit();
     if config::get(&config::TUN_FDS_ON) != 0 {
         let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);

@@ -4,42 +4,33 @@
 //! hops come from the net tracepoints on the tap device instead (net.rs).
 
 use aya_ebpf::{
-    macros::{fentry, kprobe, map},
-    maps::PerCpuArray,
+    macros::{fentry, kprobe},
     programs::{FEntryContext, ProbeContext},
 };
 
-/// Calls per function, indexed as in `FUNCTIONS` (userspace: probes/catalog.rs).
-#[map]
-pub static KFUNC_CALLS: PerCpuArray<u64> = PerCpuArray::with_max_entries(16, 0);
+use crate::runs::count_run;
 
-#[inline(always)]
-fn called(index: u32) {
-    if let Some(c) = KFUNC_CALLS.get_ptr_mut(index) {
-        unsafe { *c += 1 };
-    }
-}
-
+/// Each program counts its calls in HOOK_RUNS (runs.rs), under the function's name.
 macro_rules! kfunc {
-    ($index:expr, $kprobe:ident, $fentry:ident, $function:literal) => {
+    ($kprobe:ident, $fentry:ident, $function:literal) => {
         #[kprobe]
         pub fn $kprobe(_ctx: ProbeContext) -> u32 {
-            called($index);
+            count_run!($function);
             0
         }
         #[fentry(function = $function)]
         pub fn $fentry(_ctx: FEntryContext) -> i32 {
-            called($index);
+            count_run!($function);
             0
         }
     };
 }
 
-kfunc!(0, kprobe_tun_get_user, fentry_tun_get_user, "tun_get_user");
-kfunc!(1, kprobe_tun_sendmsg, fentry_tun_sendmsg, "tun_sendmsg");
-kfunc!(2, kprobe_tun_recvmsg, fentry_tun_recvmsg, "tun_recvmsg");
-kfunc!(3, kprobe_tun_net_xmit, fentry_tun_net_xmit, "tun_net_xmit");
-kfunc!(4, kprobe_handle_tx, fentry_handle_tx, "handle_tx");
-kfunc!(5, kprobe_handle_rx, fentry_handle_rx, "handle_rx");
-kfunc!(6, kprobe_handle_tx_kick, fentry_handle_tx_kick, "handle_tx_kick");
-kfunc!(7, kprobe_handle_rx_kick, fentry_handle_rx_kick, "handle_rx_kick");
+kfunc!(kprobe_tun_get_user, fentry_tun_get_user, "tun_get_user");
+kfunc!(kprobe_tun_sendmsg, fentry_tun_sendmsg, "tun_sendmsg");
+kfunc!(kprobe_tun_recvmsg, fentry_tun_recvmsg, "tun_recvmsg");
+kfunc!(kprobe_tun_net_xmit, fentry_tun_net_xmit, "tun_net_xmit");
+kfunc!(kprobe_handle_tx, fentry_handle_tx, "handle_tx");
+kfunc!(kprobe_handle_rx, fentry_handle_rx, "handle_rx");
+kfunc!(kprobe_handle_tx_kick, fentry_handle_tx_kick, "handle_tx_kick");
+kfunc!(kprobe_handle_rx_kick, fentry_handle_rx_kick, "handle_rx_kick");

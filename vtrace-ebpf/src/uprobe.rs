@@ -4,6 +4,7 @@
 //! UPROBE_SPECS. Used for user-space network stacks (lwIP), VMM virtio
 //! backends (QEMU) and `--uprobe BINARY:SYMBOL[:ret]`.
 
+use crate::runs::count_run;
 use aya_ebpf::{
     EbpfContext,
     helpers::{bpf_get_attach_cookie, bpf_get_current_pid_tgid, bpf_probe_read_user},
@@ -50,6 +51,7 @@ fn argument(ctx: &ProbeContext, n: u32) -> u64 {
 
 #[uprobe]
 pub fn uprobe_call(ctx: ProbeContext) -> u32 {
+    count_run!("uprobe_call");
     let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     if slot >= MAX_UPROBES {
         return 0;
@@ -87,6 +89,7 @@ pub fn uprobe_call(ctx: ProbeContext) -> u32 {
 
 #[uretprobe]
 pub fn uretprobe_call(ctx: RetProbeContext) -> u32 {
+    count_run!("uretprobe_call");
     let slot = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u32;
     if slot >= MAX_UPROBES {
         return 0;

@@ -5,6 +5,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use vtrace::{
+    collectors::bpf_stats::SelfStats,
     probes::catalog::LayerGroup,
     record::{RecordOptions, record},
     recording,
@@ -49,6 +50,10 @@ enum Command {
         /// Sample stacks at this frequency (Hz) on every CPU, for flamegraphs (`report --folded`); 0 = off.
         #[arg(long, default_value_t = 0)]
         sample: u64,
+        /// When the kernel's BPF statistics (vtrace's own cost per program) are on: sampled windows
+        /// (cheap; totals extrapolated), always (exact totals, costs every event two clock reads), or off.
+        #[arg(long, value_enum, default_value_t = SelfStats::Sampled)]
+        self_stats: SelfStats,
         /// Select this process and its descendants (repeatable).
         #[arg(long = "pid")]
         pids: Vec<u32>,
@@ -139,6 +144,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             events,
             layers,
             sample,
+            self_stats,
             pids,
             comms,
             cgroups,
@@ -162,6 +168,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 events,
                 layers,
                 sample_hz: sample,
+                self_stats,
             };
             let outcome = record(&opts)?;
             eprintln!(

@@ -13,7 +13,7 @@ use vtrace_common::{IRQ_DEVICE_SLOTS, OVERFLOW_TID, SOFTIRQ_NAMES, ThreadTimes, 
 use crate::{
     Error, Result,
     collectors::{
-        bpf_stats,
+        bpf_stats::{self, SelfStats, StatsWindow},
         cpu::{CpuCollector, CpuSnapshot, monotonic_ns},
         kvm::{KvmCollector, KvmStatsSampler, ReasonNames},
         net::{self as netc, DeviceCounters, NetCollector, NetSnapshot},
@@ -57,6 +57,8 @@ pub struct RecordOptions {
     pub layers: Vec<probes::catalog::LayerGroup>,
     /// Stack sampling frequency (`--sample HZ`), 0 for none.
     pub sample_hz: u64,
+    /// When the kernel's BPF run-time statistics are on (`--self-stats`).
+    pub self_stats: SelfStats,
 }
 
 #[derive(Clone, Debug)]
@@ -156,10 +158,13 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     } else {
         None
     };
-    let stats = bpf_stats::enable();
+    let mut stats = StatsWindow::start(opts.self_stats, opts.interval);
     let mut notes = Vec::new();
-    if let Err(e) = &stats {
+    if let Some(e) = &stats.error {
         notes.push(format!("self-overhead unknown: {e}"));
+    }
+    if opts.self_stats == SelfStats::Off {
+        notes.push("BPF statistics off (--self-stats off): vtrace's own cost per program was not measured".into());
     }
 
     let start_unix = unix_ns();
@@ -235,6 +240,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let mut guest = GuestSampler::new(&tasks_at_start);
     let mut kvm_stats = KvmStatsSampler::start();
     while stop.is_none() {
+        let stats_close = stats.closes_at();
         tokio::select! {
             status = async { child.as_mut().unwrap().wait().await }, if child.is_some() => {
                 stop = Some(match status {
@@ -245,11 +251,15 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
             _ = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() => stop = Some(Stop::Duration),
             _ = sigint.recv() => stop = Some(Stop::Signal("SIGINT")),
             _ = sigterm.recv() => stop = Some(Stop::Signal("SIGTERM")),
+            _ = async { tokio::time::sleep_until(stats_close.unwrap()).await }, if stats_close.is_some() => {
+                stats.close_window();
+            }
             _ = ticker.tick() => {
                 let snap = collector.snapshot(monotonic_ns(), true)?;
                 series.push(&snap, start_mono);
                 guest.sample();
                 kvm_stats.sample();
+                stats.tick();
                 if let Some(s) = sampler.as_mut() {
                     s.learn_processes();
                 }
@@ -257,6 +267,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         }
     }
     let stop = stop.unwrap();
+    let bpf_stats_coverage = stats.finish();
 
     // Interrupted while a command runs: pass the signal on and let it finish
     // (bounded), so its exit status and its last CPU time are recorded.
@@ -313,7 +324,6 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     series.push(&final_snap, start_mono);
     guest.sample();
     drop(ebpf); // detaches every program
-    drop(stats);
 
     let exit_code = match (&stop, exit_status) {
         (Stop::WorkloadFailedToStart(msg), _) => {
@@ -377,10 +387,11 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
                 .into(),
         );
     }
-    let bpf_run_time_ns: u64 = programs.iter().map(|p| p.run_time_ns).sum();
+    let bpf_run_time_ns = programs.iter().map(crate::report::whole_run_time_ns).sum();
     let overhead = Overhead {
         bpf_run_time_ns,
-        bpf_run_count: programs.iter().map(|p| p.run_count).sum(),
+        bpf_run_count: programs.iter().map(|p| p.events).sum(),
+        bpf_stats_coverage,
         bpf_cpu_fraction: bpf_run_time_ns as f64 / (wall_ns.max(1) as f64 * cpus.max(1) as f64),
         thread_map_overflows: final_snap.cpus.iter().map(|c| c.thread_map_overflows).sum(),
         state_repairs: final_snap.cpus.iter().map(|c| c.state_repairs).sum(),

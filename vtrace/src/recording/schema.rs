@@ -92,11 +92,16 @@ table! {
 }
 
 table! {
-    /// Self-overhead per eBPF program, from the kernel's BPF run-time statistics.
+    /// Self-overhead per eBPF program: its runs over the whole recording
+    /// (counted by the program itself) and the kernel's BPF run-time
+    /// statistics, which cover `overhead.bpf_stats_coverage` of it.
     ProgramRow = "programs" {
         probe: String,
         program: String,
         method: String,
+        /// Runs over the whole recording (HOOK_RUNS); 0 for a program that does not count itself.
+        events: u64,
+        /// Runs and run time while the kernel's statistics were on.
         run_count: u64,
         run_time_ns: u64,
         /// Events the kernel did not run the program for: it was already
@@ -363,11 +368,20 @@ pub struct Workload {
     pub signal: Option<i32>,
 }
 
+fn full_coverage() -> f64 {
+    1.0
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Overhead {
-    /// Sum of run time of all vtrace eBPF programs (kernel BPF stats).
+    /// Sum of run time of all vtrace eBPF programs (kernel BPF stats), over
+    /// the whole run: extrapolated when the statistics were sampled.
     pub bpf_run_time_ns: u64,
     pub bpf_run_count: u64,
+    /// Share of the run during which the kernel's BPF statistics were on (1:
+    /// always; 0: never). Per-program rows hold what was counted in that share.
+    #[serde(default = "full_coverage")]
+    pub bpf_stats_coverage: f64,
     /// bpf_run_time_ns / (wall_ns x cpus).
     pub bpf_cpu_fraction: f64,
     /// CPU time of the vtrace process itself (collection, snapshots, writing).

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::ns_per_event;
+use super::{ns_per_event, whole_run_time_ns};
 use crate::{analysis::cpu::CpuBreakdown, recording::Recording};
 
 pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
@@ -21,17 +21,14 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
             })
         })
         .collect();
-    let runs: std::collections::HashMap<&str, (u64, u64)> = rec
-        .programs
-        .iter()
-        .map(|p| (p.probe.as_str(), (p.run_count, p.run_time_ns)))
-        .collect();
+    let runs: std::collections::HashMap<&str, u64> =
+        rec.programs.iter().map(|p| (p.probe.as_str(), p.events)).collect();
     let probes: Vec<Value> = rec
         .meta
         .probes
         .iter()
         .map(|p| {
-            let (events, _) = runs.get(p.id.as_str()).copied().unwrap_or_default();
+            let events = runs.get(p.id.as_str()).copied().unwrap_or_default();
             json!({"id": p.id, "layer": p.layer, "method": p.method, "available": p.available,
                    "reason": p.reason, "caveat": p.caveat, "events": events})
         })
@@ -40,8 +37,9 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         .programs
         .iter()
         .map(|p| {
-            json!({"probe": p.probe, "program": p.program, "method": p.method, "run_count": p.run_count,
-                   "run_time_ns": p.run_time_ns, "recursion_misses": p.recursion_misses,
+            json!({"probe": p.probe, "program": p.program, "method": p.method, "events": p.events,
+                   "run_count": p.run_count, "run_time_ns": p.run_time_ns, "recursion_misses": p.recursion_misses,
+                   "whole_run_time_ns": whole_run_time_ns(p),
                    "ns_per_event": ns_per_event(p.run_time_ns, p.run_count)})
         })
         .collect();
@@ -202,6 +200,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         "overhead": {
             "bpf_run_time_ns": o.bpf_run_time_ns,
             "bpf_run_count": o.bpf_run_count,
+            "bpf_stats_coverage": o.bpf_stats_coverage,
             "bpf_cpu_fraction": o.bpf_cpu_fraction,
             "vtrace_user_ns": o.vtrace_user_ns,
             "vtrace_system_ns": o.vtrace_system_ns,

@@ -41,6 +41,12 @@ pub fn ns_per_event(run_time_ns: u64, run_count: u64) -> f64 {
     }
 }
 
+/// A program's run time over the whole recording: its exact number of runs
+/// times the cost per run measured while the kernel's statistics were on.
+pub fn whole_run_time_ns(p: &crate::recording::ProgramRow) -> u64 {
+    (ns_per_event(p.run_time_ns, p.run_count) * p.events as f64).round() as u64
+}
+
 /// The recording's sampled stacks, each prefixed by its process name, merged
 /// over the threads of a process.
 pub fn folded(rec: &Recording) -> String {

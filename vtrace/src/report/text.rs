@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::ns_per_event;
+use super::{ns_per_event, whole_run_time_ns};
 use crate::{
     analysis::{
         cpu::{CpuBreakdown, StateTimes},
@@ -204,9 +204,17 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
     }
 
     let ov = &m.overhead;
+    let coverage = if ov.bpf_stats_coverage >= 1.0 {
+        String::new()
+    } else {
+        format!(
+            " (BPF statistics on for {:.1}% of the run: run time = runs x ns per run measured then)",
+            ov.bpf_stats_coverage * 100.0
+        )
+    };
     let _ = writeln!(
         o,
-        "\nvtrace's own cost\n  eBPF programs: {} s over {} events ({:.4}% of capacity); vtrace process: user {} s, system {} s, peak RSS {} MiB; per-thread map overflows: {}; interrupt state repairs: {}; untraced context switches: {}",
+        "\nvtrace's own cost{coverage}\n  eBPF programs: {} s over {} events ({:.4}% of capacity); vtrace process: user {} s, system {} s, peak RSS {} MiB; per-thread map overflows: {}; interrupt state repairs: {}; untraced context switches: {}",
         secs(ov.bpf_run_time_ns),
         ov.bpf_run_count,
         ov.bpf_cpu_fraction * 100.0,
@@ -223,14 +231,14 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
         "program", "events", "run time(s)", "ns/event"
     );
     let mut progs = rec.programs.clone();
-    progs.sort_by_key(|p| std::cmp::Reverse(p.run_time_ns));
+    progs.sort_by_key(|p| std::cmp::Reverse(whole_run_time_ns(p)));
     for p in &progs {
         let _ = writeln!(
             o,
             "  {:<28}{:>12}{:>14}{:>12.0}",
             p.program,
-            p.run_count,
-            secs(p.run_time_ns),
+            p.events,
+            secs(whole_run_time_ns(p)),
             ns_per_event(p.run_time_ns, p.run_count)
         );
     }

@@ -77,6 +77,7 @@ pub fn run(output: PathBuf, requests: u32) -> Result<RecordOutcome> {
         events: false,
         layers: crate::probes::catalog::LayerGroup::ALL.to_vec(),
         sample_hz: 0,
+        self_stats: crate::collectors::bpf_stats::SelfStats::Sampled,
         pids: vec![redis],
         comms: vec![],
         cgroups: vec![],
