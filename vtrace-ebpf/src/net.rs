@@ -13,8 +13,8 @@ use aya_ebpf::{
     programs::{RawTracePointContext, TracePointContext},
 };
 use vtrace_common::{
-    DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent, SkbMark, dev_key,
-    hop, size_bucket,
+    DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent, SkbMark, count_size,
+    dev_key, hop,
 };
 
 use crate::{account, config};
@@ -209,10 +209,7 @@ fn count(skb: u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
         s.gso_packets += 1;
     }
     s.gso_segs += if gso_segs == 0 { 1 } else { gso_segs as u64 };
-    let b = size_bucket(wire);
-    if b < s.size_hist.len() {
-        s.size_hist[b] += 1;
-    }
+    count_size(&mut s.size_hist, wire);
     let l = log2_bucket(wire);
     if l < LOG2_BUCKETS {
         s.log2_hist[l] += 1;

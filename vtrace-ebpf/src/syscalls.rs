@@ -8,7 +8,7 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuHashMap},
     programs::{RawTracePointContext, TracePointContext},
 };
-use vtrace_common::{DevStats, TunIoKey, TunPending, size_bucket, state};
+use vtrace_common::{DevStats, TunIoKey, TunPending, count_size, state};
 
 use crate::{account, config, kvm};
 
@@ -74,10 +74,7 @@ fn tun_exit(ret: i64) {
     if let Some(s) = account::entry(&TUN_IO, &key) {
         s.packets += 1;
         s.bytes += ret as u64;
-        let b = size_bucket(ret as u64);
-        if b < s.size_hist.len() {
-            s.size_hist[b] += 1;
-        }
+        count_size(&mut s.size_hist, ret as u64);
     }
 }
 

@@ -12,7 +12,7 @@ use aya_ebpf::{
     maps::{Array, LruHashMap, PerCpuHashMap},
     programs::{ProbeContext, RetProbeContext},
 };
-use vtrace_common::{LATENCY_BUCKETS, MAX_UPROBES, UprobeKey, UprobeSpec, UprobeStats, size_bucket, uprobe_size};
+use vtrace_common::{LATENCY_BUCKETS, MAX_UPROBES, UprobeKey, UprobeSpec, UprobeStats, count_size, uprobe_size};
 
 use crate::account;
 
@@ -78,10 +78,7 @@ pub fn uprobe_call(ctx: ProbeContext) -> u32 {
     };
     if let Some(len) = size {
         s.bytes += len;
-        let b = size_bucket(len);
-        if b < s.size_hist.len() {
-            s.size_hist[b] += 1;
-        }
+        count_size(&mut s.size_hist, len);
     }
     let _ = UPROBE_STARTS.insert(&((id << 6) ^ slot as u64), &account::now(), 0);
     0

@@ -252,7 +252,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
             _ = sigint.recv() => stop = Some(Stop::Signal("SIGINT")),
             _ = sigterm.recv() => stop = Some(Stop::Signal("SIGTERM")),
             _ = async { tokio::time::sleep_until(stats_close.unwrap()).await }, if stats_close.is_some() => {
-                stats.close_window();
+                stats.close();
             }
             _ = ticker.tick() => {
                 let snap = collector.snapshot(monotonic_ns(), true)?;

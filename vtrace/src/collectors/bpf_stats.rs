@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use aya::{Ebpf, maps::PerCpuArray, sys::Stats};
 use vtrace_common::COUNTED_HOOKS;
 
-use crate::{Error, probes::ProbeStatus, recording::ProgramRow};
+use crate::{probes::ProbeStatus, recording::ProgramRow};
 
 /// When the kernel's BPF statistics are on (`record --self-stats`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -62,12 +62,12 @@ impl StatsWindow {
         }
         match aya::sys::enable_stats(Stats::RunTime) {
             Ok(fd) => self.on = Some((fd, Instant::now())),
-            Err(e) => self.error = Some(Error::Ebpf(format!("cannot enable BPF run-time statistics: {e}")).to_string()),
+            Err(e) => self.error = Some(format!("cannot enable BPF run-time statistics: {e}")),
         }
     }
 
     /// Closes the window: the kernel stops timing once no one holds a stats fd.
-    fn close(&mut self) {
+    pub fn close(&mut self) {
         if let Some((fd, since)) = self.on.take() {
             drop(fd);
             self.covered += since.elapsed();
@@ -87,10 +87,6 @@ impl StatsWindow {
             (Some((_, since)), SelfStats::Sampled) => Some((*since + self.window).into()),
             _ => None,
         }
-    }
-
-    pub fn close_window(&mut self) {
-        self.close();
     }
 
     /// Ends the statistics when the recorded run ends (the workload exited,
