@@ -16,7 +16,8 @@ program (kernel BPF stats), events per second, its process's CPU time and
 peak RSS, and anything lost (ring-buffer drops, full maps). Two reference
 points: vtrace with the kernel's BPF statistics on for the whole run (their
 cost), and empty BPF programs on the CPU layer's hooks (the floor any BPF
-tool pays for hooking every syscall and softirq).
+tool pays for hooking every syscall and softirq), with and without the
+syscall hooks (the floor of `--cpu-split ticks`).
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
@@ -39,17 +40,24 @@ EMPTY_SCRIPT = " ".join(f"tracepoint:{tp} {{ }}" for tp in [
     "raw_syscalls:sys_enter", "raw_syscalls:sys_exit", "sched:sched_switch", "irq:softirq_entry",
     "irq:softirq_exit", "irq:irq_handler_entry", "irq:irq_handler_exit"])
 
+# The floor for the tick split's hooks (no raw_syscalls).
+EMPTY_NO_SYSCALLS = " ".join(f"tracepoint:{tp} {{ }}" for tp in [
+    "sched:sched_switch", "irq:softirq_entry", "irq:softirq_exit", "irq:irq_handler_entry", "irq:irq_handler_exit"])
+
 # name -> (kind, vtrace flags or background command)
 CONFIGS = {
     "untraced": ("none", None),
     "vtrace cpu": ("vtrace", ["--layers", "cpu"]),
+    "vtrace cpu, tick split": ("vtrace", ["--layers", "cpu", "--cpu-split", "ticks"]),
     "vtrace cpu, stats always": ("vtrace", ["--layers", "cpu", "--self-stats", "always"]),
     "vtrace cpu+net": ("vtrace", ["--layers", "cpu,net"]),
+    "vtrace cpu+net, tick split": ("vtrace", ["--layers", "cpu,net", "--cpu-split", "ticks"]),
     "vtrace all layers": ("vtrace", []),
     "vtrace cpu+sample 99Hz": ("vtrace", ["--layers", "cpu", "--sample", "99"]),
     "vtrace cpu+sample 999Hz": ("vtrace", ["--layers", "cpu", "--sample", "999"]),
     "bpftrace (same states)": ("background", ["bpftrace", "-e", BPFTRACE_SCRIPT]),
     "empty BPF, same hooks": ("background", ["bpftrace", "-e", EMPTY_SCRIPT]),
+    "empty BPF, no syscall hooks": ("background", ["bpftrace", "-e", EMPTY_NO_SYSCALLS]),
     "perf record -a -g -F 99": ("background", ["perf", "record", "-a", "-g", "-F", "99", "-o", "{tmp}/perf.data"]),
     "mpstat 1": ("background", ["mpstat", "1"]),
 }

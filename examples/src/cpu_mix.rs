@@ -5,8 +5,8 @@
 //! - `mix-tx` / `mix-rx`: a loopback TCP stream (NET_RX softirq on the way).
 //!
 //! When the time is up every worker parks; the main thread then reads each
-//! one's /proc/self/task/<tid>/schedstat (exact while it sleeps), prints them
-//! as JSON, and exits the process with the workers still parked.
+//! one's /proc/self/task/<tid>/schedstat (exact while it sleeps) and the
+//! kernel's tick-sampled utime/stime from .../stat, prints them as JSON, and exits the process with the workers still parked.
 //!
 //! Usage: cpu-mix [--seconds S] [--out FILE]
 
@@ -32,6 +32,21 @@ fn schedstat(tid: u32) -> (u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap_or_default();
     let f: Vec<u64> = s.split_whitespace().filter_map(|v| v.parse().ok()).collect();
     (f.first().copied().unwrap_or(0), f.get(2).copied().unwrap_or(0))
+}
+
+/// (utime, stime) in clock ticks from /proc/self/task/<tid>/stat: the kernel's
+/// own tick-sampled user/system split, scaled to the thread's run time.
+fn utime_stime(tid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised comm: state is field 3, utime 14, stime 15.
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (f.first().copied().unwrap_or(0), f.get(1).copied().unwrap_or(0))
 }
 
 fn main() {
@@ -143,7 +158,10 @@ fn main() {
         .iter()
         .map(|(name, tid, units)| {
             let (ns, slices) = schedstat(*tid);
-            format!(r#"{{"name":"{name}","tid":{tid},"schedstat_ns":{ns},"timeslices":{slices},"units":{units}}}"#)
+            let (utime, stime) = utime_stime(*tid);
+            format!(
+                r#"{{"name":"{name}","tid":{tid},"schedstat_ns":{ns},"timeslices":{slices},"units":{units},"utime_ticks":{utime},"stime_ticks":{stime}}}"#
+            )
         })
         .collect();
     let json = format!(

@@ -13,9 +13,11 @@ pub mod state {
     pub const HARDIRQ: usize = 3;
     pub const GUEST: usize = 4;
     pub const IDLE: usize = 5;
-    /// Base time of a thread that was already running when recording started
-    /// and whose mode (user or kernel) is not known yet. Resolved in the kernel
-    /// at the thread's next syscall event or context switch, so never reported.
+    /// Process-context time whose mode (user or kernel) is not known yet: a
+    /// thread already running when recording started, resolved at its next
+    /// syscall event or context switch; or, with the syscall hooks off
+    /// (`--cpu-split ticks`), all process-context time, split in userspace by
+    /// the kernel's tick-sampled utime/stime. Never reported as such.
     pub const UNRESOLVED: usize = 6;
     /// Number of reported states.
     pub const REPORTED: usize = 6;
@@ -66,6 +68,8 @@ pub mod thread_flag {
     pub const GUEST_TRACED: u32 = 1 << 4;
     /// [`super::ThreadTimes::sched_runtime`] holds a valid reading.
     pub const RUNTIME_KNOWN: u32 = 1 << 5;
+    /// [`super::ThreadTimes::utime_at_switch`] and `stime_at_switch` hold a valid reading.
+    pub const TICKS_KNOWN: u32 = 1 << 6;
 }
 
 /// Key of the per-thread map reserved for time that found the map full.
@@ -90,6 +94,16 @@ pub struct ThreadTimes {
     /// Net ns moved into system time so that slices match the scheduler's
     /// own accounting (see `account::flush_thread`); diagnostic.
     pub sched_adjust_ns: i64,
+    /// Process-context ns left for userspace to split into user and system
+    /// (`--cpu-split ticks`: the syscall hooks are off).
+    pub unsplit_ns: u64,
+    /// The kernel's tick-sampled `utime` / `stime` (ns) gained over the slices
+    /// seen whole: the ratio that splits `unsplit_ns`.
+    pub user_tick_ns: u64,
+    pub system_tick_ns: u64,
+    /// `task->utime` / `->stime` at the last switch-out: the baseline of the next slice.
+    pub utime_at_switch: u64,
+    pub stime_at_switch: u64,
     pub tgid: u32,
     /// tgid of the process that forked this thread's process (0 if unknown).
     pub parent_tgid: u32,

@@ -44,6 +44,19 @@ pub fn entry<K, V: Default>(map: &PerCpuHashMap<K, V>, key: &K) -> Option<&'stat
     map.get_ptr_mut(key).map(|v| unsafe { &mut *v })
 }
 
+/// True with `--cpu-split ticks`: user/system is not decided in the kernel.
+#[inline(always)]
+pub fn tick_split() -> bool {
+    crate::config::get(&crate::config::TICK_SPLIT_ON) != 0
+}
+
+/// The base state of a thread known to be in the kernel now but about to
+/// return to user space unseen when the syscall hooks are off.
+#[inline(always)]
+pub fn kernel_base() -> usize {
+    if tick_split() { state::UNRESOLVED } else { state::SYSTEM }
+}
+
 #[inline(always)]
 pub fn now() -> u64 {
     unsafe { bpf_ktime_get_ns() }
@@ -147,9 +160,17 @@ pub fn resolve(st: &mut CpuState, target: usize) {
     st.cpu_ns[target] += pending;
 }
 
+/// The outgoing thread's scheduler readings at switch-out.
+#[derive(Clone, Copy, Default)]
+pub struct TaskClocks {
+    /// `se.sum_exec_runtime`, when it could be read.
+    pub runtime: Option<u64>,
+    /// `utime`, `stime` (tick-sampled ns), read only with `--cpu-split ticks`.
+    pub ticks: Option<(u64, u64)>,
+}
+
 /// Adds the CPU's accumulated time for the outgoing thread to its map entry.
-/// Called once per context switch, with the thread's `se.sum_exec_runtime`
-/// when it could be read.
+/// Called once per context switch.
 ///
 /// Slices are timed from tracepoint to tracepoint, but the scheduler starts
 /// and stops a thread's clock a few microseconds away from them (in
@@ -158,43 +179,62 @@ pub fn resolve(st: &mut CpuState, target: usize) {
 /// slice is set to the scheduler's own length and the difference, scheduler
 /// code either way, is taken to or from system time.
 #[inline(always)]
-pub fn flush_thread(st: &mut CpuState, tid: u32, tgid: u32, flags_set: u32, runtime: Option<u64>) {
-    let comm = bpf_get_current_comm().unwrap_or([0; 16]);
-    let cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+pub fn flush_thread(st: &mut CpuState, tid: u32, tgid: u32, flags_set: u32, clocks: TaskClocks) {
     let guest = if st.acc[state::GUEST] != 0 {
         thread_flag::GUEST_TRACED
     } else {
         0
     };
-    let known = if runtime.is_some() {
+    let known = if clocks.runtime.is_some() {
         thread_flag::RUNTIME_KNOWN
     } else {
         0
     };
-    let runtime_now = runtime.unwrap_or(0);
+    let runtime_now = clocks.runtime.unwrap_or(0);
+    let (utime, stime) = clocks.ticks.unwrap_or((0, 0));
+    let ticks_known = if clocks.ticks.is_some() {
+        thread_flag::TICKS_KNOWN
+    } else {
+        0
+    };
     if let Some(t) = THREADS.get_ptr_mut(&tid) {
         let t = unsafe { &mut *t };
         if tid != 0 && t.flags & thread_flag::RUNTIME_KNOWN != 0 && runtime_now >= t.sched_runtime && known != 0 {
             t.sched_adjust_ns += match_scheduler(st, runtime_now - t.sched_runtime);
         }
+        // utime/stime only move while the thread runs: the gain since its
+        // last switch-out is exactly this slice's ticks.
+        if t.flags & thread_flag::TICKS_KNOWN != 0 && ticks_known != 0 {
+            t.user_tick_ns += utime.saturating_sub(t.utime_at_switch);
+            t.system_tick_ns += stime.saturating_sub(t.stime_at_switch);
+        }
+        t.utime_at_switch = utime;
+        t.stime_at_switch = stime;
         add_times(t, st);
         t.switches += 1;
-        t.flags = (t.flags & !(thread_flag::IN_SYSCALL | thread_flag::RUNTIME_KNOWN)) | flags_set | guest | known;
+        // comm[0] == 0: created at fork, in the parent's context.
+        if t.switches % IDENTITY_REFRESH_SWITCHES == 0 || t.comm[0] == 0 {
+            refresh_identity(t);
+        }
+        t.flags = (t.flags & !(thread_flag::IN_SYSCALL | thread_flag::RUNTIME_KNOWN | thread_flag::TICKS_KNOWN))
+            | flags_set
+            | guest
+            | known
+            | ticks_known;
         t.tgid = tgid;
-        t.cgroup_id = cgroup_id;
         t.sched_runtime = runtime_now;
-        t.comm = comm;
         return;
     }
     let mut fresh = ThreadTimes {
         switches: 1,
-        cgroup_id,
         sched_runtime: runtime_now,
+        utime_at_switch: utime,
+        stime_at_switch: stime,
         tgid,
-        flags: flags_set | guest | known,
-        comm,
+        flags: flags_set | guest | known | ticks_known,
         ..ThreadTimes::default()
     };
+    refresh_identity(&mut fresh);
     add_times(&mut fresh, st);
     if THREADS.insert(&tid, &fresh, 0).is_err() {
         st.thread_map_overflows += 1;
@@ -204,12 +244,24 @@ pub fn flush_thread(st: &mut CpuState, tid: u32, tgid: u32, flags_set: u32, runt
     }
 }
 
+/// How often (in switch-outs) a thread's name and cgroup are read again: each
+/// read costs more than the rest of a context switch's bookkeeping, and both
+/// rarely change (a new entry and the exit event read them too).
+const IDENTITY_REFRESH_SWITCHES: u64 = 16;
+
+/// Reads the current thread's name and cgroup into its entry.
+#[inline(always)]
+pub fn refresh_identity(t: &mut ThreadTimes) {
+    t.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    t.cgroup_id = unsafe { bpf_get_current_cgroup_id() };
+}
+
 /// Makes the slice in `st.acc` last `sched_ns`; returns the ns added (or
 /// removed, negative) to system time.
 #[inline(always)]
 fn match_scheduler(st: &mut CpuState, sched_ns: u64) -> i64 {
     let mut seen: u64 = 0;
-    for s in 0..state::REPORTED {
+    for s in 0..state::SLOTS {
         seen += st.acc[s];
     }
     if sched_ns >= seen {
@@ -225,6 +277,7 @@ fn match_scheduler(st: &mut CpuState, sched_ns: u64) -> i64 {
         for slot in [
             state::SYSTEM,
             state::USER,
+            state::UNRESOLVED,
             state::SOFTIRQ,
             state::HARDIRQ,
             state::GUEST,
@@ -246,6 +299,7 @@ fn add_times(t: &mut ThreadTimes, st: &CpuState) {
     t.ns[state::HARDIRQ] += st.acc[state::HARDIRQ];
     t.ns[state::GUEST] += st.acc[state::GUEST];
     t.ns[state::IDLE] += st.acc[state::IDLE];
+    t.unsplit_ns += st.acc[state::UNRESOLVED];
 }
 
 const NET_RX: u32 = 3;

@@ -20,6 +20,13 @@ globals! {
     TASK_FLAGS_OFFSET,
     /// `offsetof(struct task_struct, se) + offsetof(struct sched_entity, sum_exec_runtime)`.
     TASK_RUNTIME_OFFSET,
+    /// `offsetof(struct task_struct, utime)` and `stime` from BTF (read with `TICK_SPLIT_ON`).
+    TASK_UTIME_OFFSET,
+    TASK_STIME_OFFSET,
+    /// 1: `--cpu-split ticks`: the syscall hooks do no accounting (they are
+    /// attached only when tun or KVM tracking needs them), process-context
+    /// time stays unsplit and each slice's utime/stime ticks are kept.
+    TICK_SPLIT_ON,
     /// sched/sched_switch record: offset of `prev_state`.
     TP_SWITCH_PREV_STATE,
     /// sched/sched_switch record: offset of `next_pid`.

@@ -102,7 +102,7 @@ fn pending(tid: u32) -> Option<&'static mut VcpuPending> {
 #[inline(always)]
 fn on_exit(reason: u32, isa: u32) {
     let now = account::now();
-    set_base(now, state::SYSTEM);
+    set_base(now, account::kernel_base());
     if let Some(p) = pending(account::current_tid()) {
         p.exit_ns = now;
         p.exit_reason = reason;

@@ -19,6 +19,33 @@ fn read_task_u32(task: u64, offset: u32) -> u32 {
     unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u32) }.unwrap_or(0)
 }
 
+/// A u64 member of the task, None when its offset is unknown (0) or the read fails.
+#[inline(always)]
+fn read_task_u64(task: u64, offset: u32) -> Option<u64> {
+    if offset == 0 {
+        return None;
+    }
+    unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u64) }.ok()
+}
+
+/// The task's `utime` and `stime`: one read where they are adjacent (they are
+/// in every kernel so far), two otherwise.
+#[inline(always)]
+fn read_utime_stime(task: u64) -> Option<(u64, u64)> {
+    let (u, s) = (
+        config::get(&config::TASK_UTIME_OFFSET),
+        config::get(&config::TASK_STIME_OFFSET),
+    );
+    if u == 0 || s == 0 {
+        return None;
+    }
+    if s == u + 8 {
+        let both: [u64; 2] = unsafe { bpf_probe_read_kernel((task + u as u64) as *const [u64; 2]) }.ok()?;
+        return Some((both[0], both[1]));
+    }
+    read_task_u64(task, u).zip(read_task_u64(task, s))
+}
+
 /// `prev_running`: the outgoing thread was preempted (TASK_RUNNING) rather
 /// than blocking, which for a thread of unknown mode means it was in user space.
 #[inline(always)]
@@ -55,7 +82,8 @@ fn on_switch(prev_running: bool, next_tid: u32) {
         }
         let task = unsafe { bpf_get_current_task() };
         let kthread = read_task_u32(task, config::get(&config::TASK_FLAGS_OFFSET)) & PF_KTHREAD != 0;
-        if st.base == state::UNRESOLVED as u32 {
+        let tick_split = account::tick_split();
+        if st.base == state::UNRESOLVED as u32 && !tick_split {
             let mode = if kthread || !prev_running {
                 state::SYSTEM
             } else {
@@ -70,19 +98,20 @@ fn on_switch(prev_running: bool, next_tid: u32) {
         if kthread {
             flags |= thread_flag::KTHREAD;
         }
-        let runtime_offset = config::get(&config::TASK_RUNTIME_OFFSET);
-        let runtime = if runtime_offset == 0 {
-            None
-        } else {
-            unsafe { bpf_probe_read_kernel((task + runtime_offset as u64) as *const u64) }.ok()
+        let clocks = account::TaskClocks {
+            runtime: read_task_u64(task, config::get(&config::TASK_RUNTIME_OFFSET)),
+            ticks: if tick_split { read_utime_stime(task) } else { None },
         };
-        account::flush_thread(st, prev_tid, (id >> 32) as u32, flags, runtime);
+        account::flush_thread(st, prev_tid, (id >> 32) as u32, flags, clocks);
     }
     st.acc = [0; state::SLOTS];
     st.tid = next_tid;
     st.last_ts = now;
     st.base = if next_tid == 0 {
         state::IDLE
+    } else if account::tick_split() {
+        // Its mode is never decided in the kernel: no lookup needed.
+        state::UNRESOLVED
     } else {
         match unsafe { account::THREADS.get(&next_tid) } {
             Some(t) if t.flags & (thread_flag::IN_SYSCALL | thread_flag::KTHREAD) != 0 => state::SYSTEM,
@@ -101,7 +130,11 @@ fn on_fork(child_tid: u32, child_tgid: u32) {
     let fresh = ThreadTimes {
         tgid: child_tgid,
         parent_tgid,
-        flags: thread_flag::IN_SYSCALL | thread_flag::BORN_DURING_RUN | thread_flag::RUNTIME_KNOWN,
+        // So do its utime and stime (copy_process).
+        flags: thread_flag::IN_SYSCALL
+            | thread_flag::BORN_DURING_RUN
+            | thread_flag::RUNTIME_KNOWN
+            | thread_flag::TICKS_KNOWN,
         ..ThreadTimes::default()
     };
     let _ = account::THREADS.insert(&child_tid, &fresh, 0);
@@ -111,7 +144,10 @@ fn on_fork(child_tid: u32, child_tgid: u32) {
 fn on_exit() {
     let tid = account::current_tid();
     if let Some(t) = account::THREADS.get_ptr_mut(&tid) {
-        unsafe { (*t).flags |= thread_flag::EXITED };
+        let t = unsafe { &mut *t };
+        t.flags |= thread_flag::EXITED;
+        // Context switches refresh these only now and then: make the final row right.
+        account::refresh_identity(t);
     }
 }
 

@@ -80,6 +80,10 @@ fn tun_exit(ret: i64) {
 
 #[inline(always)]
 fn on_sys_enter() {
+    // Attached for tun or KVM tracking only: user/system is split by ticks.
+    if account::tick_split() {
+        return;
+    }
     let Some(st) = account::enter(account::now(), state::SYSTEM) else {
         return;
     };
@@ -93,6 +97,9 @@ fn on_sys_enter() {
 
 #[inline(always)]
 fn on_sys_exit() {
+    if account::tick_split() {
+        return;
+    }
     let Some(st) = account::enter(account::now(), state::USER) else {
         return;
     };

@@ -5,7 +5,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use vtrace::{
-    collectors::bpf_stats::SelfStats,
+    collectors::{bpf_stats::SelfStats, cpu::CpuSplit},
     probes::catalog::LayerGroup,
     record::{RecordOptions, record},
     recording,
@@ -54,6 +54,10 @@ enum Command {
         /// (cheap; totals extrapolated), always (exact totals, costs every event two clock reads), or off.
         #[arg(long, value_enum, default_value_t = SelfStats::Sampled)]
         self_stats: SelfStats,
+        /// How user and system time are told apart: exactly at every syscall (syscall hooks, the costliest
+        /// part of CPU attribution), or by the kernel's tick-sampled utime/stime (no syscall hooks).
+        #[arg(long, value_enum, default_value_t = CpuSplit::Syscalls)]
+        cpu_split: CpuSplit,
         /// Select this process and its descendants (repeatable).
         #[arg(long = "pid")]
         pids: Vec<u32>,
@@ -145,6 +149,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             layers,
             sample,
             self_stats,
+            cpu_split,
             pids,
             comms,
             cgroups,
@@ -169,6 +174,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 layers,
                 sample_hz: sample,
                 self_stats,
+                cpu_split,
             };
             let outcome = record(&opts)?;
             eprintln!(

@@ -14,7 +14,7 @@ use crate::{
     Error, Result,
     collectors::{
         bpf_stats::{self, SelfStats, StatsWindow},
-        cpu::{CpuCollector, CpuSnapshot, monotonic_ns},
+        cpu::{CpuCollector, CpuSnapshot, CpuSplit, monotonic_ns},
         kvm::{KvmCollector, KvmStatsSampler, ReasonNames},
         net::{self as netc, DeviceCounters, NetCollector, NetSnapshot},
         procfs::{self, TaskStat},
@@ -23,7 +23,9 @@ use crate::{
     },
     platforms::{self, Instance, Profile, SystemSnapshot, attribute::Attribution},
     probes::{
-        self, CATALOG, Capabilities, ProbeStatus, capabilities::ensure_tracefs, catalog::LayerGroup,
+        self, CATALOG, Capabilities, ProbeStatus,
+        capabilities::ensure_tracefs,
+        catalog::{Layer, LayerGroup},
         offsets::KernelOffsets,
     },
     recording::{
@@ -59,6 +61,8 @@ pub struct RecordOptions {
     pub sample_hz: u64,
     /// When the kernel's BPF run-time statistics are on (`--self-stats`).
     pub self_stats: SelfStats,
+    /// How user and system time are told apart (`--cpu-split`).
+    pub cpu_split: CpuSplit,
 }
 
 #[derive(Clone, Debug)]
@@ -144,11 +148,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         net_events_on: (opts.events && layer_on(LayerGroup::Net)) as u32,
         tun_fds_on: (!tun_fds.is_empty() && layer_on(LayerGroup::Net)) as u32,
         kvm_run_on: resolved.kvm_run_on * layer_on(LayerGroup::Kvm) as u32,
+        tick_split_on: (opts.cpu_split == CpuSplit::Ticks) as u32,
         ..resolved
     };
+    // With the tick split the syscall hooks only serve tun fds and KVM_RUN.
+    let syscall_hooks = opts.cpu_split == CpuSplit::Syscalls || offsets.tun_fds_on != 0 || offsets.kvm_run_on != 0;
     let mut ebpf = crate::ebpf::load(&offsets)?;
     netc::load_tun_fds(&mut ebpf, &tun_fds)?;
-    let mut collector = CpuCollector::new(&mut ebpf)?;
+    let mut collector = CpuCollector::new(&mut ebpf, opts.cpu_split)?;
     let net = NetCollector::new(&mut ebpf)?;
     let uprobe_stats = UprobeCollector::new(&mut ebpf)?;
     let kvm = KvmCollector::new(&mut ebpf)?;
@@ -163,6 +170,18 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     if let Some(e) = &stats.error {
         notes.push(format!("self-overhead unknown: {e}"));
     }
+    if opts.cpu_split == CpuSplit::Ticks {
+        notes.push(format!(
+            "user/system split by tick sampling (--cpu-split ticks): each thread's exact process-context time is \
+             divided in the ratio of the kernel's utime/stime timer ticks over its slices, each CPU's by \
+             /proc/stat; threads too short-lived to be sampled take their process's ratio{}",
+            if syscall_hooks {
+                "; the syscall hooks stay attached for tun fds or KVM_RUN"
+            } else {
+                "; no syscall hooks"
+            }
+        ));
+    }
     if opts.self_stats == SelfStats::Off {
         notes.push("BPF statistics off (--self-stats off): vtrace's own cost per program was not measured".into());
     }
@@ -172,7 +191,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let tasks_at_start = procfs::scan_tasks();
     let mut specs: Vec<probes::ProbeSpec> = CATALOG
         .iter()
-        .filter(|p| layer_on(LayerGroup::of(p.layer)))
+        .filter(|p| layer_on(LayerGroup::of(p.layer)) && (p.layer != Layer::Syscall || syscall_hooks))
         .copied()
         .collect();
     for u in &opts.uprobes {
@@ -379,6 +398,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         &guest_ticks,
         clock_ticks,
         &kvm_end.vcpu_tids(),
+        opts.cpu_split,
     );
     if threads.iter().any(|t| t.guest_source == "tick_sampled") {
         notes.push(
@@ -449,6 +469,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
             start_unix_ns: start_unix,
             end_unix_ns: end_unix,
             wall_ns,
+            cpu_split: opts.cpu_split.name().into(),
             probes,
             overhead,
             notes,
@@ -695,6 +716,7 @@ fn thread_rows(
     guest_ticks: &HashMap<u32, u64>,
     clock_ticks: u64,
     vcpu_tids: &HashSet<u32>,
+    split: CpuSplit,
 ) -> Vec<ThreadRow> {
     // Processes that run vCPUs: their other threads are the VMM.
     let vmm_tgids: HashSet<u32> = snap
@@ -715,14 +737,20 @@ fn thread_rows(
         .iter()
         .map(|(tid, t)| {
             let comm = if *tid == 0 { "swapper".to_string() } else { comm_of(t) };
-            let (mut system_ns, mut guest_ns) = (t.ns[state::SYSTEM], t.ns[state::GUEST]);
+            let (mut user_ns, mut system_ns, mut guest_ns) =
+                (t.ns[state::USER], t.ns[state::SYSTEM], t.ns[state::GUEST]);
             let guest_source = if t.flags & thread_flag::GUEST_TRACED != 0 {
                 "kvm_tracepoints"
             } else if let Some(&ticks) = guest_ticks.get(tid) {
                 // The vCPU ran the guest inside ioctl(KVM_RUN), which the engine
-                // saw as system time: move the sampled amount over.
-                guest_ns = (ticks * 1_000_000_000 / clock_ticks.max(1)).min(system_ns);
-                system_ns -= guest_ns;
+                // saw as system time (the kernel's ticks as user time): move
+                // the sampled amount over.
+                let host = match split {
+                    CpuSplit::Syscalls => &mut system_ns,
+                    CpuSplit::Ticks => &mut user_ns,
+                };
+                guest_ns = (ticks * 1_000_000_000 / clock_ticks.max(1)).min(*host);
+                *host -= guest_ns;
                 "tick_sampled"
             } else {
                 "none"
@@ -762,7 +790,7 @@ fn thread_rows(
                 kthread: t.flags & thread_flag::KTHREAD != 0,
                 exited: t.flags & thread_flag::EXITED != 0,
                 born_during_run: t.flags & thread_flag::BORN_DURING_RUN != 0,
-                user_ns: t.ns[state::USER],
+                user_ns,
                 system_ns,
                 softirq_ns: t.ns[state::SOFTIRQ],
                 hardirq_ns: t.ns[state::HARDIRQ],

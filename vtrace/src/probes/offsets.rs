@@ -12,6 +12,8 @@ pub struct KernelOffsets {
     pub task_tgid: u32,
     pub task_flags: u32,
     pub task_runtime: u32,
+    pub task_utime: u32,
+    pub task_stime: u32,
     pub tp_switch_prev_state: u32,
     pub tp_switch_next_pid: u32,
     pub tp_fork_child_pid: u32,
@@ -35,6 +37,8 @@ pub struct KernelOffsets {
     /// Not an offset: 1 streams per-packet events (`record --events`).
     pub net_events_on: u32,
     pub pt_regs_si: u32,
+    /// Not an offset: 1 leaves the user/system split to tick sampling (`--cpu-split ticks`).
+    pub tick_split_on: u32,
     /// Not an offset: 1 times user-space exits until the next ioctl(KVM_RUN) (kvm is loaded).
     pub kvm_run_on: u32,
     /// Offsets of the [`KVM_FIELDS`] record fields, in that order.
@@ -83,6 +87,8 @@ impl KernelOffsets {
                 _ => 0,
             };
             let m = |s: &str, f: &str| member_offset(btf, s, f).unwrap_or(0);
+            o.task_utime = m("task_struct", "utime");
+            o.task_stime = m("task_struct", "stime");
             o.skb_len = m("sk_buff", "len");
             o.skb_dev = m("sk_buff", "dev");
             o.skb_head = m("sk_buff", "head");
@@ -136,6 +142,9 @@ impl KernelOffsets {
             ("DEV_ND_NET", self.dev_nd_net),
             ("NET_NS_INUM", self.net_ns_inum),
             ("TASK_RUNTIME_OFFSET", self.task_runtime),
+            ("TASK_UTIME_OFFSET", self.task_utime),
+            ("TASK_STIME_OFFSET", self.task_stime),
+            ("TICK_SPLIT_ON", self.tick_split_on),
             ("TASK_PID_OFFSET", self.task_pid),
             ("TASK_TGID_OFFSET", self.task_tgid),
             ("TASK_FLAGS_OFFSET", self.task_flags),

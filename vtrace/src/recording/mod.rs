@@ -15,6 +15,6 @@ pub use schema::*;
 pub use table::Table;
 
 /// Bumped on any incompatible change to meta.json or a table.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 /// `meta.json`'s `format` field, which tells a recording from other directories.
 pub const FORMAT_NAME: &str = "vtrace-recording";

@@ -420,6 +420,9 @@ pub struct Metadata {
     pub start_unix_ns: u64,
     pub end_unix_ns: u64,
     pub wall_ns: u64,
+    /// How user and system time were told apart: "syscalls" (exact) or "ticks" (`record --cpu-split`).
+    #[serde(default)]
+    pub cpu_split: String,
     pub probes: Vec<ProbeStatus>,
     pub overhead: Overhead,
     /// Caveats a reader of the numbers must know (e.g. tick-sampled guest time).

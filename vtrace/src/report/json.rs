@@ -211,6 +211,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
             "net_event_drops": o.net_event_drops,
             "programs": programs,
         },
+        "cpu_split": rec.meta.cpu_split,
         "notes": rec.meta.notes,
     })
 }

@@ -78,6 +78,7 @@ pub fn run(output: PathBuf, requests: u32) -> Result<RecordOutcome> {
         layers: crate::probes::catalog::LayerGroup::ALL.to_vec(),
         sample_hz: 0,
         self_stats: crate::collectors::bpf_stats::SelfStats::Sampled,
+        cpu_split: crate::collectors::cpu::CpuSplit::Syscalls,
         pids: vec![redis],
         comms: vec![],
         cgroups: vec![],
