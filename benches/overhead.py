@@ -7,7 +7,7 @@ all configurations alike. Throughput is reported as a ratio to the
 untraced run of the same round: median over rounds and [min, max].
 
   sudo benches/overhead.py [--rounds 7] [--requests 50000] [--iperf-seconds 2]
-                           [--only CONFIG,...]   (after cargo build --release)
+                           [--only "CONFIG;..."]   (after cargo build --release)
 
 Loads: redis-benchmark GET/SET, 64 B values, 20 clients, over loopback
 against a local redis-server; iperf3 over loopback. vtrace rounds also
@@ -142,13 +142,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--requests", type=int, default=50000)
     ap.add_argument("--iperf-seconds", type=int, default=2)
-    ap.add_argument("--only", default="", help="comma-separated configuration names (untraced always runs)")
+    ap.add_argument("--only", default="", help="configuration names separated by ; (untraced always runs)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("overhead.py: run as root (it loads eBPF programs)")
     names = list(CONFIGS)
     if args.only:
-        want = set(x.strip() for x in args.only.split(","))
+        want = set(x.strip() for x in args.only.split(";"))
         names = [n for n in names if n == "untraced" or n in want]
     tmp = tempfile.mkdtemp(prefix="vtrace-overhead-")
     servers = [
