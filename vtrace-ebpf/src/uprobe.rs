@@ -57,13 +57,7 @@ pub fn uprobe_call(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let id = bpf_get_current_pid_tgid();
-    let Some(s) = account::entry(
-        &UPROBE_STATS,
-        &UprobeKey {
-            slot,
-            tgid: (id >> 32) as u32,
-        },
-    ) else {
+    let Some(s) = stats_of(slot, id) else {
         return 0;
     };
     s.calls += 1;
@@ -101,13 +95,7 @@ pub fn uretprobe_call(ctx: RetProbeContext) -> u32 {
     };
     let _ = UPROBE_STARTS.remove(&start_key);
     let ns = account::now().saturating_sub(start);
-    let Some(s) = account::entry(
-        &UPROBE_STATS,
-        &UprobeKey {
-            slot,
-            tgid: (id >> 32) as u32,
-        },
-    ) else {
+    let Some(s) = stats_of(slot, id) else {
         return 0;
     };
     s.returns += 1;
@@ -117,4 +105,16 @@ pub fn uretprobe_call(ctx: RetProbeContext) -> u32 {
     let b = unsafe { core::ptr::read_volatile(&b) } & (LATENCY_BUCKETS - 1);
     s.latency_log2[b] += 1;
     0
+}
+
+/// The statistics of uprobe `slot` in the process of `pid_tgid`.
+#[inline(always)]
+fn stats_of(slot: u32, pid_tgid: u64) -> Option<&'static mut UprobeStats> {
+    account::entry(
+        &UPROBE_STATS,
+        &UprobeKey {
+            slot,
+            tgid: (pid_tgid >> 32) as u32,
+        },
+    )
 }

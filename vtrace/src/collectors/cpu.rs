@@ -159,7 +159,9 @@ impl CpuCollector {
             live.into_iter()
                 .filter(|(_, t)| t.ns.iter().any(|&n| n > 0) || t.unsplit_ns > 0 || t.switches > 0),
         );
-        split_by_ticks(&mut threads);
+        if self.split == CpuSplit::Ticks {
+            split_by_ticks(&mut threads);
+        }
         Ok(CpuSnapshot {
             at_ns: now_ns,
             threads,
