@@ -57,7 +57,7 @@ def busy_threads(tmp, counts, seconds):
         rows.append((f"{n} busy", record(tmp, f"t{n}.vtrace", "cpu", cmd)))
         print(f"threads {n} done", file=sys.stderr)
     table("busy threads (--layers cpu)", rows,
-          ["raw_sys_enter", "raw_sys_exit", "raw_sched_switch", "raw_softirq_entry", "raw_softirq_exit"])
+          ["raw_sys_enter", "raw_sys_exit", "btf_sched_switch", "raw_softirq_entry", "raw_softirq_exit"])
 
 
 def sh(*args, check=True):
@@ -91,8 +91,8 @@ def veth_pairs(tmp, counts, seconds):
             sh("ip", "link", "del", f"vsc{i}h", check=False)
             sh("ip", "netns", "del", f"vsc{i}", check=False)
     table("veth pairs flood-pinged at once (--layers cpu,net)", rows,
-          ["raw_net_dev_xmit", "raw_netif_receive_skb", "raw_napi_gro_receive_entry", "raw_sys_enter",
-           "raw_sched_switch"])
+          ["btf_net_dev_xmit", "btf_netif_receive_skb", "raw_napi_gro_receive_entry", "raw_sys_enter",
+           "btf_sched_switch"])
 
 
 def main():

@@ -21,20 +21,26 @@ fn ns(v: &Value, field: &str) -> u64 {
 
 #[test]
 fn per_thread_cpu_time_matches_schedstat() {
-    check_against_schedstat(&[], "raw_tp", "syscalls");
+    check_against_schedstat(&[], "tp_btf", "syscalls");
 }
 
-/// The classic-tracepoint fallback, forced, must be as exact.
+/// The fallbacks, forced, must be as exact: raw_tp reads the tasks through
+/// helper calls, the classic tracepoint through its record.
+#[test]
+fn raw_tp_fallback_matches_schedstat_too() {
+    check_against_schedstat(&[("VTRACE_SKIP_METHODS", "tp_btf")], "raw_tp", "syscalls");
+}
+
 #[test]
 fn tracepoint_fallback_matches_schedstat_too() {
-    check_against_schedstat(&[("VTRACE_SKIP_METHODS", "raw_tp")], "tracepoint", "syscalls");
+    check_against_schedstat(&[("VTRACE_SKIP_METHODS", "tp_btf,raw_tp")], "tracepoint", "syscalls");
 }
 
 /// Without syscall hooks the totals stay exact and the user/system split is
 /// the kernel's own tick-sampled one.
 #[test]
 fn tick_split_matches_schedstat_and_kernel_utime_stime() {
-    check_against_schedstat(&[], "raw_tp", "ticks");
+    check_against_schedstat(&[], "tp_btf", "ticks");
 }
 
 fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {

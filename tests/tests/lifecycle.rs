@@ -240,5 +240,5 @@ fn probes_lists_every_probe_with_method_or_reason() {
         }
     }
     let switch = probes.iter().find(|p| p["id"] == "sched_switch").unwrap();
-    assert_eq!(switch["method"], "raw_tp");
+    assert_eq!(switch["method"], "tp_btf");
 }

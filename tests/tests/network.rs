@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, report_json, stderr, vtrace};
+use vtrace_tests::{TempDir, report_json, stderr, vtrace, vtrace_env};
 
 struct LabGuard(&'static str);
 
@@ -27,12 +27,17 @@ fn record(dir: &TempDir, name: &str, cmd: &[&str]) -> Value {
 
 /// `vtrace record FLAGS -o DIR/NAME -- CMD`, then its JSON report.
 fn record_with(dir: &TempDir, name: &str, flags: &[&str], cmd: &[&str]) -> Value {
+    record_env(dir, name, flags, &[], cmd)
+}
+
+/// As [`record_with`], vtrace run with extra environment variables.
+fn record_env(dir: &TempDir, name: &str, flags: &[&str], env: &[(&str, &str)], cmd: &[&str]) -> Value {
     let rec = dir.join(name);
     let mut args = vec!["record"];
     args.extend_from_slice(flags);
     args.extend_from_slice(&["-o", rec.to_str().unwrap(), "--"]);
     args.extend_from_slice(cmd);
-    let o = vtrace(&args);
+    let o = vtrace_env(&args, env);
     assert!(o.status.success(), "record {cmd:?}: {}", stderr(&o));
     report_json(&rec)
 }
@@ -80,16 +85,16 @@ fn assert_counters_agree(r: &Value, dev: &str) {
     // The kernel skips a BPF program while that same program runs on the CPU
     // (a softirq transmitting from inside it); those skips are counted, and
     // the only events vtrace may lack.
-    let misses = |program: &str| {
+    let misses = |probe: &str| {
         r["overhead"]["programs"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|p| p["program"] == program)
+            .find(|p| p["probe"] == probe)
             .map(|p| n(p, "recursion_misses"))
             .unwrap_or(0)
     };
-    let (tx_missed, rx_missed) = (misses("raw_net_dev_xmit"), misses("raw_netif_receive_skb"));
+    let (tx_missed, rx_missed) = (misses("net_dev_xmit"), misses("netif_receive_skb"));
     if c["kind"] == "tun" {
         // tun/tap count a packet as transmitted when the user-space side
         // reads it from the device (tun_put_user), not when the kernel hands
@@ -115,11 +120,24 @@ fn assert_counters_agree(r: &Value, dev: &str) {
 
 #[test]
 fn veth_counts_match_device_counters() {
-    let dir = TempDir::new("net-veth");
+    veth_counts_through(&[], "tp_btf");
+}
+
+/// The raw-tracepoint fallback reads the skb through helper calls rather
+/// than typed loads: the same counts.
+#[test]
+fn veth_counts_match_device_counters_through_the_raw_tp_fallback() {
+    veth_counts_through(&[("VTRACE_SKIP_METHODS", "tp_btf")], "raw_tp");
+}
+
+fn veth_counts_through(env: &[(&str, &str)], method: &str) {
+    let dir = TempDir::new(&format!("net-veth-{method}"));
     let _lab = lab("host");
-    let r = record(
+    let r = record_env(
         &dir,
         "veth.vtrace",
+        &[],
+        env,
         &[
             "redis-benchmark",
             "-h",
@@ -135,6 +153,10 @@ fn veth_counts_match_device_counters() {
             "-q",
         ],
     );
+    for hop in ["net_dev_queue", "net_dev_xmit", "netif_rx", "netif_receive_skb"] {
+        let p = r["probes"].as_array().unwrap().iter().find(|p| p["id"] == hop).unwrap();
+        assert_eq!(p["method"], method, "{hop}");
+    }
     assert_counters_agree(&r, "vtl-host0");
     assert_counters_agree(&r, "vtl-host1");
     let dev = r["device_counters"]

@@ -291,14 +291,36 @@ impl Default for HopLatency {
     }
 }
 
-/// Where an skb was last seen (for the next hop's latency).
+/// Where an skb was last seen (for the next hop's latency): one slot of the
+/// direct-mapped `SKB_MARKS` table, owned by `skb` (0: free).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SkbMark {
+    pub skb: u64,
     pub ts: u64,
     pub dev: u64,
     pub hop: u32,
     pub _pad: u32,
+}
+
+/// Slots of the `SKB_MARKS` table (a power of two).
+pub const SKB_MARK_SLOTS: u32 = 1 << 16;
+
+/// The `SKB_MARKS` slot of an skb address: sk_buffs are 256-byte slab
+/// objects, so the low bits carry nothing; a Fibonacci hash spreads the rest.
+#[inline(always)]
+pub const fn skb_mark_slot(skb: u64) -> u32 {
+    ((skb >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SKB_MARK_SLOTS.trailing_zeros())) as u32
+}
+
+/// Indices of the `NET_LOSSES` per-CPU array: what the net layer could not keep.
+pub mod net_loss {
+    /// Per-packet events that found the ring buffer full (`--events`).
+    pub const EVENT_DROPS: u32 = 0;
+    /// In-flight skbs whose mark another skb's took (same `SKB_MARKS` slot):
+    /// their next hop's latency is not measured.
+    pub const MARKS_DISPLACED: u32 = 1;
+    pub const COUNT: u32 = 2;
 }
 
 /// A per-packet event (`vtrace record --events`).
@@ -564,7 +586,7 @@ mod pod {
 
 /// Hooks whose programs count their own runs in the `HOOK_RUNS` per-CPU
 /// array (index: position here), named as the program without its attach
-/// prefix (`raw_`, `tp_`, `kprobe_`, `fentry_`). Exact event counts at the
+/// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
 pub const COUNTED_HOOKS: [&str; 49] = [

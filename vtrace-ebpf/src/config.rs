@@ -60,6 +60,8 @@ globals! {
     NAPI_DEV,
     /// 1: stream every packet at every hop to NET_EVENTS (`record --events`).
     NET_EVENTS_ON,
+    /// 1: the net layer is traced: NET_RX softirq time is kept per device.
+    NET_LAYER_ON,
     /// struct pt_regs: `si` (second syscall argument: the ioctl command).
     PT_REGS_SI,
     /// 1: kvm_userspace_exit is traced: time each vCPU thread until its next ioctl(KVM_RUN).

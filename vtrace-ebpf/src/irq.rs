@@ -64,7 +64,9 @@ fn on_softirq_entry(vec: u32) {
 #[inline(always)]
 fn on_softirq_exit() {
     let now = account::now();
-    account::net_softirq_switch(now, 0);
+    if config::get(&config::NET_LAYER_ON) != 0 {
+        account::net_softirq_switch(now, 0);
+    }
     let Some(st) = account::enter(now, state::UNRESOLVED) else {
         return;
     };

@@ -12,6 +12,7 @@
 mod account;
 mod config;
 mod irq;
+mod kmem;
 mod kvm;
 mod net;
 mod runs;

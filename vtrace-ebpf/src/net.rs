@@ -7,16 +7,18 @@
 
 use crate::runs::count_run;
 use aya_ebpf::{
+    EbpfContext,
     helpers::bpf_probe_read_kernel,
-    macros::{map, raw_tracepoint, tracepoint},
-    maps::{LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{RawTracePointContext, TracePointContext},
+    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
+    maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use vtrace_common::{
-    DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent, SkbMark, count_size,
-    dev_key, hop,
+    DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent, SKB_MARK_SLOTS,
+    SkbMark, count_size, dev_key, hop, net_loss, skb_mark_slot,
 };
 
+use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
 use crate::{account, config};
 
 #[map]
@@ -33,16 +35,44 @@ pub static NET_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_REAS
 #[map]
 pub static NET_HOP_LATENCY: PerCpuHashMap<HopEdge, HopLatency> = PerCpuHashMap::with_max_entries(4096, 0);
 
-/// Last hop of each skb in flight; bounded, least recently used evicted.
+/// Last hop of each skb in flight, direct-mapped by address: a lookup and an
+/// in-place write per hop, no locks and no allocation. (An LRU hash did this
+/// before; its LRU list locks cost more than the rest of the program.) An skb
+/// whose slot holds another one still in flight takes it; that is counted.
 #[map]
-pub static SKB_LAST: LruHashMap<u64, SkbMark> = LruHashMap::with_max_entries(65536, 0);
+pub static SKB_MARKS: Array<SkbMark> = Array::with_max_entries(SKB_MARK_SLOTS, 0);
 
-/// Per-packet events (`--events`), and how many found the buffer full.
+/// Per-packet events (`--events`).
 #[map]
 pub static NET_EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024 * 1024, 0);
 
+/// What was lost, indexed by [`net_loss`].
 #[map]
-pub static NET_EVENT_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+pub static NET_LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(net_loss::COUNT, 0);
+
+#[inline(always)]
+fn lost(what: u32) {
+    if let Some(c) = NET_LOSSES.get_ptr_mut(what) {
+        unsafe { *c += 1 };
+    }
+}
+
+#[inline(always)]
+fn mark_of(skb: u64) -> Option<&'static mut SkbMark> {
+    SKB_MARKS
+        .get_ptr_mut(skb_mark_slot(skb) & (SKB_MARK_SLOTS - 1))
+        .map(|m| unsafe { &mut *m })
+}
+
+/// The skb's journey ended (freed): its slot is free again.
+#[inline(always)]
+fn forget(skb: u64) {
+    if let Some(m) = mark_of(skb)
+        && m.skb == skb
+    {
+        m.skb = 0;
+    }
+}
 
 /// Whether the skb address seen again after `ns` belongs to a new packet.
 #[inline(always)]
@@ -55,18 +85,18 @@ pub const REUSE_AFTER_RECEIVE_NS: u64 = 20_000;
 
 /// Records the step from the skb's previous hop to this one, and this hop as its last.
 #[inline(always)]
-fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
-    let now = account::now();
-    if let Some(prev) = unsafe { SKB_LAST.get(&skb) } {
-        let ns = now.saturating_sub(prev.ts);
+fn journey(now: u64, skb: u64, dev: u64, hop_id: u32, len: u32) {
+    let Some(mark) = mark_of(skb) else { return };
+    if mark.skb == skb {
+        let ns = now.saturating_sub(mark.ts);
         // A received packet delivered locally is freed without an event (TCP
         // frees its skbs directly), and the address is soon reused by a new
         // one. Forwarding (a bridge, a router) moves it on within microseconds.
-        if !is_reuse(prev.hop, ns) {
+        if !is_reuse(mark.hop, ns) {
             let edge = HopEdge {
-                from_dev: prev.dev,
+                from_dev: mark.dev,
                 to_dev: dev,
-                from_hop: prev.hop,
+                from_hop: mark.hop,
                 to_hop: hop_id,
             };
             if let Some(l) = account::entry(&NET_HOP_LATENCY, &edge) {
@@ -79,17 +109,15 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
                 l.log2[b] += 1;
             }
         }
+    } else {
+        if mark.skb != 0 && !is_reuse(mark.hop, now.saturating_sub(mark.ts)) {
+            lost(net_loss::MARKS_DISPLACED);
+        }
+        mark.skb = skb;
     }
-    let _ = SKB_LAST.insert(
-        &skb,
-        &SkbMark {
-            ts: now,
-            dev,
-            hop: hop_id,
-            _pad: 0,
-        },
-        0,
-    );
+    mark.ts = now;
+    mark.dev = dev;
+    mark.hop = hop_id;
     if config::get(&config::NET_EVENTS_ON) != 0 {
         match NET_EVENTS.reserve::<NetEvent>(0) {
             Some(mut e) => {
@@ -102,32 +130,23 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
                 });
                 e.submit(0);
             }
-            None => {
-                if let Some(c) = NET_EVENT_DROPS.get_ptr_mut(0) {
-                    unsafe { *c += 1 };
-                }
-            }
+            None => lost(net_loss::EVENT_DROPS),
         }
     }
 }
 
-#[inline(always)]
-fn read<T>(base: u64, offset: u32) -> Option<T> {
-    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T) }.ok()
-}
-
 /// (netns inode, ifindex) of a net_device.
 #[inline(always)]
-fn device_id(dev: u64) -> Option<(u32, u32)> {
+fn device_id<M: KernelMem>(dev: u64) -> Option<(u32, u32)> {
     if dev == 0 {
         return None;
     }
-    let ifindex: u32 = read(dev, config::get(&config::DEV_IFINDEX))?;
-    let net: u64 = read(dev, config::get(&config::DEV_ND_NET))?;
+    let ifindex: u32 = M::read(dev, config::get(&config::DEV_IFINDEX))?;
+    let net: u64 = M::read(dev, config::get(&config::DEV_ND_NET))?;
     let netns: u32 = if net == 0 {
         0
     } else {
-        read(net, config::get(&config::NET_NS_INUM)).unwrap_or(0)
+        M::read(net, config::get(&config::NET_NS_INUM)).unwrap_or(0)
     };
     Some((netns, ifindex))
 }
@@ -141,55 +160,62 @@ fn log2_bucket(len: u64) -> usize {
 /// Counts `skb` at `hop` of `dev` (the skb's own device when 0). At
 /// net_dev_xmit the driver may already have freed or changed the skb, so
 /// `xmit_len` (the tracepoint's own length) is used and the skb is not read.
+/// `skb_id` is the skb's address as a plain number (for tp_btf, `skb` is a
+/// typed pointer, on which the verifier allows no arithmetic but addition).
 #[inline(always)]
-fn count(skb: u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
+fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
     if skb == 0 {
         return;
     }
     let dev = if dev != 0 {
         dev
     } else {
-        read::<u64>(skb, config::get(&config::SKB_DEV)).unwrap_or(0)
+        M::read::<u64>(skb, config::get(&config::SKB_DEV)).unwrap_or(0)
     };
-    let Some((netns, ifindex)) = device_id(dev) else { return };
+    let Some((netns, ifindex)) = device_id::<M>(dev) else {
+        return;
+    };
     let (len, head): (u32, u64) = match xmit_len {
         Some(l) => (l, 0),
         None => (
-            read(skb, config::get(&config::SKB_LEN)).unwrap_or(0),
-            read(skb, config::get(&config::SKB_HEAD)).unwrap_or(0),
+            M::read(skb, config::get(&config::SKB_LEN)).unwrap_or(0),
+            M::read(skb, config::get(&config::SKB_HEAD)).unwrap_or(0),
         ),
     };
     let mut wire = len as u64;
     if !hop::is_tx(hop_id) && head != 0 {
         // Received skbs had their link-layer header pulled: add it back, as
         // the device's own byte counters include it.
-        let data: u64 = read(skb, config::get(&config::SKB_DATA)).unwrap_or(0);
-        let mac: u16 = read(skb, config::get(&config::SKB_MAC_HEADER)).unwrap_or(u16::MAX);
+        let data: u64 = M::read(skb, config::get(&config::SKB_DATA)).unwrap_or(0);
+        let mac: u16 = M::read(skb, config::get(&config::SKB_MAC_HEADER)).unwrap_or(u16::MAX);
         if mac != u16::MAX && head != 0 && data >= head + mac as u64 {
             wire += data - (head + mac as u64);
         }
     }
     let end: u32 = if head != 0 {
-        read(skb, config::get(&config::SKB_END)).unwrap_or(0)
+        M::read(skb, config::get(&config::SKB_END)).unwrap_or(0)
     } else {
         0
     };
+    // skb_shared_info is reached through `head`, a char pointer (a plain
+    // number to the verifier): read through the helper either way.
     let shinfo = head + end as u64;
     let gso_size: u16 = if head != 0 {
-        read(shinfo, config::get(&config::SHINFO_GSO_SIZE)).unwrap_or(0)
+        ProbeRead::read(shinfo, config::get(&config::SHINFO_GSO_SIZE)).unwrap_or(0)
     } else {
         0
     };
     let gso_segs: u16 = if gso_size != 0 {
-        read(shinfo, config::get(&config::SHINFO_GSO_SEGS)).unwrap_or(1)
+        ProbeRead::read(shinfo, config::get(&config::SHINFO_GSO_SEGS)).unwrap_or(1)
     } else {
         1
     };
 
+    let now = account::now();
     if hop_id == hop::RECEIVE {
-        account::net_softirq_switch(account::now(), dev_key(netns, ifindex));
+        account::net_softirq_switch(now, dev_key(netns, ifindex));
     }
-    journey(skb, dev_key(netns, ifindex), hop_id, wire as u32);
+    journey(now, skb_id, dev_key(netns, ifindex), hop_id, wire as u32);
     let key = DevKey {
         netns,
         ifindex,
@@ -216,11 +242,62 @@ fn count(skb: u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
     }
 }
 
+/// The skb argument's address as a plain number (a copy of the context
+/// slot: the typed pointer itself cannot be hashed).
+#[inline(always)]
+fn arg_number(ctx: &BtfTracePointContext, n: usize) -> u64 {
+    unsafe { bpf_probe_read_kernel((ctx.as_ptr() as *const u64).add(n)) }.unwrap_or(0)
+}
+
+#[btf_tracepoint(function = "net_dev_queue")]
+pub fn btf_net_dev_queue(ctx: BtfTracePointContext) -> i32 {
+    count_run!("net_dev_queue");
+    count::<BtfLoad>(ctx.arg(0), arg_number(&ctx, 0), 0, hop::QUEUE, 0, None);
+    0
+}
+
+#[btf_tracepoint(function = "net_dev_start_xmit")]
+pub fn btf_net_dev_start_xmit(ctx: BtfTracePointContext) -> i32 {
+    count_run!("net_dev_start_xmit");
+    count::<BtfLoad>(ctx.arg(0), arg_number(&ctx, 0), ctx.arg(1), hop::START_XMIT, 0, None);
+    0
+}
+
+#[btf_tracepoint(function = "net_dev_xmit")]
+pub fn btf_net_dev_xmit(ctx: BtfTracePointContext) -> i32 {
+    count_run!("net_dev_xmit");
+    let rc: u64 = ctx.arg(1);
+    let len: u64 = ctx.arg(3);
+    count::<BtfLoad>(
+        ctx.arg(0),
+        arg_number(&ctx, 0),
+        ctx.arg(2),
+        hop::XMIT,
+        rc as i32,
+        Some(len as u32),
+    );
+    0
+}
+
+#[btf_tracepoint(function = "netif_rx")]
+pub fn btf_netif_rx(ctx: BtfTracePointContext) -> i32 {
+    count_run!("netif_rx");
+    count::<BtfLoad>(ctx.arg(0), arg_number(&ctx, 0), 0, hop::RX, 0, None);
+    0
+}
+
+#[btf_tracepoint(function = "netif_receive_skb")]
+pub fn btf_netif_receive_skb(ctx: BtfTracePointContext) -> i32 {
+    count_run!("netif_receive_skb");
+    count::<BtfLoad>(ctx.arg(0), arg_number(&ctx, 0), 0, hop::RECEIVE, 0, None);
+    0
+}
+
 /// TP_PROTO(struct sk_buff *skb)
 #[raw_tracepoint(tracepoint = "net_dev_queue")]
 pub fn raw_net_dev_queue(ctx: RawTracePointContext) -> i32 {
     count_run!("net_dev_queue");
-    count(ctx.arg(0), 0, hop::QUEUE, 0, None);
+    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), 0, hop::QUEUE, 0, None);
     0
 }
 
@@ -228,7 +305,7 @@ pub fn raw_net_dev_queue(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "net_dev_start_xmit")]
 pub fn raw_net_dev_start_xmit(ctx: RawTracePointContext) -> i32 {
     count_run!("net_dev_start_xmit");
-    count(ctx.arg(0), ctx.arg(1), hop::START_XMIT, 0, None);
+    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), ctx.arg(1), hop::START_XMIT, 0, None);
     0
 }
 
@@ -238,28 +315,35 @@ pub fn raw_net_dev_xmit(ctx: RawTracePointContext) -> i32 {
     count_run!("net_dev_xmit");
     let rc: u64 = ctx.arg(1);
     let len: u64 = ctx.arg(3);
-    count(ctx.arg(0), ctx.arg(2), hop::XMIT, rc as i32, Some(len as u32));
+    count::<ProbeRead>(
+        ctx.arg(0),
+        ctx.arg(0),
+        ctx.arg(2),
+        hop::XMIT,
+        rc as i32,
+        Some(len as u32),
+    );
     0
 }
 
 #[raw_tracepoint(tracepoint = "netif_rx")]
 pub fn raw_netif_rx(ctx: RawTracePointContext) -> i32 {
     count_run!("netif_rx");
-    count(ctx.arg(0), 0, hop::RX, 0, None);
+    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), 0, hop::RX, 0, None);
     0
 }
 
 #[raw_tracepoint(tracepoint = "netif_receive_skb")]
 pub fn raw_netif_receive_skb(ctx: RawTracePointContext) -> i32 {
     count_run!("netif_receive_skb");
-    count(ctx.arg(0), 0, hop::RECEIVE, 0, None);
+    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), 0, hop::RECEIVE, 0, None);
     0
 }
 
 #[raw_tracepoint(tracepoint = "napi_gro_receive_entry")]
 pub fn raw_napi_gro_receive_entry(ctx: RawTracePointContext) -> i32 {
     count_run!("napi_gro_receive_entry");
-    count(ctx.arg(0), 0, hop::GRO, 0, None);
+    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), 0, hop::GRO, 0, None);
     0
 }
 
@@ -273,9 +357,9 @@ pub fn raw_napi_poll(ctx: RawTracePointContext) -> i32 {
     let dev: u64 = if napi == 0 {
         0
     } else {
-        read(napi, config::get(&config::NAPI_DEV)).unwrap_or(0)
+        ProbeRead::read(napi, config::get(&config::NAPI_DEV)).unwrap_or(0)
     };
-    let Some((netns, ifindex)) = device_id(dev) else {
+    let Some((netns, ifindex)) = device_id::<ProbeRead>(dev) else {
         return 0;
     };
     let key = dev_key(netns, ifindex);
@@ -313,7 +397,7 @@ pub fn raw_kfree_skb(ctx: RawTracePointContext) -> i32 {
     let reason: u64 = ctx.arg(2);
     drop_reason(reason as u32);
     let skb: u64 = ctx.arg(0);
-    let _ = SKB_LAST.remove(&skb);
+    forget(skb);
     0
 }
 
@@ -323,7 +407,7 @@ pub fn raw_kfree_skb(ctx: RawTracePointContext) -> i32 {
 pub fn raw_consume_skb(ctx: RawTracePointContext) -> i32 {
     count_run!("consume_skb");
     let skb: u64 = ctx.arg(0);
-    let _ = SKB_LAST.remove(&skb);
+    forget(skb);
     0
 }
 
@@ -331,7 +415,7 @@ pub fn raw_consume_skb(ctx: RawTracePointContext) -> i32 {
 pub fn tp_consume_skb(ctx: TracePointContext) -> i32 {
     count_run!("consume_skb");
     let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
-    let _ = SKB_LAST.remove(&skb);
+    forget(skb);
     0
 }
 
@@ -348,9 +432,9 @@ macro_rules! skb_tracepoint {
                 // best effort (the driver may have freed it).
                 let rc: i32 = unsafe { ctx.read_at(20) }.unwrap_or(0);
                 let len: u32 = unsafe { ctx.read_at(16) }.unwrap_or(0);
-                count(skb, 0, $hop, rc, Some(len));
+                count::<ProbeRead>(skb, skb, 0, $hop, rc, Some(len));
             } else {
-                count(skb, 0, $hop, 0, None);
+                count::<ProbeRead>(skb, skb, 0, $hop, 0, None);
             }
             0
         }
@@ -368,6 +452,6 @@ pub fn tp_kfree_skb(ctx: TracePointContext) -> i32 {
     let reason: u32 = unsafe { ctx.read_at(36) }.unwrap_or(0);
     drop_reason(reason);
     let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
-    let _ = SKB_LAST.remove(&skb);
+    forget(skb);
     0
 }

@@ -3,35 +3,36 @@
 
 use crate::runs::count_run;
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_kernel},
-    macros::{raw_tracepoint, tracepoint},
-    programs::{RawTracePointContext, TracePointContext},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task},
+    macros::{btf_tracepoint, raw_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use vtrace_common::{ThreadTimes, state, thread_flag};
 
+use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
 use crate::{account, config};
 
 /// PF_KTHREAD from include/linux/sched.h.
 const PF_KTHREAD: u32 = 0x0020_0000;
 
 #[inline(always)]
-fn read_task_u32(task: u64, offset: u32) -> u32 {
-    unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u32) }.unwrap_or(0)
+fn read_task_u32<M: KernelMem>(task: u64, offset: u32) -> u32 {
+    M::read(task, offset).unwrap_or(0)
 }
 
 /// A u64 member of the task, None when its offset is unknown (0) or the read fails.
 #[inline(always)]
-fn read_task_u64(task: u64, offset: u32) -> Option<u64> {
+fn read_task_u64<M: KernelMem>(task: u64, offset: u32) -> Option<u64> {
     if offset == 0 {
         return None;
     }
-    unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u64) }.ok()
+    M::read(task, offset)
 }
 
 /// The task's `utime` and `stime`: one read where they are adjacent (they are
 /// in every kernel so far), two otherwise.
 #[inline(always)]
-fn read_utime_stime(task: u64) -> Option<(u64, u64)> {
+fn read_utime_stime<M: KernelMem>(task: u64) -> Option<(u64, u64)> {
     let (u, s) = (
         config::get(&config::TASK_UTIME_OFFSET),
         config::get(&config::TASK_STIME_OFFSET),
@@ -40,16 +41,17 @@ fn read_utime_stime(task: u64) -> Option<(u64, u64)> {
         return None;
     }
     if s == u + 8 {
-        let both: [u64; 2] = unsafe { bpf_probe_read_kernel((task + u as u64) as *const [u64; 2]) }.ok()?;
+        let both: [u64; 2] = M::read(task, u)?;
         return Some((both[0], both[1]));
     }
-    read_task_u64(task, u).zip(read_task_u64(task, s))
+    read_task_u64::<M>(task, u).zip(read_task_u64::<M>(task, s))
 }
 
 /// `prev_running`: the outgoing thread was preempted (TASK_RUNNING) rather
 /// than blocking, which for a thread of unknown mode means it was in user space.
+/// `prev`: its task_struct, read through `M`.
 #[inline(always)]
-fn on_switch(prev_running: bool, next_tid: u32) {
+fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next_tid: u32) {
     let now = account::now();
     let Some(st) = account::cpu_state() else { return };
     if st.initialized == 0 {
@@ -80,8 +82,7 @@ fn on_switch(prev_running: bool, next_tid: u32) {
                 st.base = state::UNRESOLVED as u32;
             }
         }
-        let task = unsafe { bpf_get_current_task() };
-        let kthread = read_task_u32(task, config::get(&config::TASK_FLAGS_OFFSET)) & PF_KTHREAD != 0;
+        let kthread = read_task_u32::<M>(prev, config::get(&config::TASK_FLAGS_OFFSET)) & PF_KTHREAD != 0;
         let tick_split = account::tick_split();
         if st.base == state::UNRESOLVED as u32 && !tick_split {
             let mode = if kthread || !prev_running {
@@ -99,8 +100,8 @@ fn on_switch(prev_running: bool, next_tid: u32) {
             flags |= thread_flag::KTHREAD;
         }
         let clocks = account::TaskClocks {
-            runtime: read_task_u64(task, config::get(&config::TASK_RUNTIME_OFFSET)),
-            ticks: if tick_split { read_utime_stime(task) } else { None },
+            runtime: read_task_u64::<M>(prev, config::get(&config::TASK_RUNTIME_OFFSET)),
+            ticks: if tick_split { read_utime_stime::<M>(prev) } else { None },
         };
         account::flush_thread(st, prev_tid, (id >> 32) as u32, flags, clocks);
     }
@@ -152,14 +153,28 @@ fn on_exit() {
 }
 
 /// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+#[btf_tracepoint(function = "sched_switch")]
+pub fn btf_sched_switch(ctx: BtfTracePointContext) -> i32 {
+    count_run!("sched_switch");
+    let next: u64 = ctx.arg(2);
+    let prev_state: u64 = ctx.arg(3);
+    on_switch::<BtfLoad>(
+        ctx.arg(1),
+        prev_state as u32 == 0,
+        read_task_u32::<BtfLoad>(next, config::get(&config::TASK_PID_OFFSET)),
+    );
+    0
+}
+
 #[raw_tracepoint(tracepoint = "sched_switch")]
 pub fn raw_sched_switch(ctx: RawTracePointContext) -> i32 {
     count_run!("sched_switch");
     let next: u64 = ctx.arg(2);
     let prev_state: u64 = ctx.arg(3);
-    on_switch(
+    on_switch::<ProbeRead>(
+        ctx.arg(1),
         prev_state as u32 == 0,
-        read_task_u32(next, config::get(&config::TASK_PID_OFFSET)),
+        read_task_u32::<ProbeRead>(next, config::get(&config::TASK_PID_OFFSET)),
     );
     0
 }
@@ -169,7 +184,7 @@ pub fn tp_sched_switch(ctx: TracePointContext) -> i32 {
     count_run!("sched_switch");
     let prev_state: i64 = unsafe { ctx.read_at(config::get(&config::TP_SWITCH_PREV_STATE) as usize) }.unwrap_or(1);
     let next_tid: u32 = unsafe { ctx.read_at(config::get(&config::TP_SWITCH_NEXT_PID) as usize) }.unwrap_or(0);
-    on_switch(prev_state == 0, next_tid);
+    on_switch::<ProbeRead>(unsafe { bpf_get_current_task() }, prev_state == 0, next_tid);
     0
 }
 
@@ -179,8 +194,8 @@ pub fn raw_sched_process_fork(ctx: RawTracePointContext) -> i32 {
     count_run!("sched_process_fork");
     let child: u64 = ctx.arg(1);
     on_fork(
-        read_task_u32(child, config::get(&config::TASK_PID_OFFSET)),
-        read_task_u32(child, config::get(&config::TASK_TGID_OFFSET)),
+        read_task_u32::<ProbeRead>(child, config::get(&config::TASK_PID_OFFSET)),
+        read_task_u32::<ProbeRead>(child, config::get(&config::TASK_TGID_OFFSET)),
     );
     0
 }

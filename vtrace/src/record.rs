@@ -8,7 +8,9 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use vtrace_common::{IRQ_DEVICE_SLOTS, OVERFLOW_TID, SOFTIRQ_NAMES, ThreadTimes, irq_vector, state, thread_flag};
+use vtrace_common::{
+    IRQ_DEVICE_SLOTS, OVERFLOW_TID, SOFTIRQ_NAMES, ThreadTimes, irq_vector, net_loss, state, thread_flag,
+};
 
 use crate::{
     Error, Result,
@@ -146,6 +148,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let resolved = KernelOffsets::resolve(&caps);
     let offsets = KernelOffsets {
         net_events_on: (opts.events && layer_on(LayerGroup::Net)) as u32,
+        net_layer_on: layer_on(LayerGroup::Net) as u32,
         tun_fds_on: (!tun_fds.is_empty() && layer_on(LayerGroup::Net)) as u32,
         kvm_run_on: resolved.kvm_run_on * layer_on(LayerGroup::Kvm) as u32,
         tick_split_on: (opts.cpu_split == CpuSplit::Ticks) as u32,
@@ -332,7 +335,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         None => (Vec::new(), 0),
     };
     kvm_stats.sample();
-    let net_event_drops = net.event_drops();
+    let net_losses = net.losses();
     events_stop.store(true, std::sync::atomic::Ordering::Release);
     let events = events_reader.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
     let end_mono = monotonic_ns();
@@ -416,7 +419,8 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         thread_map_overflows: final_snap.cpus.iter().map(|c| c.thread_map_overflows).sum(),
         state_repairs: final_snap.cpus.iter().map(|c| c.state_repairs).sum(),
         untraced_switches: final_snap.cpus.iter().map(|c| c.untraced_switches).sum(),
-        net_event_drops,
+        net_event_drops: net_losses[net_loss::EVENT_DROPS as usize],
+        skb_marks_displaced: net_losses[net_loss::MARKS_DISPLACED as usize],
         sample_hz: opts.sample_hz,
         sample_drops,
         ..self_usage()

@@ -152,7 +152,7 @@ fn hook_runs(ebpf: &Ebpf) -> Vec<u64> {
 
 /// The hook a program counts its runs under: its name without the attach prefix.
 fn hook_of(program: &str) -> &str {
-    ["raw_", "tp_", "kprobe_", "fentry_"]
+    ["raw_", "tp_", "btf_", "kprobe_", "fentry_"]
         .iter()
         .find_map(|p| program.strip_prefix(p))
         .unwrap_or(program)

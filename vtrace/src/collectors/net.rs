@@ -11,7 +11,7 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuArray, PerCpuHashMap},
 };
-use vtrace_common::{DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, NetEvent};
+use vtrace_common::{DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, NetEvent, net_loss};
 
 use crate::{Error, Result};
 
@@ -129,7 +129,7 @@ pub struct NetCollector {
     drops: PerCpuArray<MapData, u64>,
     latency: PerCpuHashMap<MapData, HopEdge, HopLatency>,
     napi: PerCpuHashMap<MapData, u64, [u64; 3]>,
-    event_drops: PerCpuArray<MapData, u64>,
+    losses: PerCpuArray<MapData, u64>,
 }
 
 impl NetCollector {
@@ -144,13 +144,13 @@ impl NetCollector {
             drops: PerCpuArray::try_from(take("NET_DROPS")?).map_err(map_err)?,
             latency: PerCpuHashMap::try_from(take("NET_HOP_LATENCY")?).map_err(map_err)?,
             napi: PerCpuHashMap::try_from(take("NAPI_POLLS")?).map_err(map_err)?,
-            event_drops: PerCpuArray::try_from(take("NET_EVENT_DROPS")?).map_err(map_err)?,
+            losses: PerCpuArray::try_from(take("NET_LOSSES")?).map_err(map_err)?,
         })
     }
 
-    /// Per-packet events that found the ring buffer full.
-    pub fn event_drops(&self) -> u64 {
-        self.event_drops.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0)
+    /// What the net layer could not keep, indexed by [`net_loss`].
+    pub fn losses(&self) -> [u64; net_loss::COUNT as usize] {
+        core::array::from_fn(|i| self.losses.get(&(i as u32), 0).map(|v| v.iter().sum()).unwrap_or(0))
     }
 
     pub fn snapshot(&self) -> Result<NetSnapshot> {

@@ -172,6 +172,34 @@ macro_rules! tracepoint_probe {
     };
 }
 
+/// As [`tracepoint_probe`], with tp_btf first: BTF-typed arguments, so the
+/// program reads the structs they point to with plain loads instead of
+/// helper calls.
+macro_rules! btf_tracepoint_probe {
+    ($id:literal, $layer:expr, $what:literal, $category:literal) => {
+        ProbeSpec {
+            id: $id,
+            layer: $layer,
+            what: $what,
+            strategies: &[
+                Strategy::BtfTracepoint {
+                    program: concat!("btf_", $id),
+                    tracepoint: $id,
+                },
+                Strategy::RawTracepoint {
+                    program: concat!("raw_", $id),
+                    tracepoint: $id,
+                },
+                Strategy::Tracepoint {
+                    program: concat!("tp_", $id),
+                    category: $category,
+                    name: $id,
+                },
+            ],
+        }
+    };
+}
+
 /// A kvm/* event read through its classic record (fields at offsets from
 /// its format file): rare enough per second that the record costs little.
 macro_rules! kvm_tracepoint {
@@ -232,7 +260,7 @@ macro_rules! kfunc_probe {
 /// patches kernel text with IPIs, so an entry attached before its exit would
 /// see interrupts whose end it never sees. An exit without an entry is ignored.
 pub const CATALOG: &[ProbeSpec] = &[
-    tracepoint_probe!(
+    btf_tracepoint_probe!(
         "sched_switch",
         Layer::Sched,
         "context switch: flushes per-thread CPU time",
@@ -306,7 +334,7 @@ pub const CATALOG: &[ProbeSpec] = &[
     ),
     tracepoint_probe!("softirq_exit", Layer::Softirq, "softirq end (per vector)", "irq"),
     tracepoint_probe!("softirq_entry", Layer::Softirq, "softirq start (per vector)", "irq"),
-    tracepoint_probe!(
+    btf_tracepoint_probe!(
         "net_dev_queue",
         Layer::Net,
         "packet handed to a device's queue (transmit)",
@@ -316,24 +344,30 @@ pub const CATALOG: &[ProbeSpec] = &[
         id: "net_dev_start_xmit",
         layer: Layer::Net,
         what: "packet given to the driver",
-        strategies: &[Strategy::RawTracepoint {
-            program: "raw_net_dev_start_xmit",
-            tracepoint: "net_dev_start_xmit",
-        }],
+        strategies: &[
+            Strategy::BtfTracepoint {
+                program: "btf_net_dev_start_xmit",
+                tracepoint: "net_dev_start_xmit",
+            },
+            Strategy::RawTracepoint {
+                program: "raw_net_dev_start_xmit",
+                tracepoint: "net_dev_start_xmit",
+            },
+        ],
     },
-    tracepoint_probe!(
+    btf_tracepoint_probe!(
         "net_dev_xmit",
         Layer::Net,
         "driver took the packet (or refused it)",
         "net"
     ),
-    tracepoint_probe!(
+    btf_tracepoint_probe!(
         "netif_rx",
         Layer::Net,
         "packet queued for receive (veth, tun/tap, backlog)",
         "net"
     ),
-    tracepoint_probe!(
+    btf_tracepoint_probe!(
         "netif_receive_skb",
         Layer::Net,
         "packet enters the protocol stack; NET_RX time per device",

@@ -36,6 +36,8 @@ pub struct KernelOffsets {
     pub tun_fds_on: u32,
     /// Not an offset: 1 streams per-packet events (`record --events`).
     pub net_events_on: u32,
+    /// Not an offset: 1 when the net layer is traced (NET_RX time is kept per device).
+    pub net_layer_on: u32,
     pub pt_regs_si: u32,
     /// Not an offset: 1 leaves the user/system split to tick sampling (`--cpu-split ticks`).
     pub tick_split_on: u32,
@@ -130,6 +132,7 @@ impl KernelOffsets {
             ("TUN_FDS_ON", self.tun_fds_on),
             ("NAPI_DEV", self.napi_dev),
             ("NET_EVENTS_ON", self.net_events_on),
+            ("NET_LAYER_ON", self.net_layer_on),
             ("SKB_LEN", self.skb_len),
             ("SKB_DEV", self.skb_dev),
             ("SKB_HEAD", self.skb_head),

@@ -396,6 +396,10 @@ pub struct Overhead {
     pub untraced_switches: u64,
     /// Per-packet events lost because the ring buffer was full (`--events`).
     pub net_event_drops: u64,
+    /// In-flight skbs whose latency mark another skb took (a `SKB_MARKS` slot
+    /// collision): hop latencies not measured.
+    #[serde(default)]
+    pub skb_marks_displaced: u64,
     /// Stack sampling frequency (`--sample`), 0 when off.
     #[serde(default)]
     pub sample_hz: u64,

@@ -209,6 +209,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
             "state_repairs": o.state_repairs,
             "untraced_switches": o.untraced_switches,
             "net_event_drops": o.net_event_drops,
+            "skb_marks_displaced": o.skb_marks_displaced,
             "programs": programs,
         },
         "cpu_split": rec.meta.cpu_split,

@@ -340,6 +340,13 @@ fn network(o: &mut String, rec: &Recording) {
                 l.p99_ns as f64 / 1e3
             );
         }
+        let displaced = rec.meta.overhead.skb_marks_displaced;
+        if displaced > 0 {
+            let _ = writeln!(
+                o,
+                "  {displaced} hops not timed: their skb's mark was displaced by another in flight (table slot collision)"
+            );
+        }
     }
     if !rec.net_drops.is_empty() {
         let drops: Vec<String> = rec
