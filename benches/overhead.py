@@ -11,13 +11,15 @@ untraced run of the same round: median over rounds and [min, max].
 
 Loads: redis-benchmark GET/SET, 64 B values, 20 clients, over loopback
 against a local redis-server; iperf3 over loopback. vtrace rounds also
-report vtrace's own cost from the recording: eBPF run time per event per
-program (kernel BPF stats), events per second, its process's CPU time and
-peak RSS, and anything lost (ring-buffer drops, full maps). Two reference
-points: vtrace with the kernel's BPF statistics on for the whole run (their
-cost), and empty BPF programs on the CPU layer's hooks (the floor any BPF
-tool pays for hooking every syscall and softirq), with and without the
-syscall hooks (the floor of `--cpu-split ticks`).
+report vtrace's own cost from the recording: events per second, its
+process's CPU time and peak RSS, and anything lost (ring-buffer drops, full
+maps); ns per event per program (kernel BPF stats) come from one more run
+per configuration with the statistics on throughout. Reference points:
+vtrace with the kernel's BPF statistics on for the whole run (their cost),
+and empty BPF programs (bpftrace, classic tracepoints) on the CPU layer's
+hooks (the floor any BPF tool pays for hooking every syscall and softirq),
+without the syscall hooks (the floor of `--cpu-split ticks`), and without
+them but with the net layer's hooks.
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
@@ -44,6 +46,11 @@ EMPTY_SCRIPT = " ".join(f"tracepoint:{tp} {{ }}" for tp in [
 EMPTY_NO_SYSCALLS = " ".join(f"tracepoint:{tp} {{ }}" for tp in [
     "sched:sched_switch", "irq:softirq_entry", "irq:softirq_exit", "irq:irq_handler_entry", "irq:irq_handler_exit"])
 
+# The floor for the tick split's hooks plus the net layer's.
+EMPTY_NET = EMPTY_NO_SYSCALLS + " " + " ".join(f"tracepoint:{tp} {{ }}" for tp in [
+    "net:net_dev_queue", "net:net_dev_start_xmit", "net:net_dev_xmit", "net:netif_rx", "net:netif_receive_skb",
+    "napi:napi_poll", "skb:consume_skb", "skb:kfree_skb"])
+
 # name -> (kind, vtrace flags or background command)
 CONFIGS = {
     "untraced": ("none", None),
@@ -58,6 +65,7 @@ CONFIGS = {
     "bpftrace (same states)": ("background", ["bpftrace", "-e", BPFTRACE_SCRIPT]),
     "empty BPF, same hooks": ("background", ["bpftrace", "-e", EMPTY_SCRIPT]),
     "empty BPF, no syscall hooks": ("background", ["bpftrace", "-e", EMPTY_NO_SYSCALLS]),
+    "empty BPF, tick-split + net hooks": ("background", ["bpftrace", "-e", EMPTY_NET]),
     "perf record -a -g -F 99": ("background", ["perf", "record", "-a", "-g", "-F", "99", "-o", "{tmp}/perf.data"]),
     "mpstat 1": ("background", ["mpstat", "1"]),
 }
@@ -82,8 +90,9 @@ def throughput(load, out):
     return json.loads(out[start:])["end"]["sum_received"]["bits_per_second"]
 
 
-def run_round(name, load, cmd, tmp, idx):
+def run_round(name, load, cmd, tmp, idx, more=()):
     kind, extra = CONFIGS[name]
+    extra = list(extra or []) + list(more)
     rec = os.path.join(tmp, f"r{idx}.vtrace")
     if kind == "vtrace":
         full = [VTRACE, "record", "-o", rec, *extra, "--", "sh", "-c", cmd]
@@ -159,6 +168,7 @@ def main():
     time.sleep(1)
     results = {(n, l): [] for n in names for l in loads(args)}
     costs = {(n, l): [] for n in names for l in loads(args)}
+    timed = {}
     try:
         for rnd in range(args.rounds):
             order = names[rnd % len(names):] + names[:rnd % len(names)]
@@ -175,6 +185,15 @@ def main():
                 for name in names:
                     results[(name, load)].append((got[name], got[name] / base))
             print(f"round {rnd + 1}/{args.rounds} done", file=sys.stderr)
+        # ns per event: sampled windows land on start-up when a load is short,
+        # so one more run per configuration keeps the statistics on throughout.
+        for name in names:
+            if CONFIGS[name][0] != "vtrace" or "--self-stats" in CONFIGS[name][1]:
+                continue
+            for load, cmd in loads(args).items():
+                _, rec = run_round(name, load, cmd, tmp, 0, ["--self-stats", "always"])
+                timed[(name, load)] = vtrace_cost(rec)
+                shutil.rmtree(rec, ignore_errors=True)
     finally:
         for s in servers:
             s.terminate()
@@ -199,18 +218,13 @@ def main():
                 line += (f"{med('bpf_cpu_pct'):>10.2f}{med('events_per_s'):>11.0f}{med('vtrace_cpu_s'):>13.2f}"
                          f"{med('peak_rss_mib'):>9.0f}{max(x['lost'] for x in c):>6}")
             print(line)
-        print(f"\n   ns per event (median of rounds) and events/s, per program, under {load}:")
+        print(f"\n   ns per event and events/s per program under {load} (one more run with --self-stats always):")
         for name in names:
-            c = costs[(name, load)]
+            c = timed.get((name, load))
             if not c:
                 continue
-            progs = sorted({p for x in c for p in x["ns"]}, key=lambda p: -statistics.median(
-                x["ns"][p][1] for x in c if p in x["ns"]))
-            parts = []
-            for p in progs[:12]:
-                ns = statistics.median(x["ns"][p][0] for x in c if p in x["ns"])
-                rate = statistics.median(x["ns"][p][1] for x in c if p in x["ns"])
-                parts.append(f"{p} {ns:.0f} ns ({rate/1000:.0f}k/s)")
+            progs = sorted(c["ns"], key=lambda p: -c["ns"][p][1])
+            parts = [f"{p} {c['ns'][p][0]:.0f} ns ({c['ns'][p][1] / 1000:.0f}k/s)" for p in progs[:12]]
             print(f"   {name}: " + ", ".join(parts))
 
 

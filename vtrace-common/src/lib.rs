@@ -182,6 +182,26 @@ pub mod hop {
     pub const fn is_tx(hop: u32) -> bool {
         hop <= XMIT
     }
+
+    /// Past this after a `receive`, an skb address seen again is a new packet:
+    /// one delivered locally is freed without an event (TCP frees its skbs
+    /// directly) and its address soon reused, while forwarding (a bridge, a
+    /// router) moves a packet on within microseconds.
+    pub const REUSE_AFTER_RECEIVE_NS: u64 = 20_000;
+    /// Past this after any hop, an address seen again is a new packet.
+    pub const REUSE_AFTER_NS: u64 = 1_000_000_000;
+
+    /// Whether an skb address seen at `hop` of `dev`, `gap_ns` after it was
+    /// last seen at `prev_hop` of `prev_dev`, is a new packet rather than the
+    /// same one's next hop. The one rule the kernel side (hop latency) and
+    /// the report (journeys) both follow. A packet delivered on a device is
+    /// not queued again on that same device (loopback and namespace replies
+    /// reuse addresses within microseconds); hairpin forwarding out of the
+    /// interface it came in on, the exception, shows as two packets.
+    pub const fn is_new_packet(prev_hop: u32, prev_dev: u64, hop: u32, dev: u64, gap_ns: u64) -> bool {
+        gap_ns >= REUSE_AFTER_NS
+            || (prev_hop == RECEIVE && (gap_ns > REUSE_AFTER_RECEIVE_NS || (dev == prev_dev && hop == QUEUE)))
+    }
 }
 
 /// Upper bounds of the size histogram's buckets: they make the MTU (1500)

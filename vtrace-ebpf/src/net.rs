@@ -74,25 +74,13 @@ fn forget(skb: u64) {
     }
 }
 
-/// Whether the skb address seen again after `ns` belongs to a new packet.
-#[inline(always)]
-pub fn is_reuse(prev_hop: u32, ns: u64) -> bool {
-    ns >= 1_000_000_000 || (prev_hop == hop::RECEIVE && ns > REUSE_AFTER_RECEIVE_NS)
-}
-
-/// Past this, a packet "received" is taken as delivered, not forwarded.
-pub const REUSE_AFTER_RECEIVE_NS: u64 = 20_000;
-
 /// Records the step from the skb's previous hop to this one, and this hop as its last.
 #[inline(always)]
 fn journey(now: u64, skb: u64, dev: u64, hop_id: u32, len: u32) {
     let Some(mark) = mark_of(skb) else { return };
     if mark.skb == skb {
         let ns = now.saturating_sub(mark.ts);
-        // A received packet delivered locally is freed without an event (TCP
-        // frees its skbs directly), and the address is soon reused by a new
-        // one. Forwarding (a bridge, a router) moves it on within microseconds.
-        if !is_reuse(mark.hop, ns) {
+        if !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, ns) {
             let edge = HopEdge {
                 from_dev: mark.dev,
                 to_dev: dev,
@@ -110,7 +98,7 @@ fn journey(now: u64, skb: u64, dev: u64, hop_id: u32, len: u32) {
             }
         }
     } else {
-        if mark.skb != 0 && !is_reuse(mark.hop, now.saturating_sub(mark.ts)) {
+        if mark.skb != 0 && !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, now.saturating_sub(mark.ts)) {
             lost(net_loss::MARKS_DISPLACED);
         }
         mark.skb = skb;

@@ -162,12 +162,6 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let net = NetCollector::new(&mut ebpf)?;
     let uprobe_stats = UprobeCollector::new(&mut ebpf)?;
     let kvm = KvmCollector::new(&mut ebpf)?;
-    let events_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let events_reader = if opts.events {
-        Some(netc::spawn_event_reader(&mut ebpf, events_stop.clone())?)
-    } else {
-        None
-    };
     let mut stats = StatsWindow::start(opts.self_stats, opts.interval);
     let mut notes = Vec::new();
     if let Some(e) = &stats.error {
@@ -191,6 +185,13 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
 
     let start_unix = unix_ns();
     let start_mono = monotonic_ns();
+    let events_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let events_reader = if opts.events {
+        let writer = recording::NetEventWriter::create(slot.staging(), start_mono)?;
+        Some(netc::spawn_event_reader(&mut ebpf, writer, events_stop.clone())?)
+    } else {
+        None
+    };
     let tasks_at_start = procfs::scan_tasks();
     let mut specs: Vec<probes::ProbeSpec> = CATALOG
         .iter()
@@ -337,7 +338,13 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     kvm_stats.sample();
     let net_losses = net.losses();
     events_stop.store(true, std::sync::atomic::Ordering::Release);
-    let events = events_reader.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+    if let Some(reader) = events_reader {
+        match reader.join() {
+            Ok(Ok(_rows)) => {}
+            Ok(Err(e)) => notes.push(format!("per-packet events incomplete: {e}")),
+            Err(_) => notes.push("per-packet events incomplete: their writer panicked".into()),
+        }
+    }
     let end_mono = monotonic_ns();
     let end_unix = unix_ns();
     let programs = bpf_stats::read(&ebpf, &probes);
@@ -429,7 +436,6 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let net_delta = net_end.since(&net_start);
     let net_tables = net_rows(&net_delta, &counters_start, &counters_end, &attribution, &drop_names);
     let net_latency = latency_rows(&net_delta);
-    let net_events = event_rows(&events, start_mono);
     let (tun_io, tun_sizes) = tun_rows(&tun_stats, &system, &threads);
     let (uprobe_rows, uprobe_hists) = uprobe_rows(&uprobes_end, &probes, &threads);
     let kvm_names = caps
@@ -489,7 +495,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         net_sizes: net_tables.2.into_iter().chain(tun_sizes).collect(),
         net_drops: net_tables.3,
         net_latency,
-        net_events,
+        net_events: recording::NetEvents::default(),
         tun_io,
         uprobes: uprobe_rows,
         uprobe_hists,
@@ -1047,20 +1053,6 @@ fn latency_rows(net: &NetSnapshot) -> Vec<recording::NetLatencyRow> {
             sum_ns: l.sum_ns,
             p50_ns: log2_quantile(&l.log2, 0.5),
             p99_ns: log2_quantile(&l.log2, 0.99),
-        })
-        .collect()
-}
-
-fn event_rows(events: &[vtrace_common::NetEvent], start_mono: u64) -> Vec<recording::NetEventRow> {
-    events
-        .iter()
-        .map(|e| recording::NetEventRow {
-            ts_ns: e.ts.saturating_sub(start_mono),
-            skb: e.skb,
-            netns: (e.dev >> 32) as u32,
-            ifindex: e.dev as u32,
-            hop: hop_name(e.hop),
-            len: e.len,
         })
         .collect()
 }

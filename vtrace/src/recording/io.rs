@@ -47,6 +47,12 @@ impl OutputSlot {
             staging,
         })
     }
+
+    /// Where the recording is written before it is renamed into place
+    /// (tables streamed while recording go straight there).
+    pub fn staging(&self) -> &Path {
+        &self.staging
+    }
 }
 
 impl Drop for OutputSlot {
@@ -84,7 +90,7 @@ pub fn write(slot: &OutputSlot, rec: &Recording) -> Result<PathBuf> {
     write_table(dir, &rec.net_sizes)?;
     write_table(dir, &rec.net_drops)?;
     write_table(dir, &rec.net_latency)?;
-    write_table(dir, &rec.net_events)?;
+    // net_events.parquet, when recorded, was written there as events came.
     write_table(dir, &rec.tun_io)?;
     write_table(dir, &rec.uprobes)?;
     write_table(dir, &rec.uprobe_hists)?;
@@ -175,7 +181,7 @@ pub fn read(path: &Path) -> Result<Recording> {
         net_sizes: read_table(path, &corrupt)?,
         net_drops: read_table(path, &corrupt)?,
         net_latency: read_table(path, &corrupt)?,
-        net_events: read_table(path, &corrupt)?,
+        net_events: super::NetEvents::open(path).map_err(corrupt)?,
         tun_io: read_table(path, &corrupt)?,
         uprobes: read_table(path, &corrupt)?,
         uprobe_hists: read_table(path, &corrupt)?,

@@ -6,15 +6,17 @@
 //! versioned by [`SCHEMA_VERSION`]. It is written to a temporary directory
 //! beside the target and renamed into place, so a reader never sees half of one.
 
+mod events;
 mod io;
 mod schema;
 mod table;
 
+pub use events::{CHUNK_ROWS, EventRow, NetEventWriter, NetEvents};
 pub use io::{OutputSlot, read, write};
 pub use schema::*;
 pub use table::Table;
 
 /// Bumped on any incompatible change to meta.json or a table.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 /// `meta.json`'s `format` field, which tells a recording from other directories.
 pub const FORMAT_NAME: &str = "vtrace-recording";

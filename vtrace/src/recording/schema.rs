@@ -186,20 +186,6 @@ table! {
 }
 
 table! {
-    /// Per-packet events (`record --events`): every hop of every packet.
-    NetEventRow = "net_events" {
-        /// ns since the recording started.
-        ts_ns: u64,
-        /// Kernel address of the skb: the same value across hops is the same packet.
-        skb: u64,
-        netns: u32,
-        ifindex: u32,
-        hop: String,
-        len: u32,
-    }
-}
-
-table! {
     /// read/write syscalls of a process on a tun/tap fd: the VMM (or other
     /// user-space backend) side of a tap. Their sizes are in net_sizes with
     /// hop `fd_read` / `fd_write`.
@@ -448,7 +434,8 @@ pub struct Recording {
     pub net_sizes: Vec<NetSizeRow>,
     pub net_drops: Vec<NetDropRow>,
     pub net_latency: Vec<NetLatencyRow>,
-    pub net_events: Vec<NetEventRow>,
+    /// `net_events.parquet`, read in slices (it can hold tens of millions of rows).
+    pub net_events: super::NetEvents,
     pub tun_io: Vec<TunIoRow>,
     pub uprobes: Vec<UprobeRow>,
     pub uprobe_hists: Vec<UprobeHistRow>,

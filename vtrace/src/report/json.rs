@@ -195,7 +195,8 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         "hops": hops,
         "kvm": kvm,
         "samples": rec.samples,
-        "journeys": crate::analysis::net::journeys(rec),
+        "journeys": crate::analysis::net::journeys(rec)
+            .unwrap_or_else(|e| json!({"error": format!("per-packet events unreadable: {e}")})),
         "probes": probes,
         "overhead": {
             "bpf_run_time_ns": o.bpf_run_time_ns,
