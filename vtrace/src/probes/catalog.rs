@@ -150,14 +150,17 @@ pub struct ProbeSpec {
 
 /// raw_tp first (no record formatting, args straight from TP_PROTO), the
 /// classic tracepoint as fallback (kernels without raw_tp, or a raw_tp that
-/// fails to attach).
+/// fails to attach). With a leading `tp_btf`, a tp_btf program comes first:
+/// BTF-typed arguments, so it reads the structs they point to with plain
+/// loads instead of helper calls.
 macro_rules! tracepoint_probe {
-    ($id:literal, $layer:expr, $what:literal, $category:literal) => {
+    ($($typed:ident)? $id:literal, $layer:expr, $what:literal, $category:literal) => {
         ProbeSpec {
             id: $id,
             layer: $layer,
             what: $what,
             strategies: &[
+                $(tracepoint_probe!(@$typed $id),)?
                 Strategy::RawTracepoint {
                     program: concat!("raw_", $id),
                     tracepoint: $id,
@@ -170,32 +173,10 @@ macro_rules! tracepoint_probe {
             ],
         }
     };
-}
-
-/// As [`tracepoint_probe`], with tp_btf first: BTF-typed arguments, so the
-/// program reads the structs they point to with plain loads instead of
-/// helper calls.
-macro_rules! btf_tracepoint_probe {
-    ($id:literal, $layer:expr, $what:literal, $category:literal) => {
-        ProbeSpec {
-            id: $id,
-            layer: $layer,
-            what: $what,
-            strategies: &[
-                Strategy::BtfTracepoint {
-                    program: concat!("btf_", $id),
-                    tracepoint: $id,
-                },
-                Strategy::RawTracepoint {
-                    program: concat!("raw_", $id),
-                    tracepoint: $id,
-                },
-                Strategy::Tracepoint {
-                    program: concat!("tp_", $id),
-                    category: $category,
-                    name: $id,
-                },
-            ],
+    (@tp_btf $id:literal) => {
+        Strategy::BtfTracepoint {
+            program: concat!("btf_", $id),
+            tracepoint: $id,
         }
     };
 }
@@ -260,8 +241,8 @@ macro_rules! kfunc_probe {
 /// patches kernel text with IPIs, so an entry attached before its exit would
 /// see interrupts whose end it never sees. An exit without an entry is ignored.
 pub const CATALOG: &[ProbeSpec] = &[
-    btf_tracepoint_probe!(
-        "sched_switch",
+    tracepoint_probe!(
+        tp_btf "sched_switch",
         Layer::Sched,
         "context switch: flushes per-thread CPU time",
         "sched"
@@ -334,8 +315,8 @@ pub const CATALOG: &[ProbeSpec] = &[
     ),
     tracepoint_probe!("softirq_exit", Layer::Softirq, "softirq end (per vector)", "irq"),
     tracepoint_probe!("softirq_entry", Layer::Softirq, "softirq start (per vector)", "irq"),
-    btf_tracepoint_probe!(
-        "net_dev_queue",
+    tracepoint_probe!(
+        tp_btf "net_dev_queue",
         Layer::Net,
         "packet handed to a device's queue (transmit)",
         "net"
@@ -355,20 +336,20 @@ pub const CATALOG: &[ProbeSpec] = &[
             },
         ],
     },
-    btf_tracepoint_probe!(
-        "net_dev_xmit",
+    tracepoint_probe!(
+        tp_btf "net_dev_xmit",
         Layer::Net,
         "driver took the packet (or refused it)",
         "net"
     ),
-    btf_tracepoint_probe!(
-        "netif_rx",
+    tracepoint_probe!(
+        tp_btf "netif_rx",
         Layer::Net,
         "packet queued for receive (veth, tun/tap, backlog)",
         "net"
     ),
-    btf_tracepoint_probe!(
-        "netif_receive_skb",
+    tracepoint_probe!(
+        tp_btf "netif_receive_skb",
         Layer::Net,
         "packet enters the protocol stack; NET_RX time per device",
         "net"
