@@ -12,10 +12,11 @@ fn every_program_passes_the_verifier() {
     let caps = Capabilities::detect();
     let mut ebpf = vtrace::ebpf::load(&KernelOffsets::resolve(&caps)).expect("object loads");
     let btf = aya::Btf::from_sys_fs().expect("kernel BTF");
-    // Function each fentry program is meant for, from the catalog.
-    let fentry_target = |name: &str| {
+    // Function or tracepoint each fentry or tp_btf program is meant for, from the catalog.
+    let btf_target = |name: &str| {
         CATALOG.iter().flat_map(|p| p.strategies).find_map(|s| match *s {
             Strategy::FEntry { program, function } if program == name => Some(function),
+            Strategy::BtfTracepoint { program, tracepoint } if program == name => Some(tracepoint),
             _ => None,
         })
     };
@@ -31,9 +32,14 @@ fn every_program_passes_the_verifier() {
             Program::PerfEvent(p) => p.load().map_err(|e| e.to_string()),
             // Loads (verifier) even where kprobes cannot attach.
             Program::KProbe(p) => p.load().map_err(|e| e.to_string()),
-            Program::FEntry(p) => match fentry_target(name) {
+            Program::FEntry(p) => match btf_target(name) {
                 Some(f) => p.load(f, &btf).map_err(|e| e.to_string()),
                 None => Err("no catalog entry names its target function".into()),
+            },
+            // Typed loads through the tracepoint's BTF arguments: checked here against this kernel's types.
+            Program::BtfTracePoint(p) => match btf_target(name) {
+                Some(t) => p.load(t, &btf).map_err(|e| e.to_string()),
+                None => Err("no catalog entry names its tracepoint".into()),
             },
             other => Err(format!("unexpected program type {:?}", other.prog_type())),
         };
