@@ -1113,14 +1113,12 @@ fn uprobe_rows(
     use vtrace_common::SIZE_BUCKETS;
     let mut rows = Vec::new();
     let mut hists = Vec::new();
+    let index = platforms::attribute::ThreadIndex::new(threads);
     for (k, v) in stats {
         let Some(p) = probes.iter().find(|p| p.slot == Some(k.slot)) else {
             continue;
         };
-        let main = threads
-            .iter()
-            .find(|t| t.tid == k.tgid)
-            .or_else(|| threads.iter().find(|t| t.pid == k.tgid));
+        let main = index.process(k.tgid);
         rows.push(UprobeRow {
             probe: p.id.clone(),
             pid: k.tgid,

@@ -19,6 +19,7 @@ use vtrace_common::{
 
 use crate::{
     Error, Result,
+    platforms::attribute::ThreadIndex,
     recording::{KvmEventRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow, ThreadRow},
 };
 
@@ -256,10 +257,10 @@ pub fn rows(
     names: &ReasonNames,
     threads: &[ThreadRow],
 ) -> (Vec<KvmLatencyRow>, Vec<KvmLatencyHistRow>, Vec<KvmEventRow>) {
-    let by_tid: HashMap<u32, &ThreadRow> = threads.iter().map(|t| (t.tid, t)).collect();
+    let index = ThreadIndex::new(threads);
     let who = |tid: u32| {
-        by_tid
-            .get(&tid)
+        index
+            .thread(tid)
             .map_or((0, String::new(), String::new(), String::new(), String::new()), |t| {
                 (
                     t.pid,

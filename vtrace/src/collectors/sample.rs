@@ -256,11 +256,11 @@ impl KernelSymbols {
 
 /// Rows of the samples table.
 pub fn rows(folded: Vec<FoldedStack>, threads: &[ThreadRow]) -> Vec<crate::recording::SampleRow> {
-    let by_tid: HashMap<u32, &ThreadRow> = threads.iter().map(|t| (t.tid, t)).collect();
+    let index = crate::platforms::attribute::ThreadIndex::new(threads);
     folded
         .into_iter()
         .map(|(pid, tid, stack, count)| {
-            let t = by_tid.get(&tid);
+            let t = index.thread(tid);
             crate::recording::SampleRow {
                 pid,
                 tid,

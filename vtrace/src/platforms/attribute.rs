@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use super::{Instance, Profile, snapshot::ProcInfo, thread_role};
+use crate::recording::ThreadRow;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attributed {
@@ -96,5 +97,38 @@ impl Attribution {
             }
         }
         None
+    }
+}
+
+/// The recorded threads by tid and by process: how the kvm, samples and
+/// uprobe tables name what they counted (pid, comm, platform, instance, role)
+/// the way the threads table does.
+pub struct ThreadIndex<'a> {
+    by_tid: HashMap<u32, &'a ThreadRow>,
+    by_pid: HashMap<u32, &'a ThreadRow>,
+}
+
+impl<'a> ThreadIndex<'a> {
+    pub fn new(threads: &'a [ThreadRow]) -> Self {
+        let mut by_pid: HashMap<u32, &'a ThreadRow> = HashMap::new();
+        for t in threads {
+            let e = by_pid.entry(t.pid).or_insert(t);
+            if t.tid == t.pid {
+                *e = t;
+            }
+        }
+        ThreadIndex {
+            by_tid: threads.iter().map(|t| (t.tid, t)).collect(),
+            by_pid,
+        }
+    }
+
+    pub fn thread(&self, tid: u32) -> Option<&'a ThreadRow> {
+        self.by_tid.get(&tid).copied()
+    }
+
+    /// A process's main thread, or another of its threads when the main one was not recorded.
+    pub fn process(&self, pid: u32) -> Option<&'a ThreadRow> {
+        self.by_pid.get(&pid).copied()
     }
 }
