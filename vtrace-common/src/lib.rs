@@ -179,6 +179,16 @@ pub mod hop {
     /// napi_gro_receive_entry: a NAPI driver's receive, before GRO.
     pub const GRO: u32 = 5;
     pub const NAMES: [&str; 6] = ["queue", "start_xmit", "xmit", "rx", "receive", "gro"];
+
+    /// A hop's name ("?" for an unknown code).
+    pub fn name(hop: u32) -> &'static str {
+        NAMES.get(hop as usize).copied().unwrap_or("?")
+    }
+
+    /// A hop's code from its name (`u32::MAX` for an unknown name).
+    pub fn code(name: &str) -> u32 {
+        NAMES.iter().position(|n| *n == name).map_or(u32::MAX, |i| i as u32)
+    }
     pub const fn is_tx(hop: u32) -> bool {
         hop <= XMIT
     }

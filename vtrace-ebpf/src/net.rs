@@ -8,7 +8,6 @@
 use crate::runs::count_run;
 use aya_ebpf::{
     EbpfContext,
-    helpers::bpf_probe_read_kernel,
     macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
     maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
@@ -234,7 +233,7 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
 /// slot: the typed pointer itself cannot be hashed).
 #[inline(always)]
 fn arg_number(ctx: &BtfTracePointContext, n: usize) -> u64 {
-    unsafe { bpf_probe_read_kernel((ctx.as_ptr() as *const u64).add(n)) }.unwrap_or(0)
+    ProbeRead::read(ctx.as_ptr() as u64, (n * 8) as u32).unwrap_or(0)
 }
 
 #[btf_tracepoint(function = "net_dev_queue")]

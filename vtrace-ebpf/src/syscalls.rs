@@ -3,13 +3,14 @@
 
 use crate::runs::count_run;
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    helpers::bpf_get_current_pid_tgid,
     macros::{map, raw_tracepoint, tracepoint},
     maps::{HashMap, PerCpuHashMap},
     programs::{RawTracePointContext, TracePointContext},
 };
 use vtrace_common::{DevStats, TunIoKey, TunPending, count_size, state};
 
+use crate::kmem::{KernelMem, ProbeRead};
 use crate::{account, config, kvm};
 
 /// (tgid << 32 | fd) -> dev_key of the tap, for every tun fd open when
@@ -118,17 +119,14 @@ pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
     let regs: u64 = ctx.arg(0);
     let id: u64 = ctx.arg(1);
     if id == NR_IOCTL && config::get(&config::KVM_RUN_ON) != 0 {
-        let cmd: u64 = unsafe { bpf_probe_read_kernel((regs + config::get(&config::PT_REGS_SI) as u64) as *const u64) }
-            .unwrap_or(0);
+        let cmd: u64 = ProbeRead::read(regs, config::get(&config::PT_REGS_SI)).unwrap_or(0);
         if cmd == KVM_RUN {
             kvm::on_kvm_run();
         }
     }
     if config::get(&config::TUN_FDS_ON) != 0 {
         if id <= NR_WRITEV {
-            let fd: u64 =
-                unsafe { bpf_probe_read_kernel((regs + config::get(&config::PT_REGS_DI) as u64) as *const u64) }
-                    .unwrap_or(u64::MAX);
+            let fd: u64 = ProbeRead::read(regs, config::get(&config::PT_REGS_DI)).unwrap_or(u64::MAX);
             tun_enter(id, fd);
         }
     }

@@ -964,7 +964,7 @@ fn net_rows(
     let mut hops = Vec::new();
     let mut sizes = Vec::new();
     for (k, v) in &net.devices {
-        let name = hop::NAMES.get(k.hop as usize).copied().unwrap_or("?").to_string();
+        let name = hop::name(k.hop).to_string();
         hops.push(NetHopRow {
             netns: k.netns,
             ifindex: k.ifindex,
@@ -1017,14 +1017,6 @@ fn net_rows(
     (dev_rows, hops, sizes, drops)
 }
 
-fn hop_name(h: u32) -> String {
-    vtrace_common::hop::NAMES
-        .get(h as usize)
-        .copied()
-        .unwrap_or("?")
-        .to_string()
-}
-
 /// Upper bound (ns) of the log2 bucket holding quantile `q`.
 fn log2_quantile(hist: &[u64], q: f64) -> u64 {
     let total: u64 = hist.iter().sum();
@@ -1045,10 +1037,10 @@ fn latency_rows(net: &NetSnapshot) -> Vec<recording::NetLatencyRow> {
         .map(|(e, l)| recording::NetLatencyRow {
             from_netns: (e.from_dev >> 32) as u32,
             from_ifindex: e.from_dev as u32,
-            from_hop: hop_name(e.from_hop),
+            from_hop: vtrace_common::hop::name(e.from_hop).to_string(),
             to_netns: (e.to_dev >> 32) as u32,
             to_ifindex: e.to_dev as u32,
-            to_hop: hop_name(e.to_hop),
+            to_hop: vtrace_common::hop::name(e.to_hop).to_string(),
             count: l.count,
             sum_ns: l.sum_ns,
             p50_ns: log2_quantile(&l.log2, 0.5),

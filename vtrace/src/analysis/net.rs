@@ -30,7 +30,7 @@ impl Hop {
             ts_ns: e.ts_ns,
             netns: e.netns,
             ifindex: e.ifindex,
-            hop: hop::NAMES.iter().position(|n| *n == e.hop).unwrap_or(usize::MAX) as u32,
+            hop: hop::code(e.hop),
             len: e.len,
         }
     }
@@ -147,8 +147,7 @@ pub fn journeys(rec: &Recording) -> Result<Value, String> {
                         .find(|d| d.netns == h.netns && d.ifindex == h.ifindex)
                         .map(|d| d.name.clone())
                         .unwrap_or_else(|| format!("if{}", h.ifindex));
-                    let hop = hop::NAMES.get(h.hop as usize).copied().unwrap_or("?");
-                    json!({"device": name, "hop": hop, "len": h.len, "t_ns": h.ts_ns - t0,
+                    json!({"device": name, "hop": hop::name(h.hop), "len": h.len, "t_ns": h.ts_ns - t0,
                            "skb": format!("{:#x}", j.skb)})
                 })
                 .collect()
@@ -186,10 +185,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vtrace-journeys-{}-{}", std::process::id(), events.len()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut w = NetEventWriter::create(&dir, 0).unwrap();
-        // Appended in two parts, as the ring reader does.
-        let (a, b) = events.split_at(events.len() / 2);
-        w.append(a).unwrap();
-        w.append(b).unwrap();
+        for e in events {
+            w.push(*e).unwrap();
+        }
         assert_eq!(w.finish().unwrap(), events.len() as u64);
         let rec = Recording {
             net_events: NetEvents::open(&dir).unwrap(),

@@ -343,10 +343,9 @@ pub fn drop_reason_names(btf: Option<&btf_rs::Btf>) -> HashMap<u32, String> {
     names
 }
 
-/// Reads per-packet events on a thread of its own until `stop` is set, so
-/// the ring buffer is drained however busy the recorder's loop is.
-/// Drains the per-packet ring buffer into `writer` until `stop`, a chunk at
-/// a time (nothing grows with the number of events); returns the rows written.
+/// Drains the per-packet ring buffer into `writer` on a thread of its own
+/// until `stop` is set, so the buffer is emptied however busy the recorder's
+/// loop is; returns the rows written.
 pub fn spawn_event_reader(
     ebpf: &mut Ebpf,
     mut writer: crate::recording::NetEventWriter,
@@ -357,25 +356,16 @@ pub fn spawn_event_reader(
         .ok_or_else(|| Error::Ebpf("map NET_EVENTS missing".into()))?;
     let mut ring = aya::maps::RingBuf::try_from(map).map_err(map_err)?;
     Ok(std::thread::spawn(move || {
-        const CHUNK: usize = 1 << 18;
-        let mut chunk = Vec::with_capacity(CHUNK);
         loop {
             let stopping = stop.load(std::sync::atomic::Ordering::Acquire);
             let mut got = false;
             while let Some(item) = ring.next() {
                 if item.len() >= std::mem::size_of::<NetEvent>() {
-                    chunk.push(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const NetEvent) });
+                    writer.push(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const NetEvent) })?;
                 }
                 got = true;
-                if chunk.len() == CHUNK {
-                    break;
-                }
             }
-            if chunk.len() == CHUNK || (stopping && !got) {
-                writer.append(&chunk)?;
-                chunk.clear();
-            }
-            if stopping && !got {
+            if stopping {
                 break;
             }
             if !got {

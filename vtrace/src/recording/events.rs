@@ -16,7 +16,7 @@ use crate::{Error, Result};
 pub const FILE_NAME: &str = "net_events.parquet";
 
 /// Rows per written row group and per slice read.
-pub const CHUNK_ROWS: usize = 1 << 20;
+pub const CHUNK_ROWS: usize = 1 << 18;
 
 fn table_error(e: impl std::fmt::Display) -> Error {
     Error::Table {
@@ -29,7 +29,6 @@ fn table_error(e: impl std::fmt::Display) -> Error {
 /// the same value across hops is the same packet), `netns`, `ifindex`, `hop`
 /// (name), `len` (bytes with link-layer header).
 fn frame(events: &[NetEvent], start_mono: u64) -> PolarsResult<DataFrame> {
-    let hop_name = |h: u32| hop::NAMES.get(h as usize).copied().unwrap_or("?");
     DataFrame::new(
         events.len(),
         vec![
@@ -51,17 +50,19 @@ fn frame(events: &[NetEvent], start_mono: u64) -> PolarsResult<DataFrame> {
             ),
             Column::new(
                 "hop".into(),
-                events.iter().map(|e| hop_name(e.hop)).collect::<Vec<&str>>(),
+                events.iter().map(|e| hop::name(e.hop)).collect::<Vec<&str>>(),
             ),
             Column::new("len".into(), events.iter().map(|e| e.len).collect::<Vec<u32>>()),
         ],
     )
 }
 
-/// Appends events to `net_events.parquet` in a recording's staging directory.
+/// Appends events to `net_events.parquet` in a recording's staging
+/// directory, one row group of [`CHUNK_ROWS`] at a time.
 pub struct NetEventWriter {
     writer: polars::io::parquet::write::BatchedWriter<File>,
     start_mono: u64,
+    pending: Vec<NetEvent>,
     rows: u64,
 }
 
@@ -77,22 +78,33 @@ impl NetEventWriter {
         Ok(NetEventWriter {
             writer,
             start_mono,
+            pending: Vec::with_capacity(CHUNK_ROWS),
             rows: 0,
         })
     }
 
-    pub fn append(&mut self, events: &[NetEvent]) -> Result<()> {
-        if events.is_empty() {
-            return Ok(());
+    pub fn push(&mut self, event: NetEvent) -> Result<()> {
+        self.pending.push(event);
+        if self.pending.len() == CHUNK_ROWS {
+            self.flush()?;
         }
-        let df = frame(events, self.start_mono).map_err(table_error)?;
-        self.writer.write_batch(&df).map_err(table_error)?;
-        self.rows += events.len() as u64;
         Ok(())
     }
 
-    /// Writes the footer; returns the rows written.
-    pub fn finish(self) -> Result<u64> {
+    fn flush(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let df = frame(&self.pending, self.start_mono).map_err(table_error)?;
+        self.writer.write_batch(&df).map_err(table_error)?;
+        self.rows += self.pending.len() as u64;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Writes what is pending and the footer; returns the rows written.
+    pub fn finish(mut self) -> Result<u64> {
+        self.flush()?;
         self.writer.finish().map_err(table_error)?;
         Ok(self.rows)
     }
