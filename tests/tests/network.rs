@@ -95,7 +95,7 @@ fn assert_counters_agree(r: &Value, dev: &str) {
             .unwrap_or(0)
     };
     let (tx_missed, rx_missed) = (misses("net_dev_xmit"), misses("netif_receive_skb"));
-    if c["kind"] == "tun" {
+    if c["kind"] == "tap" || c["kind"] == "tun" {
         // tun/tap count a packet as transmitted when the user-space side
         // reads it from the device (tun_put_user), not when the kernel hands
         // it over: packets waiting in the tap's ring at either edge of the

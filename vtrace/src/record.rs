@@ -229,7 +229,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     // Baselines for the network counters: the devices' own and the probes'.
     let net_probes = probes.iter().any(|p| p.layer == "net" && p.available);
     let counters_start = if net_probes {
-        netc::device_counters()
+        netc::DeviceCounterReader::prepare().read()
     } else {
         HashMap::new()
     };
@@ -322,9 +322,10 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     }
     // The devices' counters and the probes' are read back to back, in the
     // same order as at the start, so that a packet can only fall between the
-    // two windows in the microseconds that separate the reads.
+    // two windows in the microseconds that separate the reads (the slow
+    // search for namespaces and device kinds comes before both).
     let counters_end = if net_probes {
-        netc::device_counters()
+        netc::DeviceCounterReader::prepare().read()
     } else {
         HashMap::new()
     };

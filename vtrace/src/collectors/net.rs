@@ -2,10 +2,7 @@
 //! softirq time per device from `vtrace-ebpf/src/net.rs`, drops per reason,
 //! and the devices' own counters (what `ip -s link` shows) for comparison.
 
-use std::{
-    collections::{BTreeMap, HashMap},
-    process::Command,
-};
+use std::collections::{BTreeMap, HashMap};
 
 use aya::{
     Ebpf,
@@ -13,7 +10,7 @@ use aya::{
 };
 use vtrace_common::{DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, NetEvent, net_loss};
 
-use crate::{Error, Result};
+use crate::{Error, Result, platforms::snapshot::NetNamespaces};
 
 fn map_err(e: impl std::fmt::Display) -> Error {
     Error::Ebpf(e.to_string())
@@ -194,7 +191,8 @@ impl NetCollector {
     }
 }
 
-/// A device's own counters, as `ip -s link` reports them.
+/// A device's own counters (the kernel's `dev_get_stats`, as `ip -s link`
+/// and /proc/net/dev report them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DeviceCounters {
     pub name: String,
@@ -205,124 +203,80 @@ pub struct DeviceCounters {
     pub tx_bytes: u64,
 }
 
-fn netns_inode(path: &str) -> u32 {
-    std::fs::read_link(path)
-        .ok()
-        .and_then(|l| {
-            l.to_str()
-                .and_then(|s| s.trim_start_matches("net:[").trim_end_matches(']').parse().ok())
-        })
-        .or_else(|| {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(path).ok().map(|m| m.ino())
-        })
-        .unwrap_or(0) as u32
+/// Reads every device's counters fast, having found the namespaces and the
+/// devices' kinds beforehand.
+///
+/// Finding them is slow (an `ip` per namespace) and the read must be fast:
+/// the counters are compared with the probes' snapshot taken right after,
+/// and a packet that lands between the two reads counts in one window and not
+/// in the other. So [`DeviceCounterReader::prepare`] comes first and
+/// [`DeviceCounterReader::read`] takes every namespace's /proc/net/dev within
+/// microseconds (160 us for three namespaces) of the probes.
+pub struct DeviceCounterReader {
+    namespaces: NetNamespaces,
+    /// (netns, ifindex) -> the device's kind (veth, bridge, tap, ...).
+    kinds: HashMap<(u32, u32), String>,
 }
 
-fn ip_links(prefix: &[&str]) -> Vec<serde_json::Value> {
-    let out = Command::new(prefix[0])
-        .args(&prefix[1..])
-        .args(["-j", "-s", "-d", "link", "show"])
-        .output();
-    out.ok()
-        .and_then(|o| serde_json::from_slice(&o.stdout).ok())
-        .unwrap_or_default()
-}
+impl DeviceCounterReader {
+    pub fn prepare() -> Self {
+        let namespaces = NetNamespaces::open();
+        let kinds = namespaces
+            .devices()
+            .into_iter()
+            .map(|d| ((d.netns as u32, d.ifindex), d.kind))
+            .collect();
+        DeviceCounterReader { namespaces, kinds }
+    }
 
-/// Counters of the host namespace's devices, straight from sysfs (fast: the
-/// probes' snapshot is taken right beside this read).
-fn host_counters(out: &mut HashMap<(u32, u32), DeviceCounters>, netns: u32) {
-    let Ok(devs) = std::fs::read_dir("/sys/class/net") else {
-        return;
-    };
-    for d in devs.flatten() {
-        let p = d.path();
-        let num = |f: &str| {
-            std::fs::read_to_string(p.join(f))
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        let ifindex = num("ifindex") as u32;
-        let prev = out.remove(&(netns, ifindex)).unwrap_or_default();
-        out.insert(
-            (netns, ifindex),
-            DeviceCounters {
-                name: d.file_name().to_string_lossy().into_owned(),
-                kind: prev.kind,
-                rx_packets: num("statistics/rx_packets"),
-                rx_bytes: num("statistics/rx_bytes"),
-                tx_packets: num("statistics/tx_packets"),
-                tx_bytes: num("statistics/tx_bytes"),
-            },
-        );
-    }
-}
-
-/// Counters of every device in the host namespace, the named namespaces and
-/// the namespaces of running processes: (netns, ifindex) -> counters. The
-/// host's are read last, from sysfs, because the probe snapshot follows at
-/// once (at both edges of the window): they race with it the least.
-pub fn device_counters() -> HashMap<(u32, u32), DeviceCounters> {
-    let host = netns_inode("/proc/self/ns/net");
-    let mut namespaces: HashMap<u32, Vec<String>> = HashMap::new();
-    namespaces.insert(host, vec!["ip".into()]);
-    if let Ok(d) = std::fs::read_dir("/run/netns") {
-        for e in d.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            namespaces
-                .entry(netns_inode(&e.path().display().to_string()))
-                .or_insert_with(|| vec!["ip".into(), "-n".into(), name]);
-        }
-    }
-    if let Ok(d) = std::fs::read_dir("/proc") {
-        for e in d.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let ns = netns_inode(&format!("/proc/{pid}/ns/net"));
-            namespaces
-                .entry(ns)
-                .or_insert_with(|| vec!["nsenter".into(), "-t".into(), pid.to_string(), "-n".into(), "ip".into()]);
-        }
-    }
-    let mut out = HashMap::new();
-    for (ns, prefix) in namespaces {
-        let prefix: Vec<&str> = prefix.iter().map(String::as_str).collect();
-        for l in ip_links(&prefix) {
-            let (Some(ifindex), Some(name)) = (l["ifindex"].as_u64(), l["ifname"].as_str()) else {
-                continue;
-            };
-            let kind = l["linkinfo"]["info_kind"]
-                .as_str()
-                .unwrap_or(if l["link_type"] == "loopback" {
-                    "loopback"
-                } else {
-                    "device"
-                });
-            if ns == host {
-                // Counters come from sysfs (host_counters); keep the kind.
-                out.entry((ns, ifindex as u32))
-                    .or_insert_with(DeviceCounters::default)
-                    .kind = kind.to_string();
-                continue;
+    /// (netns, ifindex) -> counters. A device that appeared since
+    /// [`Self::prepare`] has the kind "device".
+    pub fn read(&self) -> HashMap<(u32, u32), DeviceCounters> {
+        let mut out = HashMap::new();
+        for (ns, devices) in self.namespaces.in_each(|ns| (ns as u32, proc_net_dev())) {
+            for (ifindex, mut c) in devices {
+                c.kind = self
+                    .kinds
+                    .get(&(ns, ifindex))
+                    .cloned()
+                    .unwrap_or_else(|| "device".into());
+                out.insert((ns, ifindex), c);
             }
-            let s = &l["stats64"];
-            out.insert(
-                (ns, ifindex as u32),
-                DeviceCounters {
-                    name: name.to_string(),
-                    kind: kind.to_string(),
-                    rx_packets: s["rx"]["packets"].as_u64().unwrap_or(0),
-                    rx_bytes: s["rx"]["bytes"].as_u64().unwrap_or(0),
-                    tx_packets: s["tx"]["packets"].as_u64().unwrap_or(0),
-                    tx_bytes: s["tx"]["bytes"].as_u64().unwrap_or(0),
-                },
-            );
         }
+        out
     }
-    host_counters(&mut out, host);
-    out
+}
+
+/// /proc/net/dev of the calling thread's namespace: (ifindex, counters).
+fn proc_net_dev() -> Vec<(u32, DeviceCounters)> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/dev").unwrap_or_default();
+    text.lines()
+        .skip(2)
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            let name = name.trim();
+            let f: Vec<u64> = rest.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+            if f.len() < 10 {
+                return None;
+            }
+            let cname = std::ffi::CString::new(name).ok()?;
+            // A socket made inside the thread's namespace resolves the name there.
+            let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
+            (ifindex != 0).then(|| {
+                (
+                    ifindex,
+                    DeviceCounters {
+                        name: name.to_string(),
+                        kind: String::new(),
+                        rx_bytes: f[0],
+                        rx_packets: f[1],
+                        tx_bytes: f[8],
+                        tx_packets: f[9],
+                    },
+                )
+            })
+        })
+        .collect()
 }
 
 /// Names of enum skb_drop_reason values, from the kernel's BTF.

@@ -4,7 +4,7 @@
 //! from a JSON capture (the unit tests use captures of platforms this machine
 //! cannot run).
 
-use std::{collections::HashMap, fs, path::Path, process::Command};
+use std::{fs, path::Path, process::Command};
 
 use serde::{Deserialize, Serialize};
 
@@ -154,16 +154,66 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
     })
 }
 
-/// Devices of the namespace `ip` runs in (`prefix` selects another one via nsenter).
-fn read_netdevs(prefix: &[&str], netns: u64) -> Vec<NetDev> {
-    let out = Command::new(prefix.first().copied().unwrap_or("ip"))
-        .args(prefix.iter().skip(1))
-        .args(if prefix.is_empty() {
-            vec!["-j", "-d", "link", "show"]
-        } else {
-            vec!["ip", "-j", "-d", "link", "show"]
+/// Every network namespace in sight (the host's, the named ones under
+/// /run/netns, those of running processes), each held open so that a thread
+/// can enter it.
+pub struct NetNamespaces(Vec<(u64, fs::File)>);
+
+impl NetNamespaces {
+    pub fn open() -> Self {
+        let mut files = vec!["/proc/thread-self/ns/net".to_string()];
+        if let Ok(d) = fs::read_dir("/run/netns") {
+            files.extend(d.flatten().map(|e| e.path().display().to_string()));
+        }
+        if let Ok(d) = fs::read_dir("/proc") {
+            for e in d.flatten() {
+                if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
+                    files.push(format!("/proc/{pid}/ns/net"));
+                }
+            }
+        }
+        let mut namespaces: Vec<(u64, fs::File)> = Vec::new();
+        for f in files {
+            use std::os::unix::fs::MetadataExt;
+            // The namespace file's inode is the namespace's id (net:[ino]).
+            let Ok(file) = fs::File::open(&f) else { continue };
+            let Ok(ns) = file.metadata().map(|m| m.ino()) else {
+                continue;
+            };
+            if !namespaces.iter().any(|(n, _)| *n == ns) {
+                namespaces.push((ns, file));
+            }
+        }
+        NetNamespaces(namespaces)
+    }
+
+    /// Runs `f(netns)` inside each namespace in turn, on a thread of its own
+    /// (a thread's network namespace is its own to change: new sockets,
+    /// /proc/thread-self/net and child processes follow it).
+    pub fn in_each<T: Send>(&self, f: impl Fn(u64) -> T + Sync) -> Vec<T> {
+        use std::os::fd::AsRawFd;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                self.0
+                    .iter()
+                    .filter(|(_, file)| unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } == 0)
+                    .map(|(ns, _)| f(*ns))
+                    .collect()
+            })
+            .join()
+            .unwrap_or_default()
         })
-        .output();
+    }
+
+    /// The devices of every namespace.
+    pub fn devices(&self) -> Vec<NetDev> {
+        self.in_each(read_netdevs).concat()
+    }
+}
+
+/// Devices of the calling thread's namespace (`netns`), from `ip`.
+fn read_netdevs(netns: u64) -> Vec<NetDev> {
+    let out = Command::new("ip").args(["-j", "-d", "link", "show"]).output();
     let Ok(out) = out else { return Vec::new() };
     let Ok(links) = serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout) else {
         return Vec::new();
@@ -219,18 +269,7 @@ impl SystemSnapshot {
             .unwrap_or_default();
         processes.sort_by_key(|p| p.pid);
         let host_netns = netns_of("self");
-        let mut netdevs = read_netdevs(&[], host_netns);
-        // Devices of other namespaces (containers), read once per namespace.
-        let mut seen: HashMap<u64, u32> = HashMap::new();
-        for p in &processes {
-            if p.netns != 0 && p.netns != host_netns {
-                seen.entry(p.netns).or_insert(p.pid);
-            }
-        }
-        for (ns, pid) in seen {
-            let pid = pid.to_string();
-            netdevs.extend(read_netdevs(&["nsenter", "-t", &pid, "-n"], ns));
-        }
+        let netdevs = NetNamespaces::open().devices();
         SystemSnapshot {
             processes,
             netdevs,

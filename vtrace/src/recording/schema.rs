@@ -112,7 +112,7 @@ table! {
 
 table! {
     /// One network device seen during the run: its owner, its NET_RX softirq
-    /// time, and its own counters (`ip -s link`) over the same window.
+    /// time, and its own counters (/proc/net/dev) over the same window.
     NetDeviceRow = "net_devices" {
         netns: u32,
         ifindex: u32,
