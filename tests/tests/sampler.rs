@@ -96,4 +96,20 @@ fn samples_follow_cpu_time_and_layers_limit_the_probes() {
         .sum();
     let all: u64 = spin_rows.iter().map(|s| s["count"].as_u64().unwrap()).sum();
     assert!(kernel * 5 < all, "mix-spin: {kernel} of {all} samples in the kernel");
+
+    // cpu-mix is Rust: its frames read as demangled paths, without hashes.
+    let frames: Vec<&str> = rows
+        .iter()
+        .flat_map(|s| s["stack"].as_str().unwrap().split(';'))
+        .collect();
+    let mangled: Vec<&&str> = frames
+        .iter()
+        .filter(|f| (f.starts_with("_ZN") && f.ends_with('E')) || f.starts_with("_R"))
+        .collect();
+    assert!(mangled.is_empty(), "mangled frames: {mangled:?}");
+    assert!(
+        frames.iter().any(|f| f.contains("::") && !f.ends_with("_[k]")),
+        "no demangled Rust frame in {} frames",
+        frames.len()
+    );
 }

@@ -43,7 +43,7 @@ impl ElfSymbols {
             .symbols()
             .chain(file.dynamic_symbols())
             .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+            .filter_map(|s| Some((s.address(), s.size(), frame_name(s.name().ok()?))))
             .collect();
         symbols.sort();
         symbols.dedup_by_key(|s| s.0);
@@ -61,6 +61,13 @@ impl ElfSymbols {
         // Symbols without a size (hand-written assembly) cover up to the next one.
         (size == &0 || addr < start + size).then_some(name.as_str())
     }
+}
+
+/// A symbol as a flamegraph frame: Rust names demangled without their hash
+/// (others pass through unchanged), and no ';', the folded format's frame
+/// separator (Rust array types have one: `[u8; 4]`).
+fn frame_name(symbol: &str) -> String {
+    format!("{:#}", rustc_demangle::demangle(symbol)).replace(';', ",")
 }
 
 /// One executable mapping of a process.
