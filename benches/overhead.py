@@ -66,7 +66,10 @@ CONFIGS = {
     "empty BPF, same hooks": ("background", ["bpftrace", "-e", EMPTY_SCRIPT]),
     "empty BPF, no syscall hooks": ("background", ["bpftrace", "-e", EMPTY_NO_SYSCALLS]),
     "empty BPF, tick-split + net hooks": ("background", ["bpftrace", "-e", EMPTY_NET]),
+    # The sampler's floor: the cpu-clock timer at 999 Hz on every CPU, with an empty BPF program / with perf.
+    "empty BPF, profile 999Hz": ("background", ["bpftrace", "-e", "profile:hz:999 { }"]),
     "perf record -a -g -F 99": ("background", ["perf", "record", "-a", "-g", "-F", "99", "-o", "{tmp}/perf.data"]),
+    "perf record -a -g -F 999": ("background", ["perf", "record", "-a", "-g", "-F", "999", "-o", "{tmp}/perf.data"]),
     "mpstat 1": ("background", ["mpstat", "1"]),
 }
 
