@@ -58,9 +58,7 @@ fn lost(what: u32) {
 
 #[inline(always)]
 fn mark_of(skb: u64) -> Option<&'static mut SkbMark> {
-    SKB_MARKS
-        .get_ptr_mut(skb_mark_slot(skb) & (SKB_MARK_SLOTS - 1))
-        .map(|m| unsafe { &mut *m })
+    SKB_MARKS.get_ptr_mut(skb_mark_slot(skb)).map(|m| unsafe { &mut *m })
 }
 
 /// The skb's journey ended (freed): its slot is free again.

@@ -104,7 +104,8 @@ pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
     }
     crate::privileges::check()?;
     ensure_tracefs()?;
-    // One look at the system serves platform detection and the tun fds to follow.
+    // One look at the system serves platform detection, the tun fds to follow
+    // and the kinds of the devices whose counters are read.
     let system = SystemSnapshot::live();
     let instances = platform_instances(opts, &profiles, &system)?;
     let slot = OutputSlot::claim(&opts.output)?;
@@ -229,7 +230,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     // Baselines for the network counters: the devices' own and the probes'.
     let net_probes = probes.iter().any(|p| p.layer == "net" && p.available);
     let counters_start = if net_probes {
-        netc::DeviceCounterReader::prepare().read()
+        netc::DeviceCounterReader::new(&system.netdevs).read()
     } else {
         HashMap::new()
     };
@@ -320,12 +321,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
         // Let the workload's last packets (TCP close) land before the counters are read.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // One look at the system after the run: the devices' kinds for their
+    // counters, and the platform's processes and threads started meanwhile.
+    let system_at_end = SystemSnapshot::live();
     // The devices' counters and the probes' are read back to back, in the
     // same order as at the start, so that a packet can only fall between the
-    // two windows in the microseconds that separate the reads (the slow
-    // search for namespaces and device kinds comes before both).
+    // two windows in the microseconds that separate the reads.
     let counters_end = if net_probes {
-        netc::DeviceCounterReader::prepare().read()
+        netc::DeviceCounterReader::new(&system_at_end.netdevs).read()
     } else {
         HashMap::new()
     };
@@ -382,7 +385,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared) -> Result<RecordOutcome> 
     let instances_at_end = if opts.platform == platforms::HOST {
         Vec::new()
     } else {
-        platform_instances(opts, &profiles, &SystemSnapshot::live()).unwrap_or_default()
+        platform_instances(opts, &profiles, &system_at_end).unwrap_or_default()
     };
     let attribution = Attribution::new(profiles, vec![instances_at_start, instances_at_end]);
     for i in attribution.instances() {

@@ -10,7 +10,10 @@ use aya::{
 };
 use vtrace_common::{DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, NetEvent, net_loss};
 
-use crate::{Error, Result, platforms::snapshot::NetNamespaces};
+use crate::{
+    Error, Result,
+    platforms::snapshot::{NetDev, NetNamespaces},
+};
 
 fn map_err(e: impl std::fmt::Display) -> Error {
     Error::Ebpf(e.to_string())
@@ -203,13 +206,13 @@ pub struct DeviceCounters {
     pub tx_bytes: u64,
 }
 
-/// Reads every device's counters fast, having found the namespaces and the
-/// devices' kinds beforehand.
+/// Reads every device's counters fast, the namespaces open and the devices'
+/// kinds known beforehand.
 ///
-/// Finding them is slow (an `ip` per namespace) and the read must be fast:
-/// the counters are compared with the probes' snapshot taken right after,
-/// and a packet that lands between the two reads counts in one window and not
-/// in the other. So [`DeviceCounterReader::prepare`] comes first and
+/// Finding the devices is slow (an `ip` per namespace, done by the system
+/// snapshot) and the read must be fast: the counters are compared with the
+/// probes' snapshot taken right after, and a packet that lands between the
+/// two reads counts in one window and not in the other. So
 /// [`DeviceCounterReader::read`] takes every namespace's /proc/net/dev within
 /// microseconds (160 us for three namespaces) of the probes.
 pub struct DeviceCounterReader {
@@ -219,18 +222,19 @@ pub struct DeviceCounterReader {
 }
 
 impl DeviceCounterReader {
-    pub fn prepare() -> Self {
-        let namespaces = NetNamespaces::open();
-        let kinds = namespaces
-            .devices()
-            .into_iter()
-            .map(|d| ((d.netns as u32, d.ifindex), d.kind))
-            .collect();
-        DeviceCounterReader { namespaces, kinds }
+    /// `known`: the devices of a [`crate::platforms::SystemSnapshot`], for their kinds.
+    pub fn new(known: &[NetDev]) -> Self {
+        DeviceCounterReader {
+            namespaces: NetNamespaces::open(),
+            kinds: known
+                .iter()
+                .map(|d| ((d.netns as u32, d.ifindex), d.kind.clone()))
+                .collect(),
+        }
     }
 
     /// (netns, ifindex) -> counters. A device that appeared since
-    /// [`Self::prepare`] has the kind "device".
+    /// [`Self::new`] has the kind "device".
     pub fn read(&self) -> HashMap<(u32, u32), DeviceCounters> {
         let mut out = HashMap::new();
         for (ns, devices) in self.namespaces.in_each(|ns| (ns as u32, proc_net_dev())) {

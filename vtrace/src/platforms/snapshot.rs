@@ -204,11 +204,6 @@ impl NetNamespaces {
             .unwrap_or_default()
         })
     }
-
-    /// The devices of every namespace.
-    pub fn devices(&self) -> Vec<NetDev> {
-        self.in_each(read_netdevs).concat()
-    }
 }
 
 /// Devices of the calling thread's namespace (`netns`), from `ip`.
@@ -269,7 +264,7 @@ impl SystemSnapshot {
             .unwrap_or_default();
         processes.sort_by_key(|p| p.pid);
         let host_netns = netns_of("self");
-        let netdevs = NetNamespaces::open().devices();
+        let netdevs = NetNamespaces::open().in_each(read_netdevs).concat();
         SystemSnapshot {
             processes,
             netdevs,
