@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use aya::programs::Program;
-use vtrace::probes::{CATALOG, Capabilities, Strategy, offsets::KernelOffsets};
+use vtrace::probes::{Capabilities, Strategy, offsets::KernelOffsets};
 
 #[test]
 fn every_program_passes_the_verifier() {
@@ -14,11 +14,14 @@ fn every_program_passes_the_verifier() {
     let btf = aya::Btf::from_sys_fs().expect("kernel BTF");
     // Function or tracepoint each fentry or tp_btf program is meant for, from the catalog.
     let btf_target = |name: &str| {
-        CATALOG.iter().flat_map(|p| p.strategies).find_map(|s| match *s {
-            Strategy::FEntry { program, function } if program == name => Some(function),
-            Strategy::BtfTracepoint { program, tracepoint } if program == name => Some(tracepoint),
-            _ => None,
-        })
+        vtrace::layers::catalog()
+            .iter()
+            .flat_map(|p| p.strategies)
+            .find_map(|s| match *s {
+                Strategy::FEntry { program, function } if program == name => Some(function),
+                Strategy::BtfTracepoint { program, tracepoint } if program == name => Some(tracepoint),
+                _ => None,
+            })
     };
     let mut failures = Vec::new();
     let mut skipped = Vec::new();
@@ -73,12 +76,12 @@ fn catalog_and_object_agree() {
     let in_object: BTreeSet<&str> = ebpf.programs().map(|(n, _)| n).collect();
     // `--uprobe BINARY:SYMBOL:ret` uses programs no static entry names.
     let user = vtrace::probes::catalog::user_uprobe("/bin/true:main:ret").unwrap();
-    let in_catalog: BTreeSet<&str> = CATALOG
+    let in_catalog: BTreeSet<&str> = vtrace::layers::catalog()
         .iter()
         .chain(user.iter())
         .flat_map(|p| p.strategies)
         .map(|s| s.program())
-        .chain([vtrace::collectors::sample::PROGRAM])
+        .chain([vtrace::layers::sample::PROGRAM])
         .collect();
     let missing: Vec<_> = in_catalog.difference(&in_object).collect();
     let unused: Vec<_> = in_object.difference(&in_catalog).collect();

@@ -27,10 +27,31 @@ pub enum Error {
     CorruptRecording { path: PathBuf, reason: String },
 
     #[error(
-        "{path} was written with recording schema version {found}, this vtrace reads version {supported}: \
-         use a vtrace release that matches"
+        "{path} was written by vtrace {writer} with recording schema version {found}; this vtrace ({}) reads \
+         versions {oldest} to {newest}: {}",
+        env!("CARGO_PKG_VERSION"),
+        if found > newest { "upgrade vtrace to read it" } else { "report it with the vtrace release that wrote it" }
     )]
-    SchemaVersion { path: PathBuf, found: u32, supported: u32 },
+    SchemaVersion {
+        path: PathBuf,
+        writer: String,
+        found: u32,
+        oldest: u32,
+        newest: u32,
+    },
+
+    #[error(
+        "{path}: table {table} was written by vtrace {writer} as version {found}; this vtrace ({}) reads it up to \
+         version {supported}: upgrade vtrace to read it",
+        env!("CARGO_PKG_VERSION")
+    )]
+    TableVersion {
+        path: PathBuf,
+        table: String,
+        writer: String,
+        found: u32,
+        supported: u32,
+    },
 
     #[error("unknown platform '{name}': known platforms are {known}")]
     UnknownPlatform { name: String, known: String },

@@ -1,17 +1,21 @@
 //! vtrace: where the CPU and the latency go along the virtualization I/O path.
 //!
-//! Data flow, one module per stage:
-//! `probes` (kernel programs, catalog, attach) -> `collectors` (userspace
-//! readers, one per concern) -> `recording` (on-disk schema) -> `analysis`
-//! (derived figures) -> `report` (text, JSON, CSV). `record` drives the first
-//! three; `platforms` says which threads and devices belong to which platform
-//! instance; `workload` holds the embedded default run.
+//! Data flow: `layers` (one folder per probe family: its catalog entries,
+//! collector, tables, rows and analysis, beside its eBPF file in
+//! vtrace-ebpf/src/) -> `recording` (on-disk schema) -> `report` (text,
+//! JSON, CSV). `probes` holds what every layer's probes share (strategies,
+//! capabilities, attach), `collectors` what every layer's collector shares
+//! (vtrace's own cost, /proc), `analysis` the shared histogram. `record`
+//! runs the layers through one generic loop and [`record::Recorder`] lets
+//! another program do so; `platforms` says which threads and devices belong
+//! to which platform instance; `workload` holds the embedded default run.
 
 pub mod analysis;
 pub mod collectors;
 pub mod ebpf;
 pub mod error;
 pub mod lab;
+pub mod layers;
 pub mod platforms;
 pub mod privileges;
 pub mod probes;

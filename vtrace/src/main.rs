@@ -5,8 +5,8 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use vtrace::{
-    collectors::{bpf_stats::SelfStats, cpu::CpuSplit},
-    probes::catalog::LayerGroup,
+    collectors::bpf_stats::SelfStats,
+    layers::{self, cpu::CpuSplit},
     record::{RecordOptions, record},
     recording,
     report::{self, Format, ReportOptions},
@@ -44,9 +44,10 @@ enum Command {
         /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer).
         #[arg(long)]
         events: bool,
-        /// Probe layers to attach (the CPU engine is always on); e.g. `--layers cpu` for CPU attribution alone.
-        #[arg(long, value_enum, value_delimiter = ',', default_values_t = LayerGroup::ALL)]
-        layers: Vec<LayerGroup>,
+        /// Layers to record, comma-separated (the CPU layer is always on): cpu, net, kvm, uprobe, sample;
+        /// e.g. `--layers cpu` for CPU attribution alone. Default: every layer but sample.
+        #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
+        layers: Vec<String>,
         /// Sample stacks at this frequency (Hz) on every CPU, for flamegraphs (`report --folded`); 0 = off.
         #[arg(long, default_value_t = 0)]
         sample: u64,
@@ -181,7 +182,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 "vtrace: recorded {:.1} s into {} ({} threads); `vtrace report {}` shows it",
                 outcome.recording.meta.wall_ns as f64 / 1e9,
                 outcome.path.display(),
-                outcome.recording.threads.len(),
+                outcome.recording.rows::<layers::cpu::ThreadRow>().len(),
                 outcome.path.display()
             );
             Ok(outcome.exit_code)

@@ -1,5 +1,4 @@
-//! Figures derived from a recording, independent of how they are shown.
+//! Shared mechanisms for derived figures; each layer's own analysis lives in
+//! `layers/<name>/analysis.rs`.
 
-pub mod cpu;
-pub mod kvm;
-pub mod net;
+pub mod histogram;

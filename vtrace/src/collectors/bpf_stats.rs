@@ -193,17 +193,16 @@ pub fn read(ebpf: &Ebpf, probes: &[ProbeStatus]) -> Vec<ProgramRow> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probes::catalog::CATALOG;
 
     /// Every program the catalog can attach counts its runs: a hook missing
     /// from COUNTED_HOOKS would report 0 events.
     #[test]
     fn every_catalog_program_counts_its_runs() {
-        let mut programs: Vec<&str> = CATALOG
+        let mut programs: Vec<&str> = crate::layers::catalog()
             .iter()
             .flat_map(|p| p.strategies.iter().map(|s| s.program()))
             .collect();
-        programs.push(crate::collectors::sample::PROGRAM);
+        programs.push(crate::layers::sample::PROGRAM);
         for program in programs {
             assert!(
                 COUNTED_HOOKS.contains(&hook_of(program)),

@@ -1,10 +1,5 @@
-//! Collectors: userspace, one per concern. Each reads what its probes
-//! accumulate in the kernel (or what /proc says) and turns it into rows.
+//! Collectors shared by every layer: vtrace's own cost (BPF statistics) and
+//! /proc readers. Each layer's own collector lives in `layers/<name>/`.
 
 pub mod bpf_stats;
-pub mod cpu;
-pub mod kvm;
-pub mod net;
 pub mod procfs;
-pub mod sample;
-pub mod uprobes;

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::{Instance, Profile, snapshot::ProcInfo, thread_role};
-use crate::recording::ThreadRow;
+use crate::layers::cpu::ThreadRow;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attributed {

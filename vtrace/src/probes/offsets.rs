@@ -74,7 +74,8 @@ const KVM_FIELDS: [(&str, &str, &str); 20] = [
 impl KernelOffsets {
     /// Resolves what the running kernel provides; what it lacks stays 0 and the
     /// strategies that need it are unavailable anyway (no BTF: no raw_tp;
-    /// no tracefs: no tracepoints).
+    /// no tracefs: no tracepoints). The switches (`*_on`) stay 0: each layer
+    /// sets its own ([`crate::layers::Layer::configure`]).
     pub fn resolve(caps: &Capabilities) -> Self {
         let mut o = KernelOffsets::default();
         if let Ok(btf) = &caps.btf {
@@ -118,7 +119,6 @@ impl KernelOffsets {
             for (slot, (_, event, field)) in o.kvm_fields.iter_mut().zip(KVM_FIELDS) {
                 *slot = f("kvm", event, field);
             }
-            o.kvm_run_on = tracepoint_field(tracefs, "kvm", "kvm_userspace_exit", "reason").is_some() as u32;
         }
         o
     }

@@ -13,6 +13,7 @@ use vtrace_common::{NetEvent, hop};
 
 use crate::{Error, Result};
 
+pub const TABLE: &str = "net_events";
 pub const FILE_NAME: &str = "net_events.parquet";
 
 /// Rows per written row group and per slice read.

@@ -7,10 +7,33 @@ use std::{
 
 use polars::prelude::{ParquetReader, ParquetWriter, SerReader};
 
-use super::{FORMAT_NAME, Metadata, Recording, SCHEMA_VERSION, Table};
+use super::{FORMAT_NAME, Metadata, OLDEST_READABLE_SCHEMA, Recording, SCHEMA_VERSION, StoredTable, TableSet};
 use crate::{Error, Result};
 
 const META: &str = "meta.json";
+
+/// The tables every schema-5 recording has (it had no manifest).
+const SCHEMA5_TABLES: &[&str] = &[
+    "threads",
+    "cpus",
+    "softirqs",
+    "hardirqs",
+    "intervals",
+    "programs",
+    "net_devices",
+    "net_hops",
+    "net_sizes",
+    "net_drops",
+    "net_latency",
+    "tun_io",
+    "uprobes",
+    "uprobe_hists",
+    "kvm_latency",
+    "kvm_latency_hists",
+    "kvm_events",
+    "kvm_stats",
+    "samples",
+];
 
 /// The place a recording will be written, claimed before recording starts so
 /// that an unwritable path fails at once, not after the workload ran.
@@ -61,44 +84,31 @@ impl Drop for OutputSlot {
     }
 }
 
-fn write_table<T: Table>(dir: &Path, rows: &[T]) -> Result<()> {
-    let path = dir.join(T::file_name());
-    let mut df = T::to_frame(rows).map_err(|e| Error::Table {
-        table: T::NAME,
+fn write_table(dir: &Path, table: &dyn StoredTable) -> Result<()> {
+    let path = dir.join(format!("{}.parquet", table.name()));
+    let failed = |e: &dyn std::fmt::Display| Error::Table {
+        table: table.name(),
         reason: e.to_string(),
-    })?;
+    };
+    let mut df = table.frame().map_err(|e| failed(&e))?;
     let file = File::create(&path).map_err(crate::error::io(format!("create {}", path.display())))?;
-    ParquetWriter::new(file).finish(&mut df).map_err(|e| Error::Table {
-        table: T::NAME,
-        reason: e.to_string(),
-    })?;
+    ParquetWriter::new(file).finish(&mut df).map_err(|e| failed(&e))?;
     Ok(())
 }
 
-/// Writes `rec` into the slot's staging directory, syncs it, and renames it
-/// over the target in one step.
-pub fn write(slot: &OutputSlot, rec: &Recording) -> Result<PathBuf> {
+/// Writes `rec` into the slot's staging directory (with the manifest of its
+/// tables in meta.json), syncs it, and renames it over the target in one step.
+pub fn write(slot: &OutputSlot, rec: &mut Recording) -> Result<PathBuf> {
     let dir = &slot.staging;
-    write_table(dir, &rec.threads)?;
-    write_table(dir, &rec.cpus)?;
-    write_table(dir, &rec.softirqs)?;
-    write_table(dir, &rec.hardirqs)?;
-    write_table(dir, &rec.intervals)?;
-    write_table(dir, &rec.programs)?;
-    write_table(dir, &rec.net_devices)?;
-    write_table(dir, &rec.net_hops)?;
-    write_table(dir, &rec.net_sizes)?;
-    write_table(dir, &rec.net_drops)?;
-    write_table(dir, &rec.net_latency)?;
+    rec.meta.tables.clear();
+    for table in rec.tables.iter() {
+        write_table(dir, table)?;
+        rec.meta.tables.insert(table.name().to_string(), table.version());
+    }
     // net_events.parquet, when recorded, was written there as events came.
-    write_table(dir, &rec.tun_io)?;
-    write_table(dir, &rec.uprobes)?;
-    write_table(dir, &rec.uprobe_hists)?;
-    write_table(dir, &rec.kvm_latency)?;
-    write_table(dir, &rec.kvm_latency_hists)?;
-    write_table(dir, &rec.kvm_events)?;
-    write_table(dir, &rec.kvm_stats)?;
-    write_table(dir, &rec.samples)?;
+    if dir.join(super::events::FILE_NAME).is_file() {
+        rec.meta.tables.insert(super::events::TABLE.into(), 1);
+    }
     // meta.json last: its presence marks a complete recording.
     let meta = serde_json::to_vec_pretty(&rec.meta).expect("metadata serializes");
     fs::write(dir.join(META), meta).map_err(crate::error::io("write meta.json"))?;
@@ -125,16 +135,11 @@ pub fn write(slot: &OutputSlot, rec: &Recording) -> Result<PathBuf> {
     Ok(slot.target.clone())
 }
 
-fn read_table<T: Table>(dir: &Path, corrupt: &dyn Fn(String) -> Error) -> Result<Vec<T>> {
-    let path = dir.join(T::file_name());
-    let file = File::open(&path).map_err(|e| corrupt(format!("{}: {e}", T::file_name())))?;
-    let df = ParquetReader::new(file)
-        .finish()
-        .map_err(|e| corrupt(format!("{}: {e}", T::file_name())))?;
-    T::from_frame(&df).map_err(|e| corrupt(format!("{}: {e}", T::file_name())))
-}
-
-/// Reads and validates a recording.
+/// Reads a recording of any schema from [`OLDEST_READABLE_SCHEMA`] to
+/// [`SCHEMA_VERSION`]. Tables are read as their layers declare them
+/// ([`crate::layers::table_kinds`]); a table that is missing reads as empty
+/// with a note, one this vtrace does not know is skipped with a note, and
+/// only a table or meta.json newer than this vtrace can read is refused.
 pub fn read(path: &Path) -> Result<Recording> {
     let not_rec = |reason: &str| Error::NotARecording {
         path: path.to_path_buf(),
@@ -159,36 +164,71 @@ pub fn read(path: &Path) -> Result<Recording> {
     if value.get("format").and_then(|f| f.as_str()) != Some(FORMAT_NAME) {
         return Err(not_rec("meta.json has no \"format\": \"vtrace-recording\""));
     }
+    let writer = value
+        .get("vtrace_version")
+        .and_then(|v| v.as_str())
+        .unwrap_or("(unknown)")
+        .to_string();
     let found = value.get("schema_version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
-    if found != SCHEMA_VERSION {
+    if !(OLDEST_READABLE_SCHEMA..=SCHEMA_VERSION).contains(&found) {
         return Err(Error::SchemaVersion {
             path: path.to_path_buf(),
+            writer,
             found,
-            supported: SCHEMA_VERSION,
+            oldest: OLDEST_READABLE_SCHEMA,
+            newest: SCHEMA_VERSION,
         });
     }
     let meta: Metadata = serde_json::from_value(value).map_err(|e| corrupt(format!("meta.json: {e}")))?;
+    // Before the manifest (schema 5) every table of that schema was written, at version 1.
+    let expected = |name: &str| {
+        if meta.tables.is_empty() {
+            SCHEMA5_TABLES.contains(&name)
+        } else {
+            meta.tables.contains_key(name)
+        }
+    };
+    let mut tables = TableSet::default();
+    let mut read_notes = Vec::new();
+    let kinds = crate::layers::table_kinds();
+    for kind in &kinds {
+        let version = meta.tables.get(kind.name).copied().unwrap_or(1);
+        if version > kind.version {
+            return Err(Error::TableVersion {
+                path: path.to_path_buf(),
+                table: kind.name.into(),
+                writer: writer.clone(),
+                found: version,
+                supported: kind.version,
+            });
+        }
+        let file_name = format!("{}.parquet", kind.name);
+        let Ok(file) = File::open(path.join(&file_name)) else {
+            if expected(kind.name) {
+                read_notes.push(format!(
+                    "table {} is missing from this recording: its figures read as empty",
+                    kind.name
+                ));
+            }
+            continue;
+        };
+        let df = ParquetReader::new(file)
+            .finish()
+            .map_err(|e| corrupt(format!("{file_name}: {e}")))?;
+        tables.insert((kind.read)(&df).map_err(|e| corrupt(format!("{file_name}: {e}")))?);
+    }
+    for name in meta.tables.keys() {
+        if name != super::events::TABLE && !kinds.iter().any(|k| k.name == name) {
+            read_notes.push(format!(
+                "table {name} is unknown to this vtrace ({}; written by vtrace {writer}) and was skipped",
+                env!("CARGO_PKG_VERSION")
+            ));
+        }
+    }
     Ok(Recording {
         meta,
-        threads: read_table(path, &corrupt)?,
-        cpus: read_table(path, &corrupt)?,
-        softirqs: read_table(path, &corrupt)?,
-        hardirqs: read_table(path, &corrupt)?,
-        intervals: read_table(path, &corrupt)?,
-        programs: read_table(path, &corrupt)?,
-        net_devices: read_table(path, &corrupt)?,
-        net_hops: read_table(path, &corrupt)?,
-        net_sizes: read_table(path, &corrupt)?,
-        net_drops: read_table(path, &corrupt)?,
-        net_latency: read_table(path, &corrupt)?,
+        tables,
         net_events: super::NetEvents::open(path).map_err(corrupt)?,
-        tun_io: read_table(path, &corrupt)?,
-        uprobes: read_table(path, &corrupt)?,
-        uprobe_hists: read_table(path, &corrupt)?,
-        kvm_latency: read_table(path, &corrupt)?,
-        kvm_latency_hists: read_table(path, &corrupt)?,
-        kvm_events: read_table(path, &corrupt)?,
-        kvm_stats: read_table(path, &corrupt)?,
-        samples: read_table(path, &corrupt)?,
+        read_notes,
     })
 }

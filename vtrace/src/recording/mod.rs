@@ -9,14 +9,19 @@
 mod events;
 mod io;
 mod schema;
-mod table;
+pub mod table;
 
 pub use events::{CHUNK_ROWS, EventRow, NetEventWriter, NetEvents};
 pub use io::{OutputSlot, read, write};
 pub use schema::*;
-pub use table::Table;
+pub(crate) use table::table;
+pub use table::{StoredTable, Table, TableKind, TableSet};
 
-/// Bumped on any incompatible change to meta.json or a table.
-pub const SCHEMA_VERSION: u32 = 5;
+/// Bumped on any change to meta.json's layout. Tables carry versions of
+/// their own (the manifest, `meta.tables`), so adding a table needs no bump.
+/// 6: the table manifest and `meta.layers`.
+pub const SCHEMA_VERSION: u32 = 6;
+/// The oldest schema this vtrace reads (tests/fixtures/schema5.vtrace).
+pub const OLDEST_READABLE_SCHEMA: u32 = 5;
 /// `meta.json`'s `format` field, which tells a recording from other directories.
 pub const FORMAT_NAME: &str = "vtrace-recording";

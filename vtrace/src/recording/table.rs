@@ -1,14 +1,105 @@
 //! Row structs <-> polars DataFrames <-> Parquet files.
 
+use std::any::Any;
+
 use polars::prelude::*;
 
 /// A recording table: a Vec of rows stored as one Parquet file.
-pub trait Table: Sized {
+pub trait Table: Sized + Send + Sync + 'static {
     const NAME: &'static str;
+    /// Bumped when the table's columns change; the manifest in meta.json
+    /// records it, and a reader refuses versions newer than its own.
+    const VERSION: u32 = 1;
     fn to_frame(rows: &[Self]) -> PolarsResult<DataFrame>;
     fn from_frame(df: &DataFrame) -> Result<Vec<Self>, String>;
     fn file_name() -> String {
         format!("{}.parquet", Self::NAME)
+    }
+}
+
+/// A table held by a [`TableSet`], whatever its row type.
+pub trait StoredTable: Any + Send + Sync {
+    fn name(&self) -> &'static str;
+    fn version(&self) -> u32;
+    fn frame(&self) -> PolarsResult<DataFrame>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Table> StoredTable for Vec<T> {
+    fn name(&self) -> &'static str {
+        T::NAME
+    }
+    fn version(&self) -> u32 {
+        T::VERSION
+    }
+    fn frame(&self) -> PolarsResult<DataFrame> {
+        T::to_frame(self)
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// How to read one kind of table back: declared by the layer that writes it.
+#[derive(Clone, Copy)]
+pub struct TableKind {
+    pub name: &'static str,
+    pub version: u32,
+    pub read: fn(&DataFrame) -> Result<Box<dyn StoredTable>, String>,
+}
+
+impl TableKind {
+    pub fn of<T: Table>() -> TableKind {
+        TableKind {
+            name: T::NAME,
+            version: T::VERSION,
+            read: |df| Ok(Box::new(T::from_frame(df)?)),
+        }
+    }
+}
+
+/// The tables of a recording, keyed by name: a layer adds its own without
+/// any field in [`super::Recording`] for it.
+#[derive(Default)]
+pub struct TableSet {
+    tables: std::collections::BTreeMap<&'static str, Box<dyn StoredTable>>,
+}
+
+impl std::fmt::Debug for TableSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.tables.keys()).finish()
+    }
+}
+
+impl TableSet {
+    /// Adds (or replaces) table `T`.
+    pub fn put<T: Table>(&mut self, rows: Vec<T>) {
+        self.tables.insert(T::NAME, Box::new(rows));
+    }
+
+    pub fn insert(&mut self, table: Box<dyn StoredTable>) {
+        self.tables.insert(table.name(), table);
+    }
+
+    /// The rows of table `T`; empty when absent.
+    pub fn rows<T: Table>(&self) -> &[T] {
+        self.tables
+            .get(T::NAME)
+            .and_then(|t| t.as_any().downcast_ref::<Vec<T>>())
+            .map_or(&[], Vec::as_slice)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tables.contains_key(name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &dyn StoredTable> {
+        self.tables.values().map(|t| t.as_ref())
+    }
+
+    /// Moves every table of `other` in.
+    pub fn extend(&mut self, other: TableSet) {
+        self.tables.extend(other.tables);
     }
 }
 

@@ -1,6 +1,6 @@
 //! `vtrace report --format csv`: one row per thread.
 
-use crate::analysis::cpu::CpuBreakdown;
+use crate::layers::cpu::analysis::CpuBreakdown;
 
 pub fn threads(cpu: &CpuBreakdown) -> String {
     let mut out = String::from(

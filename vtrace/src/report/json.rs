@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{ns_per_event, whole_run_time_ns};
-use crate::{analysis::cpu::CpuBreakdown, recording::Recording};
+use crate::{layers::cpu::analysis::CpuBreakdown, recording::Recording};
 
 pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
     let threads: Vec<Value> = cpu
@@ -21,8 +21,11 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
             })
         })
         .collect();
-    let runs: std::collections::HashMap<&str, u64> =
-        rec.programs.iter().map(|p| (p.probe.as_str(), p.events)).collect();
+    let runs: std::collections::HashMap<&str, u64> = rec
+        .rows::<crate::recording::ProgramRow>()
+        .iter()
+        .map(|p| (p.probe.as_str(), p.events))
+        .collect();
     let probes: Vec<Value> = rec
         .meta
         .probes
@@ -34,7 +37,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         })
         .collect();
     let programs: Vec<Value> = rec
-        .programs
+        .rows::<crate::recording::ProgramRow>()
         .iter()
         .map(|p| {
             json!({"probe": p.probe, "program": p.program, "method": p.method, "events": p.events,
@@ -44,15 +47,15 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         })
         .collect();
     let devices: Vec<Value> = rec
-        .net_hops
+        .rows::<crate::layers::net::NetHopRow>()
         .iter()
         .map(|h| {
             let d = rec
-                .net_devices
+                .rows::<crate::layers::net::NetDeviceRow>()
                 .iter()
                 .find(|d| d.netns == h.netns && d.ifindex == h.ifindex);
             let hist: Vec<Value> = rec
-                .net_sizes
+                .rows::<crate::layers::net::NetSizeRow>()
                 .iter()
                 .filter(|s| s.netns == h.netns && s.ifindex == h.ifindex && s.hop == h.hop && s.kind == "mtu")
                 .map(|s| json!({"le": s.le, "count": s.count}))
@@ -70,7 +73,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         })
         .collect();
     let counters: Vec<Value> = rec
-        .net_devices
+        .rows::<crate::layers::net::NetDeviceRow>()
         .iter()
         .map(|d| {
             json!({"name": d.name, "ifindex": d.ifindex, "netns": d.netns, "kind": d.kind, "platform": d.platform,
@@ -81,16 +84,16 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         })
         .collect();
     let drops: Vec<Value> = rec
-        .net_drops
+        .rows::<crate::layers::net::NetDropRow>()
         .iter()
         .map(|d| json!({"reason": d.reason, "count": d.count}))
         .collect();
     let uprobes: Vec<Value> = rec
-        .uprobes
+        .rows::<crate::layers::uprobe::UprobeRow>()
         .iter()
         .map(|u| {
             let hist = |kind: &str| -> Vec<Value> {
-                rec.uprobe_hists
+                rec.rows::<crate::layers::uprobe::UprobeHistRow>()
                     .iter()
                     .filter(|h| h.probe == u.probe && h.pid == u.pid && h.kind == kind)
                     .map(|h| json!({"le": h.le, "count": h.count}))
@@ -102,14 +105,14 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         })
         .collect();
     let dev_name = |netns: u32, ifindex: u32| {
-        rec.net_devices
+        rec.rows::<crate::layers::net::NetDeviceRow>()
             .iter()
             .find(|d| d.netns == netns && d.ifindex == ifindex)
             .map(|d| d.name.clone())
             .unwrap_or_else(|| format!("if{ifindex}"))
     };
     let hops: Vec<Value> = rec
-        .net_latency
+        .rows::<crate::layers::net::NetLatencyRow>()
         .iter()
         .map(|l| {
             json!({
@@ -120,7 +123,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         })
         .collect();
     let o = &rec.meta.overhead;
-    let kvm = crate::analysis::kvm::KvmSummary::of(rec);
+    let kvm = crate::layers::kvm::analysis::KvmSummary::of(rec);
     let exits: Vec<Value> = kvm
         .by_thread
         .iter()
@@ -128,7 +131,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         .map(|s| json!(s))
         .collect();
     let userspace_exits: Vec<Value> = rec
-        .kvm_events
+        .rows::<crate::layers::kvm::KvmEventRow>()
         .iter()
         .filter(|e| e.kind == "userspace_exit")
         .map(|e| {
@@ -146,7 +149,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         })
         .collect();
     let kvm_events = |kind: &str, addr: &str, op: &str| -> Vec<Value> {
-        rec.kvm_events
+        rec.rows::<crate::layers::kvm::KvmEventRow>()
             .iter()
             .filter(|e| e.kind == kind)
             .map(|e| {
@@ -184,18 +187,18 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
         "roles": cpu.by_role,
         "processes": cpu.by_process,
         "threads": threads,
-        "per_cpu": rec.cpus,
+        "per_cpu": rec.rows::<crate::layers::cpu::CpuRow>(),
         "softirq_vectors": cpu.softirq_vectors,
         "hardirqs": cpu.hardirqs,
         "devices": devices,
         "device_counters": counters,
         "drops": drops,
         "uprobes": uprobes,
-        "tun_io": rec.tun_io,
+        "tun_io": rec.rows::<crate::layers::net::TunIoRow>(),
         "hops": hops,
         "kvm": kvm,
-        "samples": rec.samples,
-        "journeys": crate::analysis::net::journeys(rec)
+        "samples": rec.rows::<crate::layers::sample::SampleRow>(),
+        "journeys": crate::layers::net::analysis::journeys(rec)
             .unwrap_or_else(|e| json!({"error": format!("per-packet events unreadable: {e}")})),
         "probes": probes,
         "overhead": {
@@ -214,6 +217,6 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
             "programs": programs,
         },
         "cpu_split": rec.meta.cpu_split,
-        "notes": rec.meta.notes,
+        "notes": rec.meta.notes.iter().chain(&rec.read_notes).collect::<Vec<_>>(),
     })
 }

@@ -4,7 +4,7 @@ mod csv;
 mod json;
 mod text;
 
-use crate::{analysis::cpu::CpuBreakdown, recording::Recording};
+use crate::{layers::cpu::analysis::CpuBreakdown, recording::Recording};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -51,9 +51,9 @@ pub fn whole_run_time_ns(p: &crate::recording::ProgramRow) -> u64 {
 /// over the threads of a process.
 pub fn folded(rec: &Recording) -> String {
     let mut merged: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    for s in &rec.samples {
+    for s in rec.rows::<crate::layers::sample::SampleRow>() {
         let comm = rec
-            .threads
+            .rows::<crate::layers::cpu::ThreadRow>()
             .iter()
             .find(|t| t.tid == s.pid)
             .map_or(s.comm.as_str(), |t| t.comm.as_str());

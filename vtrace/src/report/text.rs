@@ -4,9 +4,9 @@ use std::fmt::Write as _;
 
 use super::{ns_per_event, whole_run_time_ns};
 use crate::{
-    analysis::{
-        cpu::{CpuBreakdown, StateTimes},
-        kvm::{KvmSummary, ReasonStats},
+    layers::{
+        cpu::analysis::{CpuBreakdown, StateTimes},
+        kvm::analysis::{KvmSummary, ReasonStats},
     },
     recording::Recording,
 };
@@ -163,7 +163,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
     }
 
     let _ = writeln!(o, "\nPer CPU\n  {:>4}{STATE_HEADER}    idle(s)", "cpu");
-    for c in &rec.cpus {
+    for c in rec.rows::<crate::layers::cpu::CpuRow>() {
         let st = StateTimes::of_cpu(c);
         let _ = writeln!(
             o,
@@ -186,7 +186,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
     );
     for p in &m.probes {
         let events = rec
-            .programs
+            .rows::<crate::recording::ProgramRow>()
             .iter()
             .find(|r| r.probe == p.id)
             .map(|r| r.run_count.to_string())
@@ -230,7 +230,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
         "  {:<28}{:>12}{:>14}{:>12}",
         "program", "events", "run time(s)", "ns/event"
     );
-    let mut progs = rec.programs.clone();
+    let mut progs = rec.rows::<crate::recording::ProgramRow>().to_vec();
     progs.sort_by_key(|p| std::cmp::Reverse(whole_run_time_ns(p)));
     for p in &progs {
         let _ = writeln!(
@@ -242,7 +242,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
             ns_per_event(p.run_time_ns, p.run_count)
         );
     }
-    for n in &m.notes {
+    for n in m.notes.iter().chain(&rec.read_notes) {
         let _ = writeln!(o, "\nnote: {n}");
     }
     o
@@ -250,7 +250,7 @@ pub fn render(rec: &Recording, cpu: &CpuBreakdown, top: usize) -> String {
 
 /// Packet size at each hop of each device, with its owner and softirq time.
 fn network(o: &mut String, rec: &Recording) {
-    if rec.net_hops.is_empty() {
+    if rec.rows::<crate::layers::net::NetHopRow>().is_empty() {
         return;
     }
     let _ = writeln!(
@@ -258,13 +258,13 @@ fn network(o: &mut String, rec: &Recording) {
         "\nNetwork devices: packet size at each hop (bytes with link-layer header; p50/p99 are bucket bounds)\n  {:<16}{:<8}{:<16}{:<11}{:>9}{:>12}{:>7}{:>7}{:>7}{:>7}{:>12}",
         "device", "kind", "owner", "hop", "packets", "bytes", "mean", "p50", "p99", "gso", "softirq(ms)"
     );
-    for h in &rec.net_hops {
+    for h in rec.rows::<crate::layers::net::NetHopRow>() {
         let d = rec
-            .net_devices
+            .rows::<crate::layers::net::NetDeviceRow>()
             .iter()
             .find(|d| d.netns == h.netns && d.ifindex == h.ifindex);
         let hist: Vec<(u64, u64)> = rec
-            .net_sizes
+            .rows::<crate::layers::net::NetSizeRow>()
             .iter()
             .filter(|s| s.netns == h.netns && s.ifindex == h.ifindex && s.hop == h.hop && s.kind == "mtu")
             .map(|s| (s.le, s.count))
@@ -315,9 +315,9 @@ fn network(o: &mut String, rec: &Recording) {
             softirq
         );
     }
-    if !rec.net_latency.is_empty() {
+    if !rec.rows::<crate::layers::net::NetLatencyRow>().is_empty() {
         let name = |netns: u32, ifindex: u32| {
-            rec.net_devices
+            rec.rows::<crate::layers::net::NetDeviceRow>()
                 .iter()
                 .find(|d| d.netns == netns && d.ifindex == ifindex)
                 .map(|d| d.name.clone())
@@ -328,7 +328,7 @@ fn network(o: &mut String, rec: &Recording) {
             "\n  Hop latency (same skb, consecutive hops)\n  {:<32}{:<32}{:>10}{:>10}{:>10}{:>10}",
             "from", "to", "packets", "mean(us)", "p50(us)", "p99(us)"
         );
-        for l in &rec.net_latency {
+        for l in rec.rows::<crate::layers::net::NetLatencyRow>() {
             let _ = writeln!(
                 o,
                 "  {:<32}{:<32}{:>10}{:>10.2}{:>10.2}{:>10.2}",
@@ -348,9 +348,9 @@ fn network(o: &mut String, rec: &Recording) {
             );
         }
     }
-    if !rec.net_drops.is_empty() {
+    if !rec.rows::<crate::layers::net::NetDropRow>().is_empty() {
         let drops: Vec<String> = rec
-            .net_drops
+            .rows::<crate::layers::net::NetDropRow>()
             .iter()
             .map(|d| format!("{} {}", d.reason, d.count))
             .collect();
@@ -360,7 +360,7 @@ fn network(o: &mut String, rec: &Recording) {
 
 /// Calls of user-space functions (uprobes), per process.
 fn user_space(o: &mut String, rec: &Recording) {
-    if rec.uprobes.is_empty() {
+    if rec.rows::<crate::layers::uprobe::UprobeRow>().is_empty() {
         return;
     }
     let _ = writeln!(
@@ -368,7 +368,7 @@ fn user_space(o: &mut String, rec: &Recording) {
         "\nUser-space functions (uprobes)\n  {:<34}{:>8} {:<16}{:<16}{:>10}{:>12}{:>9}{:>14}",
         "probe", "pid", "comm", "owner", "calls", "bytes", "mean", "mean lat(us)"
     );
-    for u in &rec.uprobes {
+    for u in rec.rows::<crate::layers::uprobe::UprobeRow>() {
         let owner = if u.instance.is_empty() {
             u.platform.clone()
         } else {
@@ -422,7 +422,9 @@ fn kvm_line(o: &mut String, who: &str, s: &ReasonStats) {
 
 /// KVM exits the way `perf kvm stat` shows them, plus the user-space leg.
 fn kvm(o: &mut String, rec: &Recording, top: usize) {
-    if rec.kvm_latency.is_empty() && rec.kvm_events.is_empty() {
+    if rec.rows::<crate::layers::kvm::KvmLatencyRow>().is_empty()
+        && rec.rows::<crate::layers::kvm::KvmEventRow>().is_empty()
+    {
         return;
     }
     let k = KvmSummary::of(rec);
@@ -458,13 +460,13 @@ fn kvm(o: &mut String, rec: &Recording, top: usize) {
             kvm_line(o, &s.instance, s);
         }
     }
-    if !rec.kvm_events.is_empty() {
+    if !rec.rows::<crate::layers::kvm::KvmEventRow>().is_empty() {
         let _ = writeln!(
             o,
             "\nKVM port, MMIO and interrupt events\n  {:<10}{:<18}{:<16}{:>14} {:<18}{:>6}{:>10}{:>12}  device",
             "tid", "comm", "kind", "addr", "op", "size", "count", "bytes"
         );
-        let mut events: Vec<_> = rec.kvm_events.iter().collect();
+        let mut events: Vec<_> = rec.rows::<crate::layers::kvm::KvmEventRow>().iter().collect();
         events.sort_by_key(|e| std::cmp::Reverse(e.count));
         for e in events.iter().take(top.max(20)) {
             let _ = writeln!(
@@ -501,16 +503,20 @@ fn kvm(o: &mut String, rec: &Recording, top: usize) {
 
 /// The hottest sampled stacks: their leaf frames and owner.
 fn samples(o: &mut String, rec: &Recording, top: usize) {
-    if rec.samples.is_empty() {
+    if rec.rows::<crate::layers::sample::SampleRow>().is_empty() {
         return;
     }
-    let total: u64 = rec.samples.iter().map(|s| s.count).sum();
+    let total: u64 = rec
+        .rows::<crate::layers::sample::SampleRow>()
+        .iter()
+        .map(|s| s.count)
+        .sum();
     let _ = writeln!(
         o,
         "\nSampled stacks ({} Hz, {total} samples; `report --format folded` for a flamegraph)\n  {:>8}{:>7}  {:<16}{:<10}leaf frames",
         rec.meta.overhead.sample_hz, "samples", "%", "comm", "role"
     );
-    let mut rows: Vec<_> = rec.samples.iter().collect();
+    let mut rows: Vec<_> = rec.rows::<crate::layers::sample::SampleRow>().iter().collect();
     rows.sort_by_key(|s| std::cmp::Reverse(s.count));
     for s in rows.iter().take(top) {
         let leaf: Vec<&str> = s.stack.rsplit(';').take(3).collect();

@@ -142,7 +142,7 @@ pub fn journeys(rec: &Recording) -> Result<Value, String> {
                 .iter()
                 .map(|h| {
                     let name = rec
-                        .net_devices
+                        .rows::<crate::layers::net::NetDeviceRow>()
                         .iter()
                         .find(|d| d.netns == h.netns && d.ifindex == h.ifindex)
                         .map(|d| d.name.clone())

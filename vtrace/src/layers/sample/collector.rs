@@ -17,7 +17,8 @@ use aya::{
 };
 use vtrace_common::SampleKey;
 
-use crate::{Error, Result, recording::ThreadRow};
+use super::tables::SampleRow;
+use crate::{Error, Result, layers::cpu::ThreadRow};
 
 /// Symbols of one ELF file: load segments and function symbols.
 struct ElfSymbols {
@@ -262,13 +263,13 @@ impl KernelSymbols {
 }
 
 /// Rows of the samples table.
-pub fn rows(folded: Vec<FoldedStack>, threads: &[ThreadRow]) -> Vec<crate::recording::SampleRow> {
+pub fn rows(folded: Vec<FoldedStack>, threads: &[ThreadRow]) -> Vec<SampleRow> {
     let index = crate::platforms::attribute::ThreadIndex::new(threads);
     folded
         .into_iter()
         .map(|(pid, tid, stack, count)| {
             let t = index.thread(tid);
-            crate::recording::SampleRow {
+            SampleRow {
                 pid,
                 tid,
                 comm: t.map(|t| t.comm.clone()).unwrap_or_default(),

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::recording::{CpuRow, Recording, ThreadRow};
+use super::tables::{CpuRow, ThreadRow};
+use crate::recording::Recording;
 
 /// Nanoseconds per state. `busy_ns` excludes idle.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -101,12 +102,12 @@ impl CpuBreakdown {
 
     pub fn of(rec: &Recording) -> Self {
         let mut total = StateTimes::default();
-        for c in &rec.cpus {
+        for c in rec.rows::<crate::layers::cpu::CpuRow>() {
             total.add(&StateTimes::of_cpu(c));
         }
         let mut roles: BTreeMap<(String, String), Group> = BTreeMap::new();
         let mut procs: BTreeMap<u32, Group> = BTreeMap::new();
-        for t in &rec.threads {
+        for t in rec.rows::<crate::layers::cpu::ThreadRow>() {
             let times = StateTimes::of_thread(t);
             let g = roles
                 .entry((t.platform.clone(), t.role.clone()))
@@ -149,11 +150,11 @@ impl CpuBreakdown {
             v.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(a.role.cmp(&b.role)));
             v
         };
-        let mut threads = rec.threads.clone();
+        let mut threads = rec.rows::<crate::layers::cpu::ThreadRow>().to_vec();
         threads.sort_by_key(|t| std::cmp::Reverse(StateTimes::of_thread(t).busy_ns()));
 
         let mut vectors: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-        for s in &rec.softirqs {
+        for s in rec.rows::<crate::layers::cpu::SoftirqRow>() {
             let e = vectors.entry(s.vector.clone()).or_default();
             e.0 += s.ns;
             e.1 += s.count;
@@ -165,7 +166,7 @@ impl CpuBreakdown {
         softirq_vectors.sort_by_key(|v| std::cmp::Reverse(v.ns));
 
         let mut irqs: BTreeMap<u32, IrqTime> = BTreeMap::new();
-        for r in &rec.hardirqs {
+        for r in rec.rows::<crate::layers::cpu::IrqRow>() {
             let e = irqs.entry(r.irq).or_insert_with(|| IrqTime {
                 irq: r.irq,
                 name: r.name.clone(),

@@ -19,8 +19,11 @@ use vtrace_common::{
 
 use crate::{
     Error, Result,
+    layers::{
+        cpu::ThreadRow,
+        kvm::tables::{KvmEventRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow},
+    },
     platforms::attribute::ThreadIndex,
-    recording::{KvmEventRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow, ThreadRow},
 };
 
 pub struct KvmCollector {

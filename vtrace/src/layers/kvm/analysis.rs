@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::recording::{KvmLatencyHistRow, KvmLatencyRow, Recording};
+use super::tables::{KvmLatencyHistRow, KvmLatencyRow};
+use crate::{analysis::histogram::Histogram, recording::Recording};
 
 /// One reason's latency over some scope (a thread, an instance, everything).
 #[derive(Clone, Debug, Default, Serialize)]
@@ -36,49 +37,17 @@ pub struct ReasonStats {
     pub p99_ns: u64,
 }
 
-/// Latency histogram buckets merged over rows: `[lo, hi)` -> count.
-type Buckets = BTreeMap<(u64, u64), u64>;
-
-fn quantile(b: &Buckets, count: u64, q: f64) -> u64 {
-    let target = (q * count as f64).ceil().max(1.0) as u64;
-    let mut seen = 0;
-    for (&(lo, hi), &c) in b {
-        if seen + c >= target {
-            // Linear within the bucket.
-            let frac = (target - seen) as f64 / c as f64;
-            return lo + ((hi - lo) as f64 * frac) as u64;
-        }
-        seen += c;
-    }
-    b.keys().next_back().map_or(0, |k| k.1)
-}
-
-fn stddev(b: &Buckets, count: u64, mean: f64) -> u64 {
-    if count < 2 {
-        return 0;
-    }
-    let var: f64 = b
-        .iter()
-        .map(|(&(lo, hi), &c)| {
-            let mid = (lo + hi) as f64 / 2.0;
-            c as f64 * (mid - mean).powi(2)
-        })
-        .sum::<f64>()
-        / count as f64;
-    var.sqrt() as u64
-}
-
 /// Summarises `rows` (same kind and reason) with their histogram buckets.
 fn stats(rows: &[&KvmLatencyRow], hists: &[KvmLatencyHistRow]) -> ReasonStats {
     let first = rows[0];
     let count: u64 = rows.iter().map(|r| r.count).sum();
     let sum_ns: u64 = rows.iter().map(|r| r.sum_ns).sum();
-    let mut b = Buckets::new();
+    let mut b = Histogram::default();
     for h in hists
         .iter()
         .filter(|h| h.kind == first.kind && h.reason_name == first.reason_name && rows.iter().any(|r| r.tid == h.tid))
     {
-        *b.entry((h.lo_ns, h.hi_ns)).or_default() += h.count;
+        b.add(h.lo_ns, h.hi_ns, h.count);
     }
     // Buckets are 12.5 % wide: trimmed to the exact extremes, quantiles and
     // the spread stay within what was seen.
@@ -86,10 +55,7 @@ fn stats(rows: &[&KvmLatencyRow], hists: &[KvmLatencyHistRow]) -> ReasonStats {
         rows.iter().map(|r| r.min_ns).min().unwrap_or(0),
         rows.iter().map(|r| r.max_ns).max().unwrap_or(0),
     );
-    let b: Buckets = b
-        .into_iter()
-        .map(|((lo, hi), c)| ((lo.max(min_ns), hi.min(max_ns + 1).max(lo.max(min_ns) + 1)), c))
-        .collect();
+    let b = b.clamp(min_ns, max_ns);
     let mean = sum_ns as f64 / count.max(1) as f64;
     let one = |f: fn(&KvmLatencyRow) -> &String| {
         if rows.iter().all(|r| f(r) == f(first)) {
@@ -116,10 +82,10 @@ fn stats(rows: &[&KvmLatencyRow], hists: &[KvmLatencyHistRow]) -> ReasonStats {
         min_ns,
         mean_ns: mean as u64,
         max_ns,
-        stddev_ns: stddev(&b, count, mean),
-        p50_ns: quantile(&b, count, 0.50).clamp(min_ns, max_ns),
-        p95_ns: quantile(&b, count, 0.95).clamp(min_ns, max_ns),
-        p99_ns: quantile(&b, count, 0.99).clamp(min_ns, max_ns),
+        stddev_ns: b.stddev(mean),
+        p50_ns: b.quantile(0.50).clamp(min_ns, max_ns),
+        p95_ns: b.quantile(0.95).clamp(min_ns, max_ns),
+        p99_ns: b.quantile(0.99).clamp(min_ns, max_ns),
         ..Default::default()
     }
 }
@@ -128,7 +94,7 @@ fn stats(rows: &[&KvmLatencyRow], hists: &[KvmLatencyHistRow]) -> ReasonStats {
 /// within each (scope, kind).
 fn group_by<K: Ord + Clone>(rec: &Recording, scope: impl Fn(&KvmLatencyRow) -> K) -> Vec<ReasonStats> {
     let mut groups: BTreeMap<(K, String, String), Vec<&KvmLatencyRow>> = BTreeMap::new();
-    for r in &rec.kvm_latency {
+    for r in rec.rows::<crate::layers::kvm::KvmLatencyRow>() {
         groups
             .entry((scope(r), r.kind.clone(), r.reason_name.clone()))
             .or_default()
@@ -143,7 +109,7 @@ fn group_by<K: Ord + Clone>(rec: &Recording, scope: impl Fn(&KvmLatencyRow) -> K
     let mut out: Vec<(K, ReasonStats)> = groups
         .iter()
         .map(|((s, kind, _), rows)| {
-            let mut st = stats(rows, &rec.kvm_latency_hists);
+            let mut st = stats(rows, rec.rows::<crate::layers::kvm::KvmLatencyHistRow>());
             let (c, t) = totals[&(s.clone(), kind.clone())];
             st.pct_count = st.count as f64 * 100.0 / c.max(1) as f64;
             st.pct_time = st.sum_ns as f64 * 100.0 / t.max(1) as f64;
@@ -198,21 +164,21 @@ impl KvmSummary {
 
 fn stats_check(rec: &Recording) -> Vec<StatCheck> {
     let latency = |pid: u32, kind: &str, reason: Option<&str>| -> u64 {
-        rec.kvm_latency
+        rec.rows::<crate::layers::kvm::KvmLatencyRow>()
             .iter()
             .filter(|r| r.pid == pid && r.kind == kind && reason.is_none_or(|x| r.reason_name == x))
             .map(|r| r.count)
             .sum()
     };
     let events = |pid: u32, kind: &str, op: Option<&str>| -> u64 {
-        rec.kvm_events
+        rec.rows::<crate::layers::kvm::KvmEventRow>()
             .iter()
             .filter(|e| e.pid == pid && e.kind == kind && op.is_none_or(|x| e.op == x))
             .map(|e| e.count)
             .sum()
     };
     let mut per_pid: BTreeMap<(u32, &str), (usize, u64)> = BTreeMap::new();
-    for s in &rec.kvm_stats {
+    for s in rec.rows::<crate::layers::kvm::KvmStatRow>() {
         let e = per_pid.entry((s.pid, s.stat.as_str())).or_default();
         e.0 += 1;
         e.1 += s.end.saturating_sub(s.start);

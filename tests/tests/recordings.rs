@@ -1,0 +1,215 @@
+//! Recordings that evolve: a recording written by an older vtrace stays
+//! readable, a missing table reads as empty with a note, and only what this
+//! vtrace cannot read is refused, naming the versions. Layers switch on and
+//! off: `--layers` attaches no probe of a layer it does not name.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use vtrace_tests::{TempDir, report_json, stderr, vtrace};
+
+/// Written by `vtrace record --sample 99 --events` at schema 5 (commit
+/// 00cccf5) while ping and the test VMM ran; its reports beside it were
+/// produced by that same vtrace.
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/schema5.vtrace")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[test]
+fn schema5_recording_reports_as_it_did_when_written() {
+    let golden: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture().with_file_name("schema5.report.json")).unwrap())
+            .unwrap();
+    let now = report_json(&fixture());
+    assert_eq!(now, golden, "JSON report of the schema-5 fixture changed");
+    let o = vtrace(&["report", fixture().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let golden_text = std::fs::read_to_string(fixture().with_file_name("schema5.report.txt")).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        golden_text,
+        "text report of the schema-5 fixture changed"
+    );
+    for format in ["csv", "folded"] {
+        let o = vtrace(&["report", "--format", format, fixture().to_str().unwrap()]);
+        assert!(o.status.success(), "--format {format}: {}", stderr(&o));
+        assert!(!o.stdout.is_empty(), "--format {format} printed nothing");
+    }
+}
+
+#[test]
+fn a_missing_table_reads_as_empty_with_a_note() {
+    let dir = TempDir::new("missing-table");
+    let rec = dir.join("run.vtrace");
+    copy_dir(&fixture(), &rec);
+    std::fs::remove_file(rec.join("kvm_events.parquet")).unwrap();
+    let report = report_json(&rec);
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("table kvm_events is missing")),
+        "no note on the missing table: {notes:?}"
+    );
+    assert_eq!(report["kvm"]["userspace_exits"].as_array().unwrap().len(), 0);
+    assert_eq!(report["kvm"]["pio"].as_array().unwrap().len(), 0);
+    // Everything else is still there.
+    assert!(!report["threads"].as_array().unwrap().is_empty());
+    assert!(!report["devices"].as_array().unwrap().is_empty());
+    let o = vtrace(&["report", rec.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("table kvm_events is missing"));
+}
+
+fn set_meta(rec: &Path, edit: impl FnOnce(&mut Value)) {
+    let path = rec.join("meta.json");
+    let mut meta: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut meta);
+    std::fs::write(&path, serde_json::to_vec(&meta).unwrap()).unwrap();
+}
+
+#[test]
+fn newer_schemas_and_tables_are_refused_naming_the_versions() {
+    let dir = TempDir::new("newer-schema");
+    let rec = dir.join("run.vtrace");
+    copy_dir(&fixture(), &rec);
+    set_meta(&rec, |m| m["schema_version"] = 99.into());
+    let o = vtrace(&["report", rec.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("schema version 99") && err.contains("versions 5 to") && err.contains("upgrade vtrace"),
+        "{err}"
+    );
+
+    set_meta(&rec, |m| {
+        m["schema_version"] = 6.into();
+        m["tables"] = serde_json::json!({"threads": 7, "cpus": 1});
+    });
+    let o = vtrace(&["report", rec.to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("table threads") && err.contains("version 7"), "{err}");
+
+    // A table this vtrace does not know is skipped with a note.
+    set_meta(&rec, |m| {
+        m["tables"] = serde_json::json!({"threads": 1, "from_the_future": 1})
+    });
+    let report = report_json(&rec);
+    let notes = report["notes"].to_string();
+    assert!(notes.contains("from_the_future is unknown"), "{notes}");
+}
+
+/// Which probe families a recording attached, from its probe statuses.
+fn attached_layers(rec: &Path) -> Vec<String> {
+    let meta: Value = serde_json::from_slice(&std::fs::read(rec.join("meta.json")).unwrap()).unwrap();
+    let mut layers: Vec<String> = meta["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["available"] == true)
+        .map(|p| p["layer"].as_str().unwrap().to_string())
+        .collect();
+    layers.sort();
+    layers.dedup();
+    layers
+}
+
+#[test]
+fn layers_switch_on_and_off() {
+    assert!(vtrace_tests::is_root(), "records: run as root");
+    let dir = TempDir::new("layers");
+    let cpu = dir.join("cpu.vtrace");
+    let o = vtrace(&[
+        "record",
+        "--layers",
+        "cpu",
+        "-o",
+        cpu.to_str().unwrap(),
+        "--",
+        "sleep",
+        "0.2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let attached = attached_layers(&cpu);
+    assert!(
+        attached
+            .iter()
+            .all(|l| ["sched", "irq", "softirq", "syscall"].contains(&l.as_str())),
+        "--layers cpu attached {attached:?}"
+    );
+    let meta: Value = serde_json::from_slice(&std::fs::read(cpu.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["layers"], serde_json::json!(["cpu"]));
+    assert!(meta["tables"].get("net_hops").is_none() && meta["tables"].get("threads").is_some());
+
+    let sampled = dir.join("sample.vtrace");
+    let o = vtrace(&[
+        "record",
+        "--layers",
+        "cpu,sample",
+        "-o",
+        sampled.to_str().unwrap(),
+        "--",
+        "sleep",
+        "0.3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(attached_layers(&sampled).contains(&"sample".to_string()));
+    assert!(!attached_layers(&sampled).contains(&"net".to_string()));
+    let meta: Value = serde_json::from_slice(&std::fs::read(sampled.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["layers"], serde_json::json!(["cpu", "sample"]));
+
+    let o = vtrace(&["record", "--layers", "cpu,nosuch", "--", "true"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown layer 'nosuch': known layers are cpu, net"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The library API: `examples/src/embed_record.rs` records a function of its
+/// own process with a `Recorder`; the thread's total must match its own
+/// schedstat within 2 %, and its split must show both of its halves.
+#[test]
+fn embedding_example_matches_schedstat() {
+    assert!(vtrace_tests::is_root(), "records: run as root");
+    let dir = TempDir::new("embed");
+    let out = dir.join("embed.vtrace");
+    let o = std::process::Command::new(vtrace_tests::bin("embed-record"))
+        .arg(&out)
+        .output()
+        .expect("run embed-record");
+    assert!(o.status.success(), "embed-record failed: {}", stderr(&o));
+    let line: Value = serde_json::from_slice(&o.stdout).expect("one JSON line");
+    let truth = line["schedstat_ns"].as_u64().unwrap();
+    let total = line["total_ns"].as_u64().unwrap();
+    let err = (total as f64 - truth as f64).abs() / truth as f64;
+    eprintln!(
+        "embed: schedstat {truth} ns, vtrace {total} ns, error {:.3} %",
+        err * 100.0
+    );
+    assert!(truth > 1_000_000_000, "the worker ran only {truth} ns");
+    assert!(
+        err < 0.02,
+        "vtrace {total} ns vs schedstat {truth} ns: {:.2} %",
+        err * 100.0
+    );
+    let (user, system) = (line["user_ns"].as_u64().unwrap(), line["system_ns"].as_u64().unwrap());
+    assert!(
+        user > total / 10 && system > total / 10,
+        "split user {user} / system {system} of {total}"
+    );
+    assert_eq!(line["stopped_by"], "stop requested");
+    assert!(out.join("meta.json").is_file());
+}

@@ -1,0 +1,174 @@
+//! The CPU layer: the attribution engine every other figure is charged to.
+//! CPU time per thread, process, role and CPU, split into user / system /
+//! softirq / hardirq / guest / idle (vtrace-ebpf/src/account.rs keeps the
+//! per-CPU state machine; `collector.rs` reads it).
+
+pub mod analysis;
+pub mod collector;
+pub mod probes;
+pub mod rows;
+pub mod tables;
+
+use std::collections::HashMap;
+
+use aya::Ebpf;
+
+pub use collector::{CpuSplit, monotonic_ns};
+pub use tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow};
+
+use self::{
+    collector::{CpuCollector, CpuSnapshot},
+    rows::{GuestSampler, Selection, Series},
+};
+use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup};
+use crate::{
+    Error, Result,
+    collectors::procfs::{self, TaskStat},
+    probes::{self as probe, ProbeSpec, ProbeStatus, offsets::KernelOffsets},
+    recording::{Overhead, TableKind},
+};
+
+pub struct CpuLayer;
+
+impl Layer for CpuLayer {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+    fn about(&self) -> &'static str {
+        "CPU time per thread, role and CPU: user, system, softirq, hardirq, guest (always on)"
+    }
+    /// Always: every other layer's rows are attributed through its threads.
+    fn wanted(&self, _opts: &crate::record::RecordOptions) -> bool {
+        true
+    }
+    fn catalog(&self) -> &'static [ProbeSpec] {
+        probes::CPU
+    }
+    fn configure(&self, setup: &Setup, config: &mut KernelOffsets) {
+        config.tick_split_on = (setup.opts.cpu_split == CpuSplit::Ticks) as u32;
+    }
+    /// With the tick split the syscall hooks only serve tun fds and KVM_RUN.
+    fn probes(&self, _setup: &Setup, config: &KernelOffsets) -> Result<Vec<ProbeSpec>> {
+        let syscall_hooks = syscall_hooks(config);
+        Ok(probes::CPU
+            .iter()
+            .filter(|p| p.layer != probe::Layer::Syscall || syscall_hooks)
+            .copied()
+            .collect())
+    }
+    fn tables(&self) -> Vec<TableKind> {
+        vec![
+            TableKind::of::<ThreadRow>(),
+            TableKind::of::<CpuRow>(),
+            TableKind::of::<SoftirqRow>(),
+            TableKind::of::<IrqRow>(),
+            TableKind::of::<IntervalRow>(),
+        ]
+    }
+    fn start(
+        &self,
+        ebpf: &mut Ebpf,
+        setup: &Setup,
+        config: &KernelOffsets,
+        _probes: &mut Vec<ProbeStatus>,
+    ) -> Result<Box<dyn Collector>> {
+        let split = setup.opts.cpu_split;
+        let engine = CpuCollector::new(ebpf, split)?;
+        let tasks_at_start = procfs::scan_tasks();
+        Ok(Box::new(CpuRecorder {
+            engine,
+            guest: GuestSampler::new(&tasks_at_start),
+            tasks_at_start,
+            series: Series::default(),
+            start_mono: setup.start_mono,
+            split,
+            syscall_hooks: syscall_hooks(config),
+            last: None,
+        }))
+    }
+}
+
+fn syscall_hooks(config: &KernelOffsets) -> bool {
+    config.tick_split_on == 0 || config.tun_fds_on != 0 || config.kvm_run_on != 0
+}
+
+struct CpuRecorder {
+    engine: CpuCollector,
+    tasks_at_start: HashMap<(u32, u32), TaskStat>,
+    series: Series,
+    guest: GuestSampler,
+    start_mono: u64,
+    split: CpuSplit,
+    syscall_hooks: bool,
+    /// The snapshot at the end of the recording.
+    last: Option<CpuSnapshot>,
+}
+
+impl Collector for CpuRecorder {
+    fn baseline(&mut self, attached: &Attached) -> Result<()> {
+        match attached.probes.iter().find(|p| p.id == "sched_switch" && !p.available) {
+            Some(p) => Err(Error::NoProbes(format!(
+                "sched_switch: {}",
+                p.reason.clone().unwrap_or_default()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn tick(&mut self, now_mono: u64) -> Result<()> {
+        let snap = self.engine.snapshot(now_mono, true)?;
+        self.series.push(&snap, self.start_mono);
+        self.guest.sample();
+        Ok(())
+    }
+
+    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
+        let snap = self.engine.snapshot(end.end_mono, false)?;
+        self.series.push(&snap, self.start_mono);
+        self.guest.sample();
+        self.last = Some(snap);
+        Ok(())
+    }
+
+    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+        let snap = self.last.unwrap_or_default();
+        if self.split == CpuSplit::Ticks {
+            out.notes.push(format!(
+                "user/system split by tick sampling (--cpu-split ticks): each thread's exact process-context time \
+                 is divided in the ratio of the kernel's utime/stime timer ticks over its slices, each CPU's by \
+                 /proc/stat; threads too short-lived to be sampled take their process's ratio{}",
+                if self.syscall_hooks {
+                    "; the syscall hooks stay attached for tun fds or KVM_RUN"
+                } else {
+                    "; no syscall hooks"
+                }
+            ));
+        }
+        let selection = Selection::new(ctx.opts, ctx.workload, &self.tasks_at_start, &snap);
+        let threads = rows::thread_rows(
+            &snap,
+            &selection,
+            ctx.attribution,
+            &self.guest.deltas(),
+            procfs::clock_ticks(),
+            &ctx.facts.vcpu_tids,
+            self.split,
+        );
+        if threads.iter().any(|t| t.guest_source == "tick_sampled") {
+            out.notes.push(
+                "kvm_entry/kvm_exit did not fire on this kernel: guest time of vCPU threads is tick-sampled from \
+                 /proc/<tid>/stat guest_time (resolution 1/USER_HZ) and moved out of their system time"
+                    .into(),
+            );
+        }
+        overhead.thread_map_overflows = snap.cpus.iter().map(|c| c.thread_map_overflows).sum();
+        overhead.state_repairs = snap.cpus.iter().map(|c| c.state_repairs).sum();
+        overhead.untraced_switches = snap.cpus.iter().map(|c| c.untraced_switches).sum();
+        out.tables.put(threads);
+        out.tables.put(rows::cpu_rows(&snap));
+        out.tables.put(rows::softirq_rows(&snap));
+        out.tables.put(rows::irq_rows(&snap));
+        out.tables.put(self.series.rows);
+        Ok(())
+    }
+}

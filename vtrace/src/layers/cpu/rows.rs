@@ -1,0 +1,367 @@
+//! CPU snapshots -> rows: threads (with their owner), CPUs, softirq vectors,
+//! IRQs, and the per-interval time series.
+
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+};
+
+use vtrace_common::{IRQ_DEVICE_SLOTS, OVERFLOW_TID, SOFTIRQ_NAMES, ThreadTimes, irq_vector, state, thread_flag};
+
+use super::{
+    collector::{CpuSnapshot, CpuSplit},
+    tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow},
+};
+use crate::{
+    collectors::procfs::{self, TaskStat},
+    platforms::{self, attribute::Attribution},
+    record::RecordOptions,
+    recording::Workload,
+};
+
+/// Per-interval deltas of each thread's totals.
+#[derive(Default)]
+pub struct Series {
+    last_at: Option<u64>,
+    last: HashMap<u32, [u64; state::REPORTED]>,
+    pub rows: Vec<IntervalRow>,
+}
+
+impl Series {
+    pub fn push(&mut self, snap: &CpuSnapshot, start_mono: u64) {
+        let mut now: HashMap<u32, ([u64; state::REPORTED], u32)> = HashMap::new();
+        for (tid, t) in &snap.threads {
+            let e = now.entry(*tid).or_insert(([0; state::REPORTED], t.tgid));
+            for s in 0..state::REPORTED {
+                e.0[s] += t.ns[s];
+            }
+        }
+        let start_ns = self.last_at.unwrap_or(start_mono).saturating_sub(start_mono);
+        let end_ns = snap.at_ns.saturating_sub(start_mono);
+        let mut tids: Vec<_> = now.keys().copied().collect();
+        tids.sort_unstable();
+        for tid in tids {
+            let (cur, pid) = now[&tid];
+            let prev = self.last.get(&tid).copied().unwrap_or_default();
+            let d: Vec<u64> = (0..state::REPORTED).map(|s| cur[s].saturating_sub(prev[s])).collect();
+            if d.iter().any(|&v| v > 0) {
+                self.rows.push(IntervalRow {
+                    start_ns,
+                    end_ns,
+                    tid,
+                    pid,
+                    user_ns: d[state::USER],
+                    system_ns: d[state::SYSTEM],
+                    softirq_ns: d[state::SOFTIRQ],
+                    hardirq_ns: d[state::HARDIRQ],
+                    guest_ns: d[state::GUEST],
+                    idle_ns: d[state::IDLE],
+                });
+            }
+            self.last.insert(tid, cur);
+        }
+        self.last_at = Some(snap.at_ns);
+    }
+}
+
+/// guest_time of every thread at the start and at its last sighting.
+pub struct GuestSampler {
+    first: HashMap<u32, u64>,
+    last: HashMap<u32, u64>,
+}
+
+impl GuestSampler {
+    pub fn new(at_start: &HashMap<(u32, u32), TaskStat>) -> Self {
+        let first: HashMap<u32, u64> = at_start.iter().map(|((_, tid), s)| (*tid, s.guest_ticks)).collect();
+        GuestSampler {
+            last: first.clone(),
+            first,
+        }
+    }
+
+    pub fn sample(&mut self) {
+        for ((_, tid), s) in procfs::scan_tasks() {
+            if s.guest_ticks > 0 || self.last.contains_key(&tid) {
+                self.last.insert(tid, s.guest_ticks);
+            }
+        }
+    }
+
+    pub fn deltas(&self) -> HashMap<u32, u64> {
+        self.last
+            .iter()
+            .filter_map(|(tid, &last)| {
+                let d = last.saturating_sub(self.first.get(tid).copied().unwrap_or(0));
+                (d > 0).then_some((*tid, d))
+            })
+            .collect()
+    }
+}
+
+/// Which processes the selectors (and the command's process tree) cover.
+pub struct Selection {
+    /// Parent of each process (from /proc at start, from fork events after).
+    parent: HashMap<u32, u32>,
+    tgids: HashSet<u32>,
+    comms: Vec<String>,
+    cgroup_ids: HashSet<u64>,
+    own_tgid: u32,
+}
+
+impl Selection {
+    pub fn new(
+        opts: &RecordOptions,
+        workload: Option<&Workload>,
+        at_start: &HashMap<(u32, u32), TaskStat>,
+        snap: &CpuSnapshot,
+    ) -> Self {
+        // Parent of each process: from /proc for processes that predate the
+        // run, from the fork tracepoint for the ones born during it.
+        let mut parent: HashMap<u32, u32> = at_start.iter().map(|((tgid, _), s)| (*tgid, s.ppid)).collect();
+        for (_, t) in &snap.threads {
+            if t.flags & thread_flag::BORN_DURING_RUN != 0 && t.parent_tgid != t.tgid && t.tgid != 0 {
+                parent.insert(t.tgid, t.parent_tgid);
+            }
+        }
+        let roots: HashSet<u32> = opts.pids.iter().copied().chain(workload.map(|w| w.pid)).collect();
+        let mut tgids = HashSet::new();
+        for &tgid in parent.keys().chain(roots.iter()) {
+            let mut cur = tgid;
+            for _ in 0..64 {
+                if roots.contains(&cur) {
+                    tgids.insert(tgid);
+                    break;
+                }
+                match parent.get(&cur) {
+                    Some(&p) if p != 0 && p != cur => cur = p,
+                    _ => break,
+                }
+            }
+        }
+        let cgroup_ids = match procfs::cgroup2_root() {
+            Some(root) => opts
+                .cgroups
+                .iter()
+                .flat_map(|c| {
+                    let p = if c.is_absolute() && c.exists() {
+                        c.clone()
+                    } else {
+                        Path::new(&root).join(c.strip_prefix("/").unwrap_or(c))
+                    };
+                    procfs::cgroup_ids_under(&p)
+                })
+                .collect(),
+            None => HashSet::new(),
+        };
+        Selection {
+            parent,
+            tgids,
+            comms: opts.comms.clone(),
+            cgroup_ids,
+            own_tgid: std::process::id(),
+        }
+    }
+
+    fn selects(&self, t: &ThreadTimes, comm: &str) -> bool {
+        self.tgids.contains(&t.tgid) || self.comms.iter().any(|c| c == comm) || self.cgroup_ids.contains(&t.cgroup_id)
+    }
+}
+
+fn comm_of(t: &ThreadTimes) -> String {
+    let end = t.comm.iter().position(|&b| b == 0).unwrap_or(t.comm.len());
+    String::from_utf8_lossy(&t.comm[..end]).into_owned()
+}
+
+/// Roles on the host platform; platform profiles refine these.
+/// The role of a thread no platform instance claims. `vcpu`: it ran a guest
+/// (guest time, or KVM exits); `in_vmm`: a thread of its process did.
+fn role_of(tid: u32, t: &ThreadTimes, selected: bool, vcpu: bool, in_vmm: bool, own_tgid: u32) -> &'static str {
+    if tid == 0 {
+        "idle"
+    } else if tid == OVERFLOW_TID {
+        "overflow"
+    } else if t.flags & thread_flag::KTHREAD != 0 {
+        "kernel"
+    } else if t.tgid == own_tgid {
+        "vtrace"
+    } else if vcpu {
+        "vcpu"
+    } else if in_vmm {
+        "vmm"
+    } else if selected {
+        "app"
+    } else {
+        "other"
+    }
+}
+
+pub fn thread_rows(
+    snap: &CpuSnapshot,
+    sel: &Selection,
+    attribution: &Attribution,
+    guest_ticks: &HashMap<u32, u64>,
+    clock_ticks: u64,
+    vcpu_tids: &HashSet<u32>,
+    split: CpuSplit,
+) -> Vec<ThreadRow> {
+    // Processes that run vCPUs: their other threads are the VMM.
+    let vmm_tgids: HashSet<u32> = snap
+        .threads
+        .iter()
+        .filter(|(tid, _)| vcpu_tids.contains(tid))
+        .map(|(_, t)| t.tgid)
+        .collect();
+    // A process is named after its main thread.
+    let process_comm: HashMap<u32, String> = snap
+        .threads
+        .iter()
+        .filter(|(tid, t)| *tid == t.tgid)
+        .map(|(tid, t)| (*tid, comm_of(t)))
+        .collect();
+    let parent = |pid: u32| sel.parent.get(&pid).copied();
+    snap.threads
+        .iter()
+        .map(|(tid, t)| {
+            let comm = if *tid == 0 { "swapper".to_string() } else { comm_of(t) };
+            let (mut user_ns, mut system_ns, mut guest_ns) =
+                (t.ns[state::USER], t.ns[state::SYSTEM], t.ns[state::GUEST]);
+            let guest_source = if t.flags & thread_flag::GUEST_TRACED != 0 {
+                "kvm_tracepoints"
+            } else if let Some(&ticks) = guest_ticks.get(tid) {
+                // The vCPU ran the guest inside ioctl(KVM_RUN), which the engine
+                // saw as system time (the kernel's ticks as user time): move
+                // the sampled amount over.
+                let host = match split {
+                    CpuSplit::Syscalls => &mut system_ns,
+                    CpuSplit::Ticks => &mut user_ns,
+                };
+                guest_ns = (ticks * 1_000_000_000 / clock_ticks.max(1)).min(*host);
+                *host -= guest_ns;
+                "tick_sampled"
+            } else {
+                "none"
+            };
+            let pcomm = process_comm.get(&t.tgid).cloned().unwrap_or_else(|| comm.clone());
+            // Kernel threads belong to no instance, except vhost workers (kernel threads before Linux 6.4).
+            let claimable = *tid != 0 && (t.flags & thread_flag::KTHREAD == 0 || comm.starts_with("vhost-"));
+            let claimed = claimable
+                .then(|| attribution.classify(*tid, t.tgid, &comm, &pcomm, &parent))
+                .flatten();
+            let selected = sel.selects(t, &comm) || claimed.is_some();
+            let (platform, instance, role) = match claimed {
+                Some(a) => (a.platform, a.instance, a.role),
+                None => (
+                    platforms::HOST.to_string(),
+                    String::new(),
+                    role_of(
+                        *tid,
+                        t,
+                        selected,
+                        guest_ns > 0 || vcpu_tids.contains(tid),
+                        vmm_tgids.contains(&t.tgid),
+                        sel.own_tgid,
+                    )
+                    .to_string(),
+                ),
+            };
+            ThreadRow {
+                tid: *tid,
+                pid: t.tgid,
+                ppid: t.parent_tgid,
+                role,
+                platform,
+                instance,
+                comm,
+                selected,
+                kthread: t.flags & thread_flag::KTHREAD != 0,
+                exited: t.flags & thread_flag::EXITED != 0,
+                born_during_run: t.flags & thread_flag::BORN_DURING_RUN != 0,
+                user_ns,
+                system_ns,
+                softirq_ns: t.ns[state::SOFTIRQ],
+                hardirq_ns: t.ns[state::HARDIRQ],
+                guest_ns,
+                idle_ns: t.ns[state::IDLE],
+                guest_source: guest_source.into(),
+                switches: t.switches,
+                cgroup_id: t.cgroup_id,
+            }
+        })
+        .collect()
+}
+
+pub fn cpu_rows(snap: &CpuSnapshot) -> Vec<CpuRow> {
+    snap.cpus
+        .iter()
+        .enumerate()
+        .map(|(cpu, c)| CpuRow {
+            cpu: cpu as u32,
+            user_ns: c.cpu_ns[state::USER],
+            system_ns: c.cpu_ns[state::SYSTEM],
+            softirq_ns: c.cpu_ns[state::SOFTIRQ],
+            hardirq_ns: c.cpu_ns[state::HARDIRQ],
+            guest_ns: c.cpu_ns[state::GUEST],
+            idle_ns: c.cpu_ns[state::IDLE],
+        })
+        .collect()
+}
+
+pub fn softirq_rows(snap: &CpuSnapshot) -> Vec<SoftirqRow> {
+    let mut rows = Vec::new();
+    for (cpu, c) in snap.cpus.iter().enumerate() {
+        for (v, name) in SOFTIRQ_NAMES.iter().enumerate() {
+            if c.softirq_ns[v] > 0 || c.softirq_count[v] > 0 {
+                rows.push(SoftirqRow {
+                    cpu: cpu as u32,
+                    vector: name.to_string(),
+                    ns: c.softirq_ns[v],
+                    count: c.softirq_count[v],
+                });
+            }
+        }
+    }
+    rows
+}
+
+/// Device IRQ names from /proc/interrupts (its last column).
+fn irq_names() -> HashMap<u32, String> {
+    std::fs::read_to_string("/proc/interrupts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (num, rest) = l.trim_start().split_once(':')?;
+            let irq = num.trim().parse::<u32>().ok()?;
+            Some((irq, rest.split_whitespace().last().unwrap_or("").to_string()))
+        })
+        .collect()
+}
+
+pub fn irq_rows(snap: &CpuSnapshot) -> Vec<IrqRow> {
+    let names = irq_names();
+    let mut rows = Vec::new();
+    for (cpu, slots) in snap.irqs.iter().enumerate() {
+        for (slot, s) in slots.iter().enumerate() {
+            if s.count == 0 && s.ns == 0 {
+                continue;
+            }
+            let slot = slot as u32;
+            let name = if slot < IRQ_DEVICE_SLOTS {
+                names.get(&slot).cloned().unwrap_or_else(|| format!("irq {slot}"))
+            } else {
+                irq_vector::NAMES
+                    .iter()
+                    .find(|(v, _)| *v == slot)
+                    .map(|(_, n)| n.to_string())
+                    .unwrap_or_default()
+            };
+            rows.push(IrqRow {
+                cpu: cpu as u32,
+                irq: slot,
+                name,
+                ns: s.ns,
+                count: s.count,
+            });
+        }
+    }
+    rows
+}

@@ -1,0 +1,88 @@
+//! The CPU layer's tables: time per thread, CPU, softirq vector, IRQ, and per interval.
+
+use crate::recording::table;
+
+table! {
+    /// CPU time per thread over the whole run (exited threads included).
+    ThreadRow = "threads" {
+        tid: u32,
+        /// Thread group id (the process id).
+        pid: u32,
+        /// Process that created this thread's process (0 if it predates the run).
+        ppid: u32,
+        comm: String,
+        platform: String,
+        /// Platform instance id (`<platform>:<root pid>`), empty on the host.
+        instance: String,
+        /// Platform component: app, vmm, vcpu, kernel, idle, vtrace, other, ...
+        role: String,
+        /// Matched the recording's selectors (--pid/--comm/--cgroup or the command's process tree).
+        selected: bool,
+        kthread: bool,
+        exited: bool,
+        /// Created while recording: its whole life was seen.
+        born_during_run: bool,
+        user_ns: u64,
+        system_ns: u64,
+        softirq_ns: u64,
+        hardirq_ns: u64,
+        guest_ns: u64,
+        idle_ns: u64,
+        /// "kvm_tracepoints" (exact), "tick_sampled" (/proc guest_time) or "none".
+        guest_source: String,
+        switches: u64,
+        cgroup_id: u64,
+    }
+}
+
+table! {
+    /// CPU time per CPU and state.
+    CpuRow = "cpus" {
+        cpu: u32,
+        user_ns: u64,
+        system_ns: u64,
+        softirq_ns: u64,
+        hardirq_ns: u64,
+        guest_ns: u64,
+        idle_ns: u64,
+    }
+}
+
+table! {
+    /// Softirq time and count per CPU and vector.
+    SoftirqRow = "softirqs" {
+        cpu: u32,
+        vector: String,
+        ns: u64,
+        count: u64,
+    }
+}
+
+table! {
+    /// Hard interrupt time and count per CPU and IRQ (device IRQs and x86 system vectors).
+    IrqRow = "hardirqs" {
+        cpu: u32,
+        /// Device IRQ number, or 256+ for system vectors.
+        irq: u32,
+        name: String,
+        ns: u64,
+        count: u64,
+    }
+}
+
+table! {
+    /// Per-thread CPU time per snapshot interval (the time series).
+    IntervalRow = "intervals" {
+        /// Interval start and end, ns since the recording started.
+        start_ns: u64,
+        end_ns: u64,
+        tid: u32,
+        pid: u32,
+        user_ns: u64,
+        system_ns: u64,
+        softirq_ns: u64,
+        hardirq_ns: u64,
+        guest_ns: u64,
+        idle_ns: u64,
+    }
+}

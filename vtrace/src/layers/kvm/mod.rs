@@ -1,0 +1,154 @@
+//! The KVM layer, in the style of `perf kvm stat`: exits by reason with
+//! exit -> entry latency, user-space exits with the VMM's handling time,
+//! port and MMIO accesses, interrupt injection, halts, and KVM's own
+//! statistics beside vtrace's counts (vtrace-ebpf/src/kvm.rs).
+
+pub mod analysis;
+pub mod collector;
+pub mod probes;
+pub mod tables;
+
+use aya::Ebpf;
+use vtrace_common::kvm_latency;
+
+pub use tables::{KvmEventRow, KvmIntervalRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow};
+
+use self::collector::{KvmCollector, KvmSnapshot, KvmStatsSampler, ReasonNames};
+use super::{Collector, Emit, End, Facts, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::{
+    Result,
+    probes::{ProbeSpec, ProbeStatus, offsets::KernelOffsets, offsets::tracepoint_field},
+    recording::{Overhead, TableKind},
+};
+
+pub struct KvmLayer;
+
+impl Layer for KvmLayer {
+    fn name(&self) -> &'static str {
+        "kvm"
+    }
+    fn about(&self) -> &'static str {
+        "KVM exits, user-space exits, port/MMIO and interrupt events"
+    }
+    fn catalog(&self) -> &'static [ProbeSpec] {
+        probes::KVM
+    }
+    /// User-space exits are timed until the thread's next ioctl(KVM_RUN)
+    /// where kvm_userspace_exit exists (kvm is loaded).
+    fn configure(&self, setup: &Setup, config: &mut KernelOffsets) {
+        config.kvm_run_on = setup
+            .caps
+            .tracefs
+            .as_ref()
+            .is_ok_and(|t| tracepoint_field(t, "kvm", "kvm_userspace_exit", "reason").is_some())
+            as u32;
+    }
+    fn tables(&self) -> Vec<TableKind> {
+        vec![
+            TableKind::of::<KvmLatencyRow>(),
+            TableKind::of::<KvmLatencyHistRow>(),
+            TableKind::of::<KvmEventRow>(),
+            TableKind::of::<KvmStatRow>(),
+            TableKind::of::<KvmIntervalRow>(),
+        ]
+    }
+    fn start(
+        &self,
+        ebpf: &mut Ebpf,
+        setup: &Setup,
+        _config: &KernelOffsets,
+        _probes: &mut Vec<ProbeStatus>,
+    ) -> Result<Box<dyn Collector>> {
+        Ok(Box::new(KvmRecorder {
+            maps: KvmCollector::new(ebpf)?,
+            names: setup
+                .caps
+                .tracefs
+                .as_ref()
+                .map(|t| ReasonNames::from_tracefs(t))
+                .unwrap_or_default(),
+            stats: KvmStatsSampler::start(),
+            last: KvmSnapshot::default(),
+            last_at: setup.start_mono,
+            start_mono: setup.start_mono,
+            intervals: Vec::new(),
+        }))
+    }
+}
+
+struct KvmRecorder {
+    maps: KvmCollector,
+    names: ReasonNames,
+    stats: KvmStatsSampler,
+    /// The latest snapshot (the end one after `end`).
+    last: KvmSnapshot,
+    last_at: u64,
+    start_mono: u64,
+    intervals: Vec<KvmIntervalRow>,
+}
+
+impl KvmRecorder {
+    fn push_interval(&mut self, snap: KvmSnapshot, now_mono: u64) {
+        for (k, h) in &snap.latency {
+            let before = self.last.latency.get(k);
+            let count = h.count - before.map_or(0, |b| b.count.min(h.count));
+            if count == 0 {
+                continue;
+            }
+            self.intervals.push(KvmIntervalRow {
+                start_ns: self.last_at.saturating_sub(self.start_mono),
+                end_ns: now_mono.saturating_sub(self.start_mono),
+                tid: k.tid,
+                kind: kvm_latency::NAMES.get(k.kind as usize).copied().unwrap_or("?").into(),
+                reason_name: self.names.name(k).1,
+                count,
+                sum_ns: h.sum_ns.saturating_sub(before.map_or(0, |b| b.sum_ns)),
+            });
+        }
+        self.last = snap;
+        self.last_at = now_mono;
+    }
+}
+
+impl Collector for KvmRecorder {
+    fn tick(&mut self, now_mono: u64) -> Result<()> {
+        self.stats.sample();
+        let snap = self.maps.snapshot()?;
+        self.push_interval(snap, now_mono);
+        Ok(())
+    }
+
+    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
+        let snap = self.maps.snapshot()?;
+        self.push_interval(snap, end.end_mono);
+        self.stats.sample();
+        Ok(())
+    }
+
+    fn facts(&self, facts: &mut Facts) {
+        facts.vcpu_tids.extend(self.last.vcpu_tids());
+    }
+
+    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
+        let threads = ctx.tables.rows::<ThreadRow>();
+        let (latency, hists, events) = collector::rows(&self.last, &self.names, threads);
+        if let Some(e) = &self.stats.error {
+            out.notes
+                .push(format!("KVM's own statistics unreadable, no cross-check: {e}"));
+        }
+        let exits_seen = latency.iter().any(|r| r.kind == "exit");
+        if !exits_seen && latency.iter().any(|r| r.kind == "userspace_exit") {
+            out.notes.push(
+                "kvm_exit/kvm_entry never fired although vCPUs ran (e.g. a PVM host): exit reasons and exit->entry \
+                 latency are unavailable; user-space exits, VMM handling time and pio/mmio counts are exact"
+                    .into(),
+            );
+        }
+        out.tables.put(latency);
+        out.tables.put(hists);
+        out.tables.put(events);
+        out.tables.put(self.stats.rows());
+        out.tables.put(self.intervals);
+        Ok(())
+    }
+}

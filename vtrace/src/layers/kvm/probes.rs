@@ -1,0 +1,45 @@
+//! The KVM layer's probes: exits, user-space exits, port/MMIO, interrupts, halts (vtrace-ebpf/src/kvm.rs).
+
+#[allow(unused_imports)]
+use crate::probes::catalog::{Layer, ProbeSpec, Strategy, UprobeSize, kvm_tracepoint, tracepoint_probe};
+
+/// In attach order.
+pub const KVM: &[ProbeSpec] = &[
+    ProbeSpec {
+        id: "kvm_exit",
+        layer: Layer::Kvm,
+        what: "vCPU leaves the guest: guest time ends, exit reason (VMX/SVM)",
+        // The classic record carries the exit reason; the raw_tp args do not.
+        strategies: &[
+            Strategy::Tracepoint {
+                program: "tp_kvm_exit",
+                category: "kvm",
+                name: "kvm_exit",
+            },
+            Strategy::RawTracepoint {
+                program: "raw_kvm_exit",
+                tracepoint: "kvm_exit",
+            },
+        ],
+    },
+    tracepoint_probe!(
+        "kvm_entry",
+        Layer::Kvm,
+        "vCPU enters the guest: guest time starts, exit latency ends",
+        "kvm"
+    ),
+    kvm_tracepoint!(
+        "kvm_userspace_exit",
+        "KVM_RUN returns to the VMM (reason); timed until the next KVM_RUN"
+    ),
+    kvm_tracepoint!(
+        "kvm_pio",
+        "guest port I/O handled by KVM or the VMM (port, size, direction)"
+    ),
+    kvm_tracepoint!("kvm_mmio", "guest MMIO access emulated (gpa, length, read/write)"),
+    kvm_tracepoint!("kvm_fast_mmio", "guest MMIO write caught by an ioeventfd (virtio kick)"),
+    kvm_tracepoint!("kvm_set_irq", "interrupt line raised or lowered (GSI)"),
+    kvm_tracepoint!("kvm_msi_set_irq", "MSI delivered to the guest (vector)"),
+    kvm_tracepoint!("kvm_inj_virq", "interrupt injected into a vCPU (vector)"),
+    kvm_tracepoint!("kvm_vcpu_wakeup", "halted vCPU woke: halt time, polled or waited"),
+];

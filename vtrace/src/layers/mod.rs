@@ -1,0 +1,185 @@
+//! Layers: one unit per probe family. A layer names its probes (its part of
+//! the catalog), says whether it can run here, contributes to the eBPF
+//! object's configuration, and starts a [`Collector`] that reads what its
+//! programs accumulate, keeps a time series, and emits its own tables.
+//!
+//! Each layer lives in `layers/<name>/` beside its eBPF file
+//! `vtrace-ebpf/src/<name>.rs`: `probes.rs` (catalog entries), `collector.rs`
+//! (reading the kernel), `tables.rs` (what it records), `rows.rs`
+//! (snapshot -> rows), `analysis.rs` (figures for reports). [`REGISTRY`]
+//! lists them; `record` runs them through one generic loop
+//! (docs/adding-a-layer.md).
+
+use std::{collections::HashSet, path::Path};
+
+use aya::Ebpf;
+
+use crate::{
+    Result,
+    platforms::{SystemSnapshot, attribute::Attribution},
+    probes::{Capabilities, ProbeSpec, ProbeStatus, offsets::KernelOffsets},
+    record::RecordOptions,
+    recording::{Overhead, TableKind, TableSet, Workload},
+};
+
+pub mod cpu;
+pub mod kvm;
+pub mod net;
+pub mod sample;
+pub mod uprobe;
+
+/// Every layer, in attach and emit order. The CPU engine comes first: its
+/// probes must attach before any other (see `cpu::probes`), and its thread
+/// table is what every other layer attributes its rows with.
+pub const REGISTRY: &[&dyn Layer] = &[
+    &cpu::CpuLayer,
+    &net::NetLayer,
+    &kvm::KvmLayer,
+    &uprobe::UprobeLayer,
+    &sample::SampleLayer,
+];
+
+/// What a layer sees while the recording is set up.
+pub struct Setup<'a> {
+    pub opts: &'a RecordOptions,
+    pub caps: &'a Capabilities,
+    /// The system at the start: processes, network namespaces and devices.
+    pub system: &'a SystemSnapshot,
+    /// Where the recording is staged (tables streamed while recording go there).
+    pub staging: &'a Path,
+    /// Monotonic clock at the start of the recording.
+    pub start_mono: u64,
+}
+
+/// A probe family: its probes, configuration and collector.
+pub trait Layer: Sync {
+    /// The `--layers` value.
+    fn name(&self) -> &'static str;
+    /// One line for `--help` and the docs.
+    fn about(&self) -> &'static str;
+    /// On in a plain `vtrace record`.
+    fn on_by_default(&self) -> bool {
+        true
+    }
+    /// Whether this recording asked for it.
+    fn wanted(&self, opts: &RecordOptions) -> bool {
+        opts.layers.iter().any(|l| l == self.name())
+    }
+    /// Why it cannot run on this machine, if it cannot.
+    fn can_run(&self, _setup: &Setup) -> Result<(), String> {
+        Ok(())
+    }
+    /// Its catalog entries: every probe it may attach, best strategy first.
+    fn catalog(&self) -> &'static [ProbeSpec];
+    /// What it writes into the eBPF object's configuration.
+    fn configure(&self, _setup: &Setup, _config: &mut KernelOffsets) {}
+    /// The probes to attach in this recording, once every layer configured.
+    fn probes(&self, _setup: &Setup, _config: &KernelOffsets) -> Result<Vec<ProbeSpec>> {
+        Ok(self.catalog().to_vec())
+    }
+    /// The tables it writes, so that a reader knows how to read them back.
+    fn tables(&self) -> Vec<TableKind>;
+    /// Takes its maps from the loaded object (before any probe attaches);
+    /// probes it attaches itself (not from the catalog) go into `probes`.
+    fn start(
+        &self,
+        ebpf: &mut Ebpf,
+        setup: &Setup,
+        config: &KernelOffsets,
+        probes: &mut Vec<ProbeStatus>,
+    ) -> Result<Box<dyn Collector>>;
+}
+
+/// What a layer's collector sees once its probes are attached.
+pub struct Attached<'a> {
+    pub probes: &'a [ProbeStatus],
+}
+
+/// What a layer's collector sees when the recording ends.
+pub struct End<'a> {
+    /// The system right after the run: devices and processes started meanwhile.
+    pub system: &'a SystemSnapshot,
+    /// Monotonic clock at the end of the recording.
+    pub end_mono: u64,
+    /// A workload command ran (its last packets may still be landing).
+    pub workload_ran: bool,
+}
+
+/// Facts one layer learns that another's rows depend on.
+#[derive(Default)]
+pub struct Facts {
+    /// Threads that ran a vCPU (the KVM layer's): the CPU layer gives them the `vcpu` role.
+    pub vcpu_tids: HashSet<u32>,
+}
+
+/// What a layer's collector sees when it emits its tables.
+pub struct Emit<'a> {
+    pub opts: &'a RecordOptions,
+    pub caps: &'a Capabilities,
+    pub system: &'a SystemSnapshot,
+    pub system_at_end: &'a SystemSnapshot,
+    /// Owner of every thread and device: platform, instance, role.
+    pub attribution: &'a Attribution,
+    pub probes: &'a [ProbeStatus],
+    pub workload: Option<&'a Workload>,
+    pub facts: &'a Facts,
+    /// Tables emitted by the layers before this one (the CPU layer's first).
+    pub tables: &'a TableSet,
+}
+
+/// What a collector emits.
+#[derive(Default)]
+pub struct LayerOutput {
+    pub tables: TableSet,
+    /// Caveats a reader of the numbers must know.
+    pub notes: Vec<String>,
+}
+
+/// A layer's userspace side for one recording.
+pub trait Collector {
+    /// Once its probes are attached, before the workload starts.
+    fn baseline(&mut self, _attached: &Attached) -> Result<()> {
+        Ok(())
+    }
+    /// Every interval: the layer's time series.
+    fn tick(&mut self, _now_mono: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Once the workload stopped, probes still attached: the last readings.
+    fn end(&mut self, ebpf: &Ebpf, end: &End) -> Result<()>;
+    /// Facts other layers need (see [`Facts`]).
+    fn facts(&self, _facts: &mut Facts) {}
+    /// Its tables and notes; its loss counters into `overhead`.
+    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()>;
+}
+
+/// The layer named `name`.
+pub fn find(name: &str) -> Option<&'static dyn Layer> {
+    REGISTRY.iter().copied().find(|l| l.name() == name)
+}
+
+/// Names of every layer, for messages.
+pub fn names() -> Vec<&'static str> {
+    REGISTRY.iter().map(|l| l.name()).collect()
+}
+
+/// The layers a plain `vtrace record` runs.
+pub fn default_names() -> Vec<String> {
+    REGISTRY
+        .iter()
+        .filter(|l| l.on_by_default())
+        .map(|l| l.name().to_string())
+        .collect()
+}
+
+/// Every probe of every layer, in attach order.
+pub fn catalog() -> Vec<ProbeSpec> {
+    REGISTRY.iter().flat_map(|l| l.catalog().iter().copied()).collect()
+}
+
+/// How to read every table a layer (or the recording itself) writes.
+pub fn table_kinds() -> Vec<TableKind> {
+    let mut kinds = vec![TableKind::of::<crate::recording::ProgramRow>()];
+    kinds.extend(REGISTRY.iter().flat_map(|l| l.tables()));
+    kinds
+}

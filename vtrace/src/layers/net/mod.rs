@@ -1,0 +1,213 @@
+//! The net layer: packets, bytes, GSO and sizes per device and hop, NET_RX
+//! softirq time and NAPI polls per device, drops per reason, hop latency of
+//! the same skb, syscalls on tun fds, the devices' own counters over the
+//! same window, and (`--events`) every packet at every hop
+//! (vtrace-ebpf/src/net.rs and tun.rs).
+
+pub mod analysis;
+pub mod collector;
+pub mod probes;
+pub mod rows;
+pub mod tables;
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+use aya::Ebpf;
+
+pub use tables::{NetDeviceRow, NetDropRow, NetHopRow, NetIntervalRow, NetLatencyRow, NetSizeRow, TunIoRow};
+use vtrace_common::net_loss;
+
+use self::collector::{DeviceCounterReader, DeviceCounters, NetCollector, NetSnapshot};
+use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::{
+    Result,
+    platforms::snapshot::NetDev,
+    probes::{ProbeSpec, ProbeStatus, offsets::KernelOffsets},
+    recording::{NetEventWriter, Overhead, TableKind},
+};
+
+pub struct NetLayer;
+
+impl Layer for NetLayer {
+    fn name(&self) -> &'static str {
+        "net"
+    }
+    fn about(&self) -> &'static str {
+        "Device hops, tun/tap and vhost, drops, NET_RX time per device"
+    }
+    fn catalog(&self) -> &'static [ProbeSpec] {
+        probes::NET
+    }
+    fn configure(&self, setup: &Setup, config: &mut KernelOffsets) {
+        config.net_layer_on = 1;
+        config.net_events_on = setup.opts.events as u32;
+        // Tun fds open at the start (a VMM's taps): their read/write syscalls are followed.
+        config.tun_fds_on = !collector::tun_fds(setup.system).is_empty() as u32;
+    }
+    fn tables(&self) -> Vec<TableKind> {
+        vec![
+            TableKind::of::<NetDeviceRow>(),
+            TableKind::of::<NetHopRow>(),
+            TableKind::of::<NetSizeRow>(),
+            TableKind::of::<NetDropRow>(),
+            TableKind::of::<NetLatencyRow>(),
+            TableKind::of::<TunIoRow>(),
+            TableKind::of::<NetIntervalRow>(),
+        ]
+    }
+    fn start(
+        &self,
+        ebpf: &mut Ebpf,
+        setup: &Setup,
+        _config: &KernelOffsets,
+        _probes: &mut Vec<ProbeStatus>,
+    ) -> Result<Box<dyn Collector>> {
+        collector::load_tun_fds(ebpf, &collector::tun_fds(setup.system))?;
+        let maps = NetCollector::new(ebpf)?;
+        let events_stop = Arc::new(AtomicBool::new(false));
+        let events_reader = if setup.opts.events {
+            let writer = NetEventWriter::create(setup.staging, setup.start_mono)?;
+            Some(collector::spawn_event_reader(ebpf, writer, events_stop.clone())?)
+        } else {
+            None
+        };
+        Ok(Box::new(NetRecorder {
+            maps,
+            netdevs_at_start: setup.system.netdevs.clone(),
+            probes_on: false,
+            counters_start: HashMap::new(),
+            counters_end: HashMap::new(),
+            start: NetSnapshot::default(),
+            last: NetSnapshot::default(),
+            last_at: setup.start_mono,
+            start_mono: setup.start_mono,
+            intervals: Vec::new(),
+            events_stop,
+            events_reader,
+            events_error: None,
+            tun_stats: Default::default(),
+            losses: [0; net_loss::COUNT as usize],
+        }))
+    }
+}
+
+struct NetRecorder {
+    maps: NetCollector,
+    netdevs_at_start: Vec<NetDev>,
+    /// Some net probe attached: device counters are read.
+    probes_on: bool,
+    counters_start: HashMap<(u32, u32), DeviceCounters>,
+    counters_end: HashMap<(u32, u32), DeviceCounters>,
+    start: NetSnapshot,
+    /// The latest snapshot (the end one after `end`).
+    last: NetSnapshot,
+    last_at: u64,
+    start_mono: u64,
+    intervals: Vec<NetIntervalRow>,
+    events_stop: Arc<AtomicBool>,
+    events_reader: Option<std::thread::JoinHandle<Result<u64>>>,
+    events_error: Option<String>,
+    tun_stats: std::collections::BTreeMap<vtrace_common::TunIoKey, vtrace_common::DevStats>,
+    losses: [u64; net_loss::COUNT as usize],
+}
+
+impl NetRecorder {
+    /// Packets and bytes per device and hop since the last snapshot.
+    fn push_interval(&mut self, snap: NetSnapshot, now_mono: u64) {
+        let delta = snap.since(&self.last);
+        for (k, v) in &delta.devices {
+            if v.packets > 0 {
+                self.intervals.push(NetIntervalRow {
+                    start_ns: self.last_at.saturating_sub(self.start_mono),
+                    end_ns: now_mono.saturating_sub(self.start_mono),
+                    netns: k.netns,
+                    ifindex: k.ifindex,
+                    hop: vtrace_common::hop::name(k.hop).to_string(),
+                    packets: v.packets,
+                    bytes: v.bytes,
+                });
+            }
+        }
+        self.last = snap;
+        self.last_at = now_mono;
+    }
+}
+
+impl Collector for NetRecorder {
+    /// Baselines for the network counters: the devices' own and the probes'.
+    fn baseline(&mut self, attached: &Attached) -> Result<()> {
+        self.probes_on = attached.probes.iter().any(|p| p.layer == "net" && p.available);
+        if self.probes_on {
+            self.counters_start = DeviceCounterReader::new(&self.netdevs_at_start).read();
+        }
+        self.start = self.maps.snapshot()?;
+        self.last = self.start.clone();
+        Ok(())
+    }
+
+    fn tick(&mut self, now_mono: u64) -> Result<()> {
+        let snap = self.maps.snapshot()?;
+        self.push_interval(snap, now_mono);
+        Ok(())
+    }
+
+    fn end(&mut self, ebpf: &Ebpf, end: &End) -> Result<()> {
+        if self.probes_on && end.workload_ran {
+            // Let the workload's last packets (TCP close) land before the counters are read.
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // The devices' counters and the probes' are read back to back, in the
+        // same order as at the start, so that a packet can only fall between
+        // the two windows in the microseconds that separate the reads.
+        if self.probes_on {
+            self.counters_end = DeviceCounterReader::new(&end.system.netdevs).read();
+        }
+        let snap = self.maps.snapshot()?;
+        self.push_interval(snap, end.end_mono);
+        self.losses = self.maps.losses();
+        self.events_stop.store(true, Ordering::Release);
+        if let Some(reader) = self.events_reader.take() {
+            match reader.join() {
+                Ok(Ok(_rows)) => {}
+                Ok(Err(e)) => self.events_error = Some(e.to_string()),
+                Err(_) => self.events_error = Some("their writer panicked".into()),
+            }
+        }
+        self.tun_stats = collector::tun_io(ebpf)?;
+        Ok(())
+    }
+
+    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+        if let Some(e) = &self.events_error {
+            out.notes.push(format!("per-packet events incomplete: {e}"));
+        }
+        let drop_names = collector::drop_reason_names(ctx.caps.btf.as_ref().ok().map(|b| b.as_ref()));
+        let delta = self.last.since(&self.start);
+        let (devices, hops, sizes, drops) = rows::net_rows(
+            &delta,
+            &self.counters_start,
+            &self.counters_end,
+            ctx.attribution,
+            &drop_names,
+        );
+        let threads = ctx.tables.rows::<ThreadRow>();
+        let (tun_io, tun_sizes) = rows::tun_rows(&self.tun_stats, ctx.system, threads);
+        overhead.net_event_drops = self.losses[net_loss::EVENT_DROPS as usize];
+        overhead.skb_marks_displaced = self.losses[net_loss::MARKS_DISPLACED as usize];
+        out.tables.put(devices);
+        out.tables.put(hops);
+        out.tables.put(sizes.into_iter().chain(tun_sizes).collect());
+        out.tables.put(drops);
+        out.tables.put(rows::latency_rows(&delta));
+        out.tables.put(tun_io);
+        out.tables.put(self.intervals);
+        Ok(())
+    }
+}

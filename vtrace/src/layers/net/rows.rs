@@ -1,0 +1,205 @@
+//! Net snapshots -> rows: devices (with owner and counters), hops, size
+//! histograms, drops, hop latency, and syscalls on tun fds.
+
+use std::collections::HashMap;
+
+use super::{
+    collector::{DeviceCounters, NetSnapshot},
+    tables::{NetDeviceRow, NetDropRow, NetHopRow, NetLatencyRow, NetSizeRow, TunIoRow},
+};
+use crate::{
+    analysis::histogram::Histogram,
+    platforms::{self, SystemSnapshot, attribute::Attribution},
+};
+
+pub type NetTables = (Vec<NetDeviceRow>, Vec<NetHopRow>, Vec<NetSizeRow>, Vec<NetDropRow>);
+
+/// Network tables: devices (with owner and counters), hops, size histograms, drops.
+pub fn net_rows(
+    net: &NetSnapshot,
+    start: &HashMap<(u32, u32), DeviceCounters>,
+    end: &HashMap<(u32, u32), DeviceCounters>,
+    attribution: &Attribution,
+    drop_names: &HashMap<u32, String>,
+) -> NetTables {
+    use vtrace_common::{LOG2_BUCKETS, SIZE_BUCKETS, hop};
+    let owner: HashMap<(u32, u32), (String, String, String)> = attribution
+        .instances()
+        .iter()
+        .flat_map(|i| {
+            i.devices.iter().map(move |d| {
+                (
+                    (d.netns as u32, d.ifindex),
+                    (i.platform.clone(), i.id.clone(), d.role.clone()),
+                )
+            })
+        })
+        .collect();
+    let mut devices: std::collections::BTreeSet<(u32, u32)> =
+        net.devices.keys().map(|k| (k.netns, k.ifindex)).collect();
+    devices.extend(
+        net.softirq
+            .keys()
+            .chain(net.napi.keys())
+            .filter(|&&k| k != 0)
+            .map(|&k| ((k >> 32) as u32, k as u32)),
+    );
+    let mut dev_rows = Vec::new();
+    for (netns, ifindex) in devices {
+        let c_end = end.get(&(netns, ifindex)).or_else(|| start.get(&(netns, ifindex)));
+        let c_start = start.get(&(netns, ifindex));
+        let delta = |f: fn(&DeviceCounters) -> u64| match (c_start, c_end) {
+            (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
+            _ => 0,
+        };
+        let napi = net
+            .napi
+            .get(&vtrace_common::dev_key(netns, ifindex))
+            .copied()
+            .unwrap_or_default();
+        let (platform, instance, role) = owner
+            .get(&(netns, ifindex))
+            .cloned()
+            .unwrap_or_else(|| (platforms::HOST.into(), String::new(), String::new()));
+        dev_rows.push(NetDeviceRow {
+            netns,
+            ifindex,
+            name: c_end.map(|c| c.name.clone()).unwrap_or_else(|| format!("if{ifindex}")),
+            kind: c_end.map(|c| c.kind.clone()).unwrap_or_default(),
+            platform,
+            instance,
+            role,
+            softirq_ns: net
+                .softirq
+                .get(&vtrace_common::dev_key(netns, ifindex))
+                .copied()
+                .unwrap_or(0),
+            napi_polls: napi[0],
+            napi_packets: napi[1],
+            napi_budget_exhausted: napi[2],
+            counter_rx_packets: delta(|c| c.rx_packets),
+            counter_rx_bytes: delta(|c| c.rx_bytes),
+            counter_tx_packets: delta(|c| c.tx_packets),
+            counter_tx_bytes: delta(|c| c.tx_bytes),
+        });
+    }
+    let mut hops = Vec::new();
+    let mut sizes = Vec::new();
+    for (k, v) in &net.devices {
+        let name = hop::name(k.hop).to_string();
+        hops.push(NetHopRow {
+            netns: k.netns,
+            ifindex: k.ifindex,
+            hop: name.clone(),
+            direction: if hop::is_tx(k.hop) { "tx" } else { "rx" }.into(),
+            packets: v.packets,
+            bytes: v.bytes,
+            gso_packets: v.gso_packets,
+            gso_segs: v.gso_segs,
+            errors: v.errors,
+        });
+        for (i, &count) in v.size_hist.iter().enumerate() {
+            let le = SIZE_BUCKETS.get(i).copied().unwrap_or(u32::MAX as u64);
+            sizes.push(NetSizeRow {
+                netns: k.netns,
+                ifindex: k.ifindex,
+                hop: name.clone(),
+                kind: "mtu".into(),
+                le,
+                count,
+            });
+        }
+        for (i, &count) in v.log2_hist.iter().enumerate().take(LOG2_BUCKETS) {
+            if count > 0 {
+                let le = (1u64 << (i + 1)) - 1;
+                sizes.push(NetSizeRow {
+                    netns: k.netns,
+                    ifindex: k.ifindex,
+                    hop: name.clone(),
+                    kind: "log2".into(),
+                    le,
+                    count,
+                });
+            }
+        }
+    }
+    let drops = net
+        .drops
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| **c > 0)
+        .map(|(r, c)| NetDropRow {
+            reason: drop_names
+                .get(&(r as u32))
+                .cloned()
+                .unwrap_or_else(|| format!("reason {r}")),
+            count: *c,
+        })
+        .collect();
+    (dev_rows, hops, sizes, drops)
+}
+
+pub fn latency_rows(net: &NetSnapshot) -> Vec<NetLatencyRow> {
+    net.latency
+        .iter()
+        .map(|(e, l)| NetLatencyRow {
+            from_netns: (e.from_dev >> 32) as u32,
+            from_ifindex: e.from_dev as u32,
+            from_hop: vtrace_common::hop::name(e.from_hop).to_string(),
+            to_netns: (e.to_dev >> 32) as u32,
+            to_ifindex: e.to_dev as u32,
+            to_hop: vtrace_common::hop::name(e.to_hop).to_string(),
+            count: l.count,
+            sum_ns: l.sum_ns,
+            p50_ns: Histogram::from_log2(&l.log2).quantile(0.5),
+            p99_ns: Histogram::from_log2(&l.log2).quantile(0.99),
+        })
+        .collect()
+}
+
+/// Syscalls on tun fds per (tap, process, direction), with their sizes.
+pub fn tun_rows(
+    stats: &std::collections::BTreeMap<vtrace_common::TunIoKey, vtrace_common::DevStats>,
+    system: &SystemSnapshot,
+    threads: &[crate::layers::cpu::ThreadRow],
+) -> (Vec<TunIoRow>, Vec<NetSizeRow>) {
+    let mut rows = Vec::new();
+    let mut sizes = Vec::new();
+    for (k, v) in stats {
+        let (netns, ifindex) = ((k.dev >> 32) as u32, k.dev as u32);
+        let device = system
+            .netdevs
+            .iter()
+            .find(|d| d.netns as u32 == netns && d.ifindex == ifindex)
+            .map(|d| d.name.clone())
+            .unwrap_or_else(|| format!("if{ifindex}"));
+        let comm = threads
+            .iter()
+            .find(|t| t.tid == k.tgid)
+            .map(|t| t.comm.clone())
+            .unwrap_or_default();
+        let direction = if k.write == 1 { "write" } else { "read" };
+        rows.push(TunIoRow {
+            pid: k.tgid,
+            comm,
+            device,
+            netns,
+            ifindex,
+            direction: direction.into(),
+            calls: v.packets,
+            bytes: v.bytes,
+        });
+        for (i, &count) in v.size_hist.iter().enumerate() {
+            let le = vtrace_common::SIZE_BUCKETS.get(i).copied().unwrap_or(u32::MAX as u64);
+            sizes.push(NetSizeRow {
+                netns,
+                ifindex,
+                hop: format!("fd_{direction}"),
+                kind: "mtu".into(),
+                le,
+                count,
+            });
+        }
+    }
+    (rows, sizes)
+}

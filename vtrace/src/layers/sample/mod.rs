@@ -1,0 +1,104 @@
+//! The sample layer (`--sample HZ`): stacks sampled on every CPU by a
+//! cpu-clock perf event, counted in the kernel per thread and stack, folded
+//! and symbolized at the end (vtrace-ebpf/src/sample.rs).
+
+pub mod collector;
+pub mod tables;
+
+use aya::Ebpf;
+
+pub use collector::PROGRAM;
+pub use tables::SampleRow;
+
+use self::collector::{FoldedStack, Sampler};
+use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::{
+    Result,
+    probes::{ProbeSpec, ProbeStatus, offsets::KernelOffsets},
+    record::RecordOptions,
+    recording::{Overhead, TableKind},
+};
+
+/// Rate when the layer is named in `--layers` without `--sample HZ`.
+pub const DEFAULT_HZ: u64 = 99;
+
+pub struct SampleLayer;
+
+impl SampleLayer {
+    fn hz(opts: &RecordOptions) -> u64 {
+        if opts.sample_hz > 0 { opts.sample_hz } else { DEFAULT_HZ }
+    }
+}
+
+impl Layer for SampleLayer {
+    fn name(&self) -> &'static str {
+        "sample"
+    }
+    fn about(&self) -> &'static str {
+        "Stack samples on every CPU for flamegraphs (--sample HZ; 99 Hz when named here)"
+    }
+    fn on_by_default(&self) -> bool {
+        false
+    }
+    fn wanted(&self, opts: &RecordOptions) -> bool {
+        opts.sample_hz > 0 || opts.layers.iter().any(|l| l == self.name())
+    }
+    /// Not a probe point: it attaches to perf events itself.
+    fn catalog(&self) -> &'static [ProbeSpec] {
+        &[]
+    }
+    fn tables(&self) -> Vec<TableKind> {
+        vec![TableKind::of::<SampleRow>()]
+    }
+    fn start(
+        &self,
+        ebpf: &mut Ebpf,
+        setup: &Setup,
+        _config: &KernelOffsets,
+        probes: &mut Vec<ProbeStatus>,
+    ) -> Result<Box<dyn Collector>> {
+        let sampler = Sampler::start(ebpf, Self::hz(setup.opts))?;
+        probes.push(ProbeStatus {
+            id: "sample:cpu-clock".into(),
+            layer: "sample".into(),
+            method: Some("perf_event".into()),
+            program: Some(PROGRAM.into()),
+            available: true,
+            reason: None,
+            caveat: None,
+            slot: None,
+        });
+        Ok(Box::new(SampleRecorder {
+            sampler,
+            folded: Vec::new(),
+            drops: 0,
+        }))
+    }
+}
+
+struct SampleRecorder {
+    sampler: Sampler,
+    folded: Vec<FoldedStack>,
+    drops: u64,
+}
+
+impl Collector for SampleRecorder {
+    /// Learns the mappings of newly sampled processes while they still exist.
+    fn tick(&mut self, _now_mono: u64) -> Result<()> {
+        self.sampler.learn_processes();
+        Ok(())
+    }
+
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        (self.folded, self.drops) = self.sampler.finish()?;
+        Ok(())
+    }
+
+    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+        overhead.sample_hz = self.sampler.hz;
+        overhead.sample_drops = self.drops;
+        out.tables
+            .put(collector::rows(self.folded, ctx.tables.rows::<ThreadRow>()));
+        Ok(())
+    }
+}

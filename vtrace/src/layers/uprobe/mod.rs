@@ -1,0 +1,135 @@
+//! The uprobe layer: calls, sizes and latency of user-space functions per
+//! process: lwIP's stack functions, QEMU's virtio backend, and any
+//! `--uprobe BINARY:SYMBOL[:ret]` (vtrace-ebpf/src/uprobe.rs).
+
+pub mod collector;
+pub mod probes;
+pub mod tables;
+
+use aya::Ebpf;
+
+pub use tables::{UprobeHistRow, UprobeRow};
+
+use self::collector::UprobeCollector;
+use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::{
+    Error, Result, platforms,
+    probes::{ProbeSpec, ProbeStatus, catalog::user_uprobe, offsets::KernelOffsets},
+    record::RecordOptions,
+    recording::{Overhead, TableKind},
+};
+
+pub struct UprobeLayer;
+
+impl Layer for UprobeLayer {
+    fn name(&self) -> &'static str {
+        "uprobe"
+    }
+    fn about(&self) -> &'static str {
+        "User-space functions of known stacks and VMMs (lwIP, QEMU)"
+    }
+    /// Named in `--layers`, or asked for with `--uprobe`.
+    fn wanted(&self, opts: &RecordOptions) -> bool {
+        opts.layers.iter().any(|l| l == self.name()) || !opts.uprobes.is_empty()
+    }
+    fn catalog(&self) -> &'static [ProbeSpec] {
+        probes::UPROBE
+    }
+    /// The catalog's when the layer was named, and every `--uprobe`.
+    fn probes(&self, setup: &Setup, _config: &KernelOffsets) -> Result<Vec<ProbeSpec>> {
+        let mut specs = if setup.opts.layers.iter().any(|l| l == self.name()) {
+            probes::UPROBE.to_vec()
+        } else {
+            Vec::new()
+        };
+        for u in &setup.opts.uprobes {
+            specs.extend(user_uprobe(u).map_err(Error::BadArgument)?);
+        }
+        Ok(specs)
+    }
+    fn tables(&self) -> Vec<TableKind> {
+        vec![TableKind::of::<UprobeRow>(), TableKind::of::<UprobeHistRow>()]
+    }
+    fn start(
+        &self,
+        ebpf: &mut Ebpf,
+        _setup: &Setup,
+        _config: &KernelOffsets,
+        _probes: &mut Vec<ProbeStatus>,
+    ) -> Result<Box<dyn Collector>> {
+        Ok(Box::new(UprobeRecorder {
+            maps: UprobeCollector::new(ebpf)?,
+            last: Default::default(),
+        }))
+    }
+}
+
+struct UprobeRecorder {
+    maps: UprobeCollector,
+    last: std::collections::BTreeMap<vtrace_common::UprobeKey, vtrace_common::UprobeStats>,
+}
+
+impl Collector for UprobeRecorder {
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        self.last = self.maps.snapshot()?;
+        Ok(())
+    }
+
+    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
+        let (rows, hists) = uprobe_rows(&self.last, ctx.probes, ctx.tables.rows::<ThreadRow>());
+        out.tables.put(rows);
+        out.tables.put(hists);
+        Ok(())
+    }
+}
+
+/// Uprobe rows per (probe, process), attributed like the process's threads.
+pub fn uprobe_rows(
+    stats: &std::collections::BTreeMap<vtrace_common::UprobeKey, vtrace_common::UprobeStats>,
+    probes: &[ProbeStatus],
+    threads: &[ThreadRow],
+) -> (Vec<UprobeRow>, Vec<UprobeHistRow>) {
+    use vtrace_common::SIZE_BUCKETS;
+    let mut rows = Vec::new();
+    let mut hists = Vec::new();
+    let index = platforms::attribute::ThreadIndex::new(threads);
+    for (k, v) in stats {
+        let Some(p) = probes.iter().find(|p| p.slot == Some(k.slot)) else {
+            continue;
+        };
+        let main = index.process(k.tgid);
+        rows.push(UprobeRow {
+            probe: p.id.clone(),
+            pid: k.tgid,
+            comm: main.map(|t| t.comm.clone()).unwrap_or_default(),
+            platform: main
+                .map(|t| t.platform.clone())
+                .unwrap_or_else(|| platforms::HOST.into()),
+            instance: main.map(|t| t.instance.clone()).unwrap_or_default(),
+            calls: v.calls,
+            bytes: v.bytes,
+            returns: v.returns,
+            latency_sum_ns: v.latency_sum_ns,
+        });
+        for (i, &count) in v.size_hist.iter().enumerate().filter(|(_, c)| **c > 0) {
+            let le = SIZE_BUCKETS.get(i).copied().unwrap_or(u32::MAX as u64);
+            hists.push(UprobeHistRow {
+                probe: p.id.clone(),
+                pid: k.tgid,
+                kind: "size".into(),
+                le,
+                count,
+            });
+        }
+        for (i, &count) in v.latency_log2.iter().enumerate().filter(|(_, c)| **c > 0) {
+            hists.push(UprobeHistRow {
+                probe: p.id.clone(),
+                pid: k.tgid,
+                kind: "latency".into(),
+                le: (1u64 << (i + 1)) - 1,
+                count,
+            });
+        }
+    }
+    (rows, hists)
+}

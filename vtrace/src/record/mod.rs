@@ -1,0 +1,555 @@
+//! `vtrace record`: one generic loop over the layers. Choose the layers this
+//! recording wants and this machine can run, let each configure the eBPF
+//! object, load it, start their collectors, attach their probes, take
+//! baselines, tick every interval until the stop, take the last readings,
+//! emit every layer's tables, and write the recording atomically, also when
+//! the workload fails or the user interrupts. Nothing here knows a layer.
+
+mod session;
+
+use std::{
+    path::PathBuf,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+pub use session::Stop;
+use session::{Signals, WorkloadChild};
+
+use crate::{
+    Error, Result,
+    collectors::bpf_stats::{self, SelfStats, StatsWindow},
+    layers::{
+        self, Attached, Collector, Emit, End, Facts, Layer, LayerOutput, Setup, cpu::CpuSplit, cpu::monotonic_ns,
+    },
+    platforms::{self, Instance, Profile, SystemSnapshot, attribute::Attribution},
+    probes::{self, Capabilities, ProbeStatus, capabilities::ensure_tracefs, offsets::KernelOffsets},
+    recording::{
+        self, FORMAT_NAME, Host, Metadata, OutputSlot, Overhead, Recording, SCHEMA_VERSION, Selectors, TableSet,
+    },
+};
+
+/// What to record and how. `RecordOptions::default()` is a plain `vtrace
+/// record`: the default layers, the host platform, 10 s, into `run.vtrace`.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    pub platform: String,
+    /// One instance of the platform (its id or root pid); all of them when None.
+    pub instance: Option<String>,
+    /// Extra platform profiles.
+    pub platform_file: Option<PathBuf>,
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    pub cgroups: Vec<PathBuf>,
+    /// Stop after this long (ignored when a command is given: it stops when
+    /// the command exits); None: until Ctrl-C or [`Recorder::stop`].
+    pub duration: Option<Duration>,
+    /// Snapshot (time series) interval.
+    pub interval: Duration,
+    pub output: PathBuf,
+    pub command: Vec<String>,
+    /// `--uprobe BINARY:SYMBOL[:ret]` specs.
+    pub uprobes: Vec<String>,
+    /// Stream every packet at every hop (`--events`).
+    pub events: bool,
+    /// Layers to run (`--layers`, names from [`layers::REGISTRY`]); the CPU layer always runs.
+    pub layers: Vec<String>,
+    /// Stack sampling frequency (`--sample HZ`), 0 for none.
+    pub sample_hz: u64,
+    /// When the kernel's BPF run-time statistics are on (`--self-stats`).
+    pub self_stats: SelfStats,
+    /// How user and system time are told apart (`--cpu-split`).
+    pub cpu_split: CpuSplit,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        RecordOptions {
+            platform: platforms::HOST.into(),
+            instance: None,
+            platform_file: None,
+            pids: Vec::new(),
+            comms: Vec::new(),
+            cgroups: Vec::new(),
+            duration: Some(Duration::from_secs(10)),
+            interval: Duration::from_secs(1),
+            output: PathBuf::from("run.vtrace"),
+            command: Vec::new(),
+            uprobes: Vec::new(),
+            events: false,
+            layers: layers::default_names(),
+            sample_hz: 0,
+            self_stats: SelfStats::Sampled,
+            cpu_split: CpuSplit::Syscalls,
+        }
+    }
+}
+
+/// Builder-style setters, for programs that embed vtrace.
+impl RecordOptions {
+    pub fn output(mut self, path: impl Into<PathBuf>) -> Self {
+        self.output = path.into();
+        self
+    }
+    pub fn layers<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.layers = names.into_iter().map(Into::into).collect();
+        self
+    }
+    pub fn platform(mut self, name: impl Into<String>) -> Self {
+        self.platform = name.into();
+        self
+    }
+    pub fn pid(mut self, pid: u32) -> Self {
+        self.pids.push(pid);
+        self
+    }
+    pub fn comm(mut self, comm: impl Into<String>) -> Self {
+        self.comms.push(comm.into());
+        self
+    }
+    pub fn duration(mut self, d: Option<Duration>) -> Self {
+        self.duration = d;
+        self
+    }
+    pub fn interval(mut self, d: Duration) -> Self {
+        self.interval = d;
+        self
+    }
+    pub fn command<S: Into<String>>(mut self, argv: impl IntoIterator<Item = S>) -> Self {
+        self.command = argv.into_iter().map(Into::into).collect();
+        self
+    }
+    pub fn cpu_split(mut self, split: CpuSplit) -> Self {
+        self.cpu_split = split;
+        self
+    }
+    pub fn self_stats(mut self, mode: SelfStats) -> Self {
+        self.self_stats = mode;
+        self
+    }
+    pub fn sample_hz(mut self, hz: u64) -> Self {
+        self.sample_hz = hz;
+        self
+    }
+    pub fn events(mut self, on: bool) -> Self {
+        self.events = on;
+        self
+    }
+    pub fn uprobe(mut self, spec: impl Into<String>) -> Self {
+        self.uprobes.push(spec.into());
+        self
+    }
+
+    /// Unknown layer names fail here, with the known ones.
+    fn check_layers(&self) -> Result<()> {
+        match self.layers.iter().find(|l| layers::find(l).is_none()) {
+            Some(bad) => Err(Error::BadArgument(format!(
+                "unknown layer '{bad}': known layers are {}",
+                layers::names().join(", ")
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct RecordOutcome {
+    pub path: PathBuf,
+    /// The command's exit status as a shell reports it (128+signal when killed), 0 without a command.
+    pub exit_code: i32,
+    pub recording: Recording,
+}
+
+/// What preflight found: where to write, the system as it was, and the
+/// platform's instances in it.
+pub struct Prepared {
+    slot: OutputSlot,
+    profiles: Vec<Profile>,
+    system: SystemSnapshot,
+    instances: Vec<Instance>,
+}
+
+/// The selected platform's instances in `system` (none for `host`).
+fn platform_instances(opts: &RecordOptions, profiles: &[Profile], system: &SystemSnapshot) -> Result<Vec<Instance>> {
+    if opts.platform == platforms::HOST {
+        return Ok(Vec::new());
+    }
+    let all = platforms::detect(profiles, system);
+    platforms::select(profiles, all, &opts.platform, opts.instance.as_deref())
+}
+
+/// Checks everything that can be checked before the workload starts.
+pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
+    opts.check_layers()?;
+    let profiles = platforms::profiles(opts.platform_file.as_deref())?;
+    if opts.platform != platforms::HOST {
+        // An unknown name fails here, before privileges are looked at.
+        if let Err(e @ Error::UnknownPlatform { .. }) = platforms::select(&profiles, Vec::new(), &opts.platform, None) {
+            return Err(e);
+        }
+    }
+    crate::privileges::check()?;
+    ensure_tracefs()?;
+    // One look at the system serves platform detection, the tun fds to follow
+    // and the kinds of the devices whose counters are read.
+    let system = SystemSnapshot::live();
+    let instances = platform_instances(opts, &profiles, &system)?;
+    let slot = OutputSlot::claim(&opts.output)?;
+    Ok(Prepared {
+        slot,
+        profiles,
+        system,
+        instances,
+    })
+}
+
+/// Records until the command exits, the duration passes, or SIGINT/SIGTERM.
+pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {
+    let prepared = preflight(opts)?;
+    // Signal handlers need the runtime's reactor: installed inside it.
+    runtime()?.block_on(async { run(opts, prepared, Control::command_line()?).await })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(crate::error::io("start the async runtime"))
+}
+
+/// How a recording is told to stop, besides its command and duration, and
+/// whom it tells that its probes are attached.
+struct Control {
+    signals: Option<Signals>,
+    stop: Option<tokio::sync::oneshot::Receiver<()>>,
+    attached: Option<std::sync::mpsc::Sender<Result<()>>>,
+}
+
+impl Control {
+    fn command_line() -> Result<Control> {
+        Ok(Control {
+            signals: Some(Signals::install()?),
+            stop: None,
+            attached: None,
+        })
+    }
+}
+
+/// A recording started and stopped by another program (no signal handlers
+/// installed, no command needed): `Recorder::start(opts)?`, run the code to
+/// measure, then `recorder.stop()?` returns the recording.
+pub struct Recorder {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<RecordOutcome>>>,
+}
+
+impl Recorder {
+    /// Returns once every probe is attached: what runs after it is recorded.
+    pub fn start(opts: RecordOptions) -> Result<Recorder> {
+        let prepared = preflight(&opts)?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let (attached_tx, attached_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("vtrace-recorder".into())
+            .spawn(move || {
+                let control = Control {
+                    signals: None,
+                    stop: Some(stop_rx),
+                    attached: Some(attached_tx),
+                };
+                runtime()?.block_on(run(&opts, prepared, control))
+            })
+            .map_err(crate::error::io("start the recorder thread"))?;
+        let mut recorder = Recorder {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        };
+        match attached_rx.recv() {
+            Ok(Ok(())) => Ok(recorder),
+            Ok(Err(e)) => Err(e),
+            // The recorder failed before attaching: its own error says why.
+            Err(_) => Err(recorder
+                .join()
+                .err()
+                .unwrap_or_else(|| Error::Ebpf("recorder stopped".into()))),
+        }
+    }
+
+    /// Stops recording and writes the recording.
+    pub fn stop(mut self) -> Result<RecordOutcome> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<RecordOutcome> {
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(result)) => result,
+            _ => Err(Error::Ebpf("the recorder thread panicked".into())),
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+            let _ = self.join();
+        }
+    }
+}
+
+async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> Result<RecordOutcome> {
+    let result = record_session(opts, prepared, &mut control).await;
+    if let (Err(e), Some(tx)) = (&result, control.attached.take()) {
+        // Failed before attaching: the embedding program hears why.
+        let _ = tx.send(Err(Error::Ebpf(e.to_string())));
+    }
+    result
+}
+
+async fn record_session(opts: &RecordOptions, prepared: Prepared, control: &mut Control) -> Result<RecordOutcome> {
+    let Prepared {
+        slot,
+        profiles,
+        system,
+        instances: instances_at_start,
+    } = prepared;
+    let caps = Capabilities::detect();
+    let start_unix = unix_ns();
+    let start_mono = monotonic_ns();
+    let setup = Setup {
+        opts,
+        caps: &caps,
+        system: &system,
+        staging: slot.staging(),
+        start_mono,
+    };
+    let mut notes = Vec::new();
+
+    // The layers this recording runs, each configuring the eBPF object.
+    let mut running: Vec<&dyn Layer> = Vec::new();
+    for layer in layers::REGISTRY.iter().copied().filter(|l| l.wanted(opts)) {
+        match layer.can_run(&setup) {
+            Ok(()) => running.push(layer),
+            Err(why) => notes.push(format!("layer {} skipped: {why}", layer.name())),
+        }
+    }
+    let mut config = KernelOffsets::resolve(&caps);
+    for layer in &running {
+        layer.configure(&setup, &mut config);
+    }
+    let mut specs = Vec::new();
+    for layer in &running {
+        specs.extend(layer.probes(&setup, &config)?);
+    }
+
+    let mut ebpf = crate::ebpf::load(&config)?;
+    let mut probes = Vec::new();
+    let mut collectors: Vec<Box<dyn Collector>> = Vec::new();
+    for layer in &running {
+        collectors.push(layer.start(&mut ebpf, &setup, &config, &mut probes)?);
+    }
+    let mut stats = StatsWindow::start(opts.self_stats, opts.interval);
+    if let Some(e) = &stats.error {
+        notes.push(format!("self-overhead unknown: {e}"));
+    }
+    if opts.self_stats == SelfStats::Off {
+        notes.push("BPF statistics off (--self-stats off): vtrace's own cost per program was not measured".into());
+    }
+    probes.extend(probes::attach_all(&mut ebpf, &caps, &specs));
+    let attached = Attached { probes: &probes };
+    for c in &mut collectors {
+        c.baseline(&attached)?;
+    }
+    if let Some(tx) = control.attached.take() {
+        let _ = tx.send(Ok(()));
+    }
+
+    let (mut child, mut stop) = WorkloadChild::spawn(&opts.command);
+    let deadline = match (&child.child, opts.duration) {
+        (None, Some(d)) => Some(tokio::time::Instant::now() + d),
+        _ => None,
+    };
+    let mut ticker = tokio::time::interval(opts.interval);
+    ticker.tick().await; // the first tick fires at once
+    while stop.is_none() {
+        let stats_close = stats.closes_at();
+        tokio::select! {
+            s = child.wait() => stop = Some(s),
+            _ = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() => stop = Some(Stop::Duration),
+            name = Signals::next(&mut control.signals) => stop = Some(Stop::Signal(name)),
+            _ = async { control.stop.as_mut().unwrap().await }, if control.stop.is_some() => stop = Some(Stop::Requested),
+            _ = async { tokio::time::sleep_until(stats_close.unwrap()).await }, if stats_close.is_some() => {
+                stats.close();
+            }
+            _ = ticker.tick() => {
+                let now = monotonic_ns();
+                for c in &mut collectors {
+                    c.tick(now)?;
+                }
+                stats.tick();
+            }
+        }
+    }
+    let stop = stop.expect("the loop ends with a stop");
+    let bpf_stats_coverage = stats.finish();
+    let exit_code = child.finish(&stop).await;
+
+    // One look at the system after the run: the devices' kinds for their
+    // counters, and the platform's processes and threads started meanwhile.
+    let system_at_end = SystemSnapshot::live();
+    let end_mono = monotonic_ns();
+    let end_unix = unix_ns();
+    let end = End {
+        system: &system_at_end,
+        end_mono,
+        workload_ran: child.child.is_some(),
+    };
+    for c in &mut collectors {
+        c.end(&ebpf, &end)?;
+    }
+    let programs = bpf_stats::read(&ebpf, &probes);
+    drop(ebpf); // detaches every program
+
+    // Instances again at the end: processes and threads started during the run.
+    let instances_at_end = if opts.platform == platforms::HOST {
+        Vec::new()
+    } else {
+        platform_instances(opts, &profiles, &system_at_end).unwrap_or_default()
+    };
+    let attribution = Attribution::new(profiles, vec![instances_at_start, instances_at_end]);
+    notes.extend(instance_notes(&attribution));
+    let mut facts = Facts::default();
+    for c in &collectors {
+        c.facts(&mut facts);
+    }
+    let mut tables = TableSet::default();
+    let mut overhead = self_usage();
+    for c in collectors {
+        let mut out = LayerOutput::default();
+        let ctx = Emit {
+            opts,
+            caps: &caps,
+            system: &system,
+            system_at_end: &system_at_end,
+            attribution: &attribution,
+            probes: &probes,
+            workload: child.workload.as_ref(),
+            facts: &facts,
+            tables: &tables,
+        };
+        c.emit(&ctx, &mut out, &mut overhead)?;
+        notes.extend(out.notes);
+        tables.extend(out.tables);
+    }
+
+    let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
+    let wall_ns = end_mono.saturating_sub(start_mono);
+    let bpf_run_time_ns = programs.iter().map(crate::report::whole_run_time_ns).sum();
+    overhead.bpf_run_time_ns = bpf_run_time_ns;
+    overhead.bpf_run_count = programs.iter().map(|p| p.events).sum();
+    overhead.bpf_stats_coverage = bpf_stats_coverage;
+    overhead.bpf_cpu_fraction = bpf_run_time_ns as f64 / (wall_ns.max(1) as f64 * cpus.max(1) as f64);
+    tables.put(programs);
+    let mut rec = Recording {
+        meta: Metadata {
+            format: FORMAT_NAME.into(),
+            schema_version: SCHEMA_VERSION,
+            vtrace_version: env!("CARGO_PKG_VERSION").into(),
+            host: Host {
+                hostname: hostname(),
+                kernel: caps.kernel_release.clone(),
+                cpus,
+                clock_ticks: crate::collectors::procfs::clock_ticks(),
+            },
+            command_line: std::env::args().collect(),
+            selectors: Selectors {
+                platform: opts.platform.clone(),
+                pids: opts.pids.clone(),
+                comms: opts.comms.clone(),
+                cgroups: opts.cgroups.iter().map(|p| p.display().to_string()).collect(),
+            },
+            workload: child.workload,
+            stopped_by: stop.describe(),
+            start_unix_ns: start_unix,
+            end_unix_ns: end_unix,
+            wall_ns,
+            cpu_split: opts.cpu_split.name().into(),
+            layers: running.iter().map(|l| l.name().to_string()).collect(),
+            tables: Default::default(),
+            probes,
+            overhead,
+            notes,
+        },
+        tables,
+        net_events: recording::NetEvents::default(),
+        read_notes: Vec::new(),
+    };
+    let path = recording::write(&slot, &mut rec)?;
+    Ok(RecordOutcome {
+        path,
+        exit_code,
+        recording: rec,
+    })
+}
+
+/// One note per platform instance: its processes, threads and devices.
+fn instance_notes(attribution: &Attribution) -> Vec<String> {
+    attribution
+        .instances()
+        .iter()
+        .map(|i| {
+            let devices: Vec<String> = i.devices.iter().map(|d| format!("{} ({})", d.name, d.role)).collect();
+            format!(
+                "instance {} ({}): {} processes, {} threads, devices: {}",
+                i.id,
+                i.variant,
+                i.processes.len(),
+                i.threads.len(),
+                if devices.is_empty() {
+                    "none".to_string()
+                } else {
+                    devices.join(", ")
+                }
+            )
+        })
+        .collect()
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+fn self_usage() -> Overhead {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let ns = |tv: libc::timeval| tv.tv_sec as u64 * 1_000_000_000 + tv.tv_usec as u64 * 1_000;
+    Overhead {
+        vtrace_user_ns: ns(ru.ru_utime),
+        vtrace_system_ns: ns(ru.ru_stime),
+        vtrace_peak_rss_kib: ru.ru_maxrss as u64,
+        ..Default::default()
+    }
+}
+
+/// `vtrace probes`: every layer's catalog judged against this kernel (with
+/// privilege, also whether fentry programs load).
+pub fn probe_plan() -> Vec<ProbeStatus> {
+    let mut caps = Capabilities::detect();
+    if crate::privileges::check().is_ok()
+        && let Ok(mut ebpf) = crate::ebpf::load(&KernelOffsets::resolve(&caps))
+    {
+        caps.try_fentry(&mut ebpf);
+    }
+    probes::plan(&caps, &layers::catalog())
+}

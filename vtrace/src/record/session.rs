@@ -1,0 +1,149 @@
+//! Session plumbing: the workload child, signals, external stop requests,
+//! and why a recording stopped.
+
+use std::time::Duration;
+
+use tokio::{
+    process::Child,
+    signal::unix::{Signal, SignalKind, signal},
+};
+
+use crate::{Result, recording::Workload};
+
+/// Why recording stopped.
+pub enum Stop {
+    WorkloadExited(std::process::ExitStatus),
+    WorkloadFailedToStart(String),
+    Duration,
+    Signal(&'static str),
+    /// [`super::Recorder::stop`] was called.
+    Requested,
+}
+
+impl Stop {
+    pub fn describe(&self) -> String {
+        match self {
+            Stop::WorkloadExited(_) => "workload exited".to_string(),
+            Stop::WorkloadFailedToStart(m) => format!("workload failed to start: {m}"),
+            Stop::Duration => "duration elapsed".to_string(),
+            Stop::Signal(s) => s.to_string(),
+            Stop::Requested => "stop requested".to_string(),
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, when this process owns them (the command line);
+/// an embedding program keeps its own handlers.
+pub struct Signals {
+    int: Signal,
+    term: Signal,
+}
+
+impl Signals {
+    pub fn install() -> Result<Signals> {
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).map_err(crate::error::io("install SIGINT handler"))?,
+            term: signal(SignalKind::terminate()).map_err(crate::error::io("install SIGTERM handler"))?,
+        })
+    }
+
+    /// The next signal's name.
+    pub async fn next(signals: &mut Option<Signals>) -> &'static str {
+        match signals {
+            Some(s) => tokio::select! {
+                _ = s.int.recv() => "SIGINT",
+                _ = s.term.recv() => "SIGTERM",
+            },
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The `-- CMD` child, if any.
+#[derive(Default)]
+pub struct WorkloadChild {
+    pub child: Option<Child>,
+    pub workload: Option<Workload>,
+}
+
+impl WorkloadChild {
+    /// Starts `command`; a command that cannot start stops the recording at once.
+    pub fn spawn(command: &[String]) -> (WorkloadChild, Option<Stop>) {
+        let Some((program, args)) = command.split_first() else {
+            return (WorkloadChild::default(), None);
+        };
+        match tokio::process::Command::new(program).args(args).spawn() {
+            Ok(c) => (
+                WorkloadChild {
+                    workload: Some(Workload {
+                        command: command.to_vec(),
+                        pid: c.id().unwrap_or(0),
+                        ..Default::default()
+                    }),
+                    child: Some(c),
+                },
+                None,
+            ),
+            Err(e) => (
+                WorkloadChild::default(),
+                Some(Stop::WorkloadFailedToStart(format!("cannot start {program}: {e}"))),
+            ),
+        }
+    }
+
+    /// Waits for the child to exit; never returns without one.
+    pub async fn wait(&mut self) -> Stop {
+        match self.child.as_mut() {
+            Some(c) => match c.wait().await {
+                Ok(s) => Stop::WorkloadExited(s),
+                Err(e) => Stop::WorkloadFailedToStart(e.to_string()),
+            },
+            None => std::future::pending().await,
+        }
+    }
+
+    /// After the stop: interrupted while a command runs, the signal is passed
+    /// on and the command gets a bounded time to finish, so its exit status
+    /// and its last CPU time are recorded. Returns vtrace's exit code.
+    pub async fn finish(&mut self, stop: &Stop) -> i32 {
+        let mut exit_status = match stop {
+            Stop::WorkloadExited(s) => Some(*s),
+            _ => None,
+        };
+        if let (Some(c), Stop::Signal(_) | Stop::Requested) = (self.child.as_mut(), stop) {
+            if let Some(pid) = c.id() {
+                let sig = if matches!(stop, Stop::Signal("SIGTERM") | Stop::Requested) {
+                    libc::SIGTERM
+                } else {
+                    libc::SIGINT
+                };
+                unsafe { libc::kill(pid as i32, sig) };
+            }
+            exit_status = match tokio::time::timeout(Duration::from_secs(5), c.wait()).await {
+                Ok(Ok(s)) => Some(s),
+                _ => {
+                    let _ = c.kill().await;
+                    c.wait().await.ok()
+                }
+            };
+        }
+        if let (Some(w), Some(s)) = (self.workload.as_mut(), exit_status) {
+            use std::os::unix::process::ExitStatusExt;
+            w.exit_code = s.code();
+            w.signal = s.signal();
+        }
+        match (stop, exit_status) {
+            (Stop::WorkloadFailedToStart(msg), _) => {
+                eprintln!("vtrace: {msg}");
+                127
+            }
+            (_, Some(s)) => exit_code_of(s),
+            (_, None) => 0,
+        }
+    }
+}
+
+fn exit_code_of(s: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
