@@ -2,4 +2,5 @@
 //! /proc readers. Each layer's own collector lives in `layers/<name>/`.
 
 pub mod bpf_stats;
+pub mod maps;
 pub mod procfs;

@@ -16,7 +16,7 @@ use aya::{
 };
 use vtrace_common::{CpuState, IRQ_SLOTS, IrqStat, NO_SOFTIRQ, OVERFLOW_TID, ThreadTimes, state, thread_flag};
 
-use crate::{Error, Result};
+use crate::{Error, Result, collectors::maps::take};
 
 /// Everything the kernel side holds, at one instant.
 #[derive(Clone, Debug, Default)]
@@ -76,20 +76,15 @@ fn map_err(e: impl std::fmt::Display) -> Error {
 impl CpuCollector {
     /// Takes the engine's maps out of the loaded object (before programs attach).
     pub fn new(ebpf: &mut Ebpf, split: CpuSplit) -> Result<Self> {
-        let take = |ebpf: &mut Ebpf, name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| Error::Ebpf(format!("map {name} missing from the eBPF object")))
-        };
-        let mut threads: HashMap<MapData, u32, ThreadTimes> =
-            HashMap::try_from(take(ebpf, "THREADS")?).map_err(map_err)?;
+        let mut threads: HashMap<MapData, u32, ThreadTimes> = take(ebpf, "THREADS")?;
         // The bucket for threads that find the map full must exist up front.
         threads
             .insert(OVERFLOW_TID, ThreadTimes::default(), 0)
             .map_err(map_err)?;
         Ok(CpuCollector {
             threads,
-            cpu_state: PerCpuArray::try_from(take(ebpf, "CPU_STATE")?).map_err(map_err)?,
-            irqs: PerCpuArray::try_from(take(ebpf, "IRQS")?).map_err(map_err)?,
+            cpu_state: take(ebpf, "CPU_STATE")?,
+            irqs: take(ebpf, "IRQS")?,
             retired: Vec::new(),
             exited_last_time: HashSet::new(),
             split,

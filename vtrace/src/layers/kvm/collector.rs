@@ -18,7 +18,8 @@ use vtrace_common::{
 };
 
 use crate::{
-    Error, Result,
+    Result,
+    collectors::maps::{sum_per_cpu, take},
     layers::{
         cpu::ThreadRow,
         kvm::tables::{KvmEventRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow},
@@ -55,13 +56,6 @@ impl KvmSnapshot {
     }
 }
 
-fn take<K: aya::Pod, V: aya::Pod>(ebpf: &mut Ebpf, name: &str) -> Result<PerCpuHashMap<MapData, K, V>> {
-    let map = ebpf
-        .take_map(name)
-        .ok_or_else(|| Error::Ebpf(format!("map {name} missing")))?;
-    PerCpuHashMap::try_from(map).map_err(|e| Error::Ebpf(e.to_string()))
-}
-
 impl KvmCollector {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
         Ok(KvmCollector {
@@ -71,29 +65,10 @@ impl KvmCollector {
     }
 
     pub fn snapshot(&self) -> Result<KvmSnapshot> {
-        let mut out = KvmSnapshot::default();
-        for entry in self.latency.iter() {
-            let (k, per_cpu) = entry.map_err(|e| Error::Ebpf(e.to_string()))?;
-            let t = out.latency.entry(k).or_default();
-            for v in per_cpu.iter().filter(|v| v.count > 0) {
-                t.min_ns = if t.count == 0 { v.min_ns } else { t.min_ns.min(v.min_ns) };
-                t.max_ns = t.max_ns.max(v.max_ns);
-                t.count += v.count;
-                t.sum_ns += v.sum_ns;
-                for (a, b) in t.buckets.iter_mut().zip(v.buckets) {
-                    *a += b;
-                }
-            }
-        }
-        for entry in self.events.iter() {
-            let (k, per_cpu) = entry.map_err(|e| Error::Ebpf(e.to_string()))?;
-            let t = out.events.entry(k).or_default();
-            for v in per_cpu.iter() {
-                t.count += v.count;
-                t.bytes += v.bytes;
-            }
-        }
-        Ok(out)
+        Ok(KvmSnapshot {
+            latency: sum_per_cpu(&self.latency)?,
+            events: sum_per_cpu(&self.events)?,
+        })
     }
 }
 

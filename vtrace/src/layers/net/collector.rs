@@ -12,6 +12,7 @@ use vtrace_common::{DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, NetEven
 
 use crate::{
     Error, Result,
+    collectors::maps::{delta, sum_per_cpu, take},
     platforms::snapshot::{NetDev, NetNamespaces},
 };
 
@@ -30,95 +31,20 @@ pub struct NetSnapshot {
     pub napi: BTreeMap<u64, [u64; 3]>,
 }
 
-fn add(a: &mut DevStats, b: &DevStats) {
-    a.packets += b.packets;
-    a.bytes += b.bytes;
-    a.gso_packets += b.gso_packets;
-    a.gso_segs += b.gso_segs;
-    a.errors += b.errors;
-    for (x, y) in a.size_hist.iter_mut().zip(b.size_hist) {
-        *x += y;
-    }
-    for (x, y) in a.log2_hist.iter_mut().zip(b.log2_hist) {
-        *x += y;
-    }
-}
-
-fn sub(a: &DevStats, b: &DevStats) -> DevStats {
-    let mut d = *a;
-    d.packets -= b.packets.min(d.packets);
-    d.bytes -= b.bytes.min(d.bytes);
-    d.gso_packets -= b.gso_packets.min(d.gso_packets);
-    d.gso_segs -= b.gso_segs.min(d.gso_segs);
-    d.errors -= b.errors.min(d.errors);
-    for (x, y) in d.size_hist.iter_mut().zip(b.size_hist) {
-        *x -= y.min(*x);
-    }
-    for (x, y) in d.log2_hist.iter_mut().zip(b.log2_hist) {
-        *x -= y.min(*x);
-    }
-    d
-}
-
 impl NetSnapshot {
     /// What happened between `base` and `self`.
     pub fn since(&self, base: &NetSnapshot) -> NetSnapshot {
-        let devices = self
-            .devices
-            .iter()
-            .map(|(k, v)| (*k, base.devices.get(k).map(|b| sub(v, b)).unwrap_or(*v)))
-            .filter(|(_, v)| v.packets > 0 || v.errors > 0)
-            .collect();
-        let softirq = self
-            .softirq
-            .iter()
-            .map(|(k, v)| (*k, v.saturating_sub(base.softirq.get(k).copied().unwrap_or(0))))
-            .filter(|(_, v)| *v > 0)
-            .collect();
-        let drops = self
-            .drops
-            .iter()
-            .zip(base.drops.iter().chain(std::iter::repeat(&0)))
-            .map(|(a, b)| a - b.min(a))
-            .collect();
-        let latency = self
-            .latency
-            .iter()
-            .map(|(k, v)| {
-                let mut d = *v;
-                if let Some(b) = base.latency.get(k) {
-                    d.count -= b.count.min(d.count);
-                    d.sum_ns -= b.sum_ns.min(d.sum_ns);
-                    for (x, y) in d.log2.iter_mut().zip(b.log2) {
-                        *x -= y.min(*x);
-                    }
-                }
-                (*k, d)
-            })
-            .filter(|(_, v)| v.count > 0)
-            .collect();
-        let napi = self
-            .napi
-            .iter()
-            .map(|(k, v)| {
-                let b = base.napi.get(k).copied().unwrap_or_default();
-                (
-                    *k,
-                    [
-                        v[0].saturating_sub(b[0]),
-                        v[1].saturating_sub(b[1]),
-                        v[2].saturating_sub(b[2]),
-                    ],
-                )
-            })
-            .filter(|(_, v)| v[0] > 0)
-            .collect();
         NetSnapshot {
-            devices,
-            softirq,
-            drops,
-            latency,
-            napi,
+            devices: delta(&self.devices, &base.devices, |v| v.packets > 0 || v.errors > 0),
+            softirq: delta(&self.softirq, &base.softirq, |v| *v > 0),
+            drops: self
+                .drops
+                .iter()
+                .zip(base.drops.iter().chain(std::iter::repeat(&0)))
+                .map(|(a, b)| a - b.min(a))
+                .collect(),
+            latency: delta(&self.latency, &base.latency, |v| v.count > 0),
+            napi: delta(&self.napi, &base.napi, |v| v[0] > 0),
         }
     }
 }
@@ -134,17 +60,13 @@ pub struct NetCollector {
 
 impl NetCollector {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
-        let mut take = |name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| Error::Ebpf(format!("map {name} missing from the eBPF object")))
-        };
         Ok(NetCollector {
-            devices: PerCpuHashMap::try_from(take("NET_DEVICES")?).map_err(map_err)?,
-            softirq: PerCpuHashMap::try_from(take("NET_SOFTIRQ")?).map_err(map_err)?,
-            drops: PerCpuArray::try_from(take("NET_DROPS")?).map_err(map_err)?,
-            latency: PerCpuHashMap::try_from(take("NET_HOP_LATENCY")?).map_err(map_err)?,
-            napi: PerCpuHashMap::try_from(take("NAPI_POLLS")?).map_err(map_err)?,
-            losses: PerCpuArray::try_from(take("NET_LOSSES")?).map_err(map_err)?,
+            devices: take(ebpf, "NET_DEVICES")?,
+            softirq: take(ebpf, "NET_SOFTIRQ")?,
+            drops: take(ebpf, "NET_DROPS")?,
+            latency: take(ebpf, "NET_HOP_LATENCY")?,
+            napi: take(ebpf, "NAPI_POLLS")?,
+            losses: take(ebpf, "NET_LOSSES")?,
         })
     }
 
@@ -154,38 +76,13 @@ impl NetCollector {
     }
 
     pub fn snapshot(&self) -> Result<NetSnapshot> {
-        let mut snap = NetSnapshot::default();
-        for entry in self.devices.iter() {
-            let (k, per_cpu) = entry.map_err(map_err)?;
-            let total = snap.devices.entry(k).or_default();
-            for v in per_cpu.iter() {
-                add(total, v);
-            }
-        }
-        for entry in self.softirq.iter() {
-            let (k, per_cpu) = entry.map_err(map_err)?;
-            *snap.softirq.entry(k).or_default() += per_cpu.iter().sum::<u64>();
-        }
-        for entry in self.latency.iter() {
-            let (k, per_cpu) = entry.map_err(map_err)?;
-            let t = snap.latency.entry(k).or_default();
-            for v in per_cpu.iter() {
-                t.count += v.count;
-                t.sum_ns += v.sum_ns;
-                for (a, b) in t.log2.iter_mut().zip(v.log2) {
-                    *a += b;
-                }
-            }
-        }
-        for entry in self.napi.iter() {
-            let (k, per_cpu) = entry.map_err(map_err)?;
-            let t = snap.napi.entry(k).or_default();
-            for v in per_cpu.iter() {
-                for (a, b) in t.iter_mut().zip(v) {
-                    *a += b;
-                }
-            }
-        }
+        let mut snap = NetSnapshot {
+            devices: sum_per_cpu(&self.devices)?,
+            softirq: sum_per_cpu(&self.softirq)?,
+            latency: sum_per_cpu(&self.latency)?,
+            napi: sum_per_cpu(&self.napi)?,
+            ..Default::default()
+        };
         for r in 0..DROP_REASONS {
             snap.drops
                 .push(self.drops.get(&r, 0).map(|v| v.iter().sum()).unwrap_or(0));
@@ -357,15 +254,7 @@ pub fn tun_io(ebpf: &Ebpf) -> Result<BTreeMap<vtrace_common::TunIoKey, DevStats>
         .map("TUN_IO")
         .ok_or_else(|| Error::Ebpf("map TUN_IO missing".into()))?;
     let stats: PerCpuHashMap<_, vtrace_common::TunIoKey, DevStats> = PerCpuHashMap::try_from(map).map_err(map_err)?;
-    let mut out: BTreeMap<vtrace_common::TunIoKey, DevStats> = BTreeMap::new();
-    for entry in stats.iter() {
-        let (k, per_cpu) = entry.map_err(map_err)?;
-        let t = out.entry(k).or_default();
-        for v in per_cpu.iter() {
-            add(t, v);
-        }
-    }
-    Ok(out)
+    sum_per_cpu(&stats)
 }
 
 /// Fills TUN_FDS before the syscall programs attach.

@@ -18,7 +18,7 @@ use aya::{
 use vtrace_common::SampleKey;
 
 use super::tables::SampleRow;
-use crate::{Error, Result, layers::cpu::ThreadRow};
+use crate::{Error, Result, collectors::maps::take, layers::cpu::ThreadRow};
 
 /// Symbols of one ELF file: load segments and function symbols.
 struct ElfSymbols {
@@ -118,14 +118,10 @@ impl Sampler {
                 )
                 .map_err(|e| err(&e))?;
         }
-        let take = |ebpf: &mut Ebpf, name: &str| {
-            ebpf.take_map(name)
-                .ok_or_else(|| Error::Ebpf(format!("map {name} missing")))
-        };
         Ok(Sampler {
-            samples: PerCpuHashMap::try_from(take(ebpf, "SAMPLES")?).map_err(|e| err(&e))?,
-            drops: PerCpuArray::try_from(take(ebpf, "SAMPLE_DROPS")?).map_err(|e| err(&e))?,
-            stacks: StackTraceMap::try_from(take(ebpf, "STACKS")?).map_err(|e| err(&e))?,
+            samples: take(ebpf, "SAMPLES")?,
+            drops: take(ebpf, "SAMPLE_DROPS")?,
+            stacks: take(ebpf, "STACKS")?,
             maps: HashMap::new(),
             elves: HashMap::new(),
             hz,

@@ -9,7 +9,10 @@ use aya::{
 };
 use vtrace_common::{UprobeKey, UprobeStats};
 
-use crate::{Error, Result};
+use crate::{
+    Result,
+    collectors::maps::{sum_per_cpu, take},
+};
 
 pub struct UprobeCollector {
     stats: PerCpuHashMap<MapData, UprobeKey, UprobeStats>,
@@ -17,33 +20,13 @@ pub struct UprobeCollector {
 
 impl UprobeCollector {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
-        let map = ebpf
-            .take_map("UPROBE_STATS")
-            .ok_or_else(|| Error::Ebpf("map UPROBE_STATS missing".into()))?;
         Ok(UprobeCollector {
-            stats: PerCpuHashMap::try_from(map).map_err(|e| Error::Ebpf(e.to_string()))?,
+            stats: take(ebpf, "UPROBE_STATS")?,
         })
     }
 
     /// Totals per (slot, process).
     pub fn snapshot(&self) -> Result<BTreeMap<UprobeKey, UprobeStats>> {
-        let mut out: BTreeMap<UprobeKey, UprobeStats> = BTreeMap::new();
-        for entry in self.stats.iter() {
-            let (k, per_cpu) = entry.map_err(|e| Error::Ebpf(e.to_string()))?;
-            let t = out.entry(k).or_default();
-            for v in per_cpu.iter() {
-                t.calls += v.calls;
-                t.bytes += v.bytes;
-                t.returns += v.returns;
-                t.latency_sum_ns += v.latency_sum_ns;
-                for (a, b) in t.size_hist.iter_mut().zip(v.size_hist) {
-                    *a += b;
-                }
-                for (a, b) in t.latency_log2.iter_mut().zip(v.latency_log2) {
-                    *a += b;
-                }
-            }
-        }
-        Ok(out)
+        sum_per_cpu(&self.stats)
     }
 }
