@@ -37,6 +37,31 @@ fn schema5_recording_reports_as_it_did_when_written() {
         golden_text,
         "text report of the schema-5 fixture changed"
     );
+    // CSV covers every table: ping -c 5 -s 2000 on lo is 10 packets of 2042 B at each hop.
+    let o = vtrace(&[
+        "report",
+        "--format",
+        "csv",
+        "--table",
+        "net_hops",
+        fixture().to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = String::from_utf8_lossy(&o.stdout);
+    assert!(csv.starts_with("netns,ifindex,hop,direction,packets,bytes,"), "{csv}");
+    assert!(
+        csv.contains(",queue,tx,10,20420,") && csv.contains(",receive,rx,10,20420,"),
+        "{csv}"
+    );
+    let o = vtrace(&[
+        "report",
+        "--format",
+        "csv",
+        "--table",
+        "nope",
+        fixture().to_str().unwrap(),
+    ]);
+    assert!(!o.status.success() && stderr(&o).contains("no table 'nope': it has cpus, hardirqs"));
     for format in ["csv", "folded"] {
         let o = vtrace(&["report", "--format", format, fixture().to_str().unwrap()]);
         assert!(o.status.success(), "--format {format}: {}", stderr(&o));

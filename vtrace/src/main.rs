@@ -89,6 +89,10 @@ enum Command {
         /// Rows per table (text).
         #[arg(long, default_value_t = 15)]
         top: usize,
+        /// With `--format csv`: the recording table to print (threads' CPU breakdown when not given;
+        /// any table of the recording by its name, e.g. net_hops, kvm_events, intervals).
+        #[arg(long)]
+        table: Option<String>,
     },
     /// List the platform instances running now: processes, threads, roles and devices.
     Platforms {
@@ -191,9 +195,15 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             recording: path,
             format,
             top,
+            table,
         } => {
             let rec = recording::read(&path)?;
-            print!("{}", report::render(&rec, &ReportOptions { format, top }));
+            if let Some(name) = table {
+                anyhow::ensure!(format == Format::Csv, "--table goes with --format csv");
+                print!("{}", report::csv::table(&rec, &name)?);
+            } else {
+                print!("{}", report::render(&rec, &ReportOptions { format, top }));
+            }
             Ok(0)
         }
         Command::Platforms { json, platform_file } => {

@@ -93,6 +93,11 @@ impl TableSet {
         self.tables.contains_key(name)
     }
 
+    /// The table named `name`, whatever its row type.
+    pub fn get(&self, name: &str) -> Option<&dyn StoredTable> {
+        self.tables.get(name).map(|t| t.as_ref())
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &dyn StoredTable> {
         self.tables.values().map(|t| t.as_ref())
     }

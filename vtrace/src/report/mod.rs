@@ -1,6 +1,6 @@
 //! Reports: the same analysis shown as text tables, JSON or CSV.
 
-mod csv;
+pub mod csv;
 mod json;
 mod text;
 
