@@ -589,9 +589,98 @@ pub struct SampleKey {
     pub user_stack: i32,
 }
 
+/// What userspace writes into the eBPF object at load (one `CONFIG`
+/// global, pwru-style, instead of a global per value): kernel struct member
+/// offsets from BTF and tracepoint record offsets from tracefs format files
+/// (Rust eBPF has no CO-RE), and each layer's switches (`*_on`). Read-only
+/// to the programs, so the verifier prunes what a switch turns off.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// `offsetof(struct task_struct, pid)` from BTF.
+    pub task_pid: u32,
+    /// `offsetof(struct task_struct, tgid)` from BTF.
+    pub task_tgid: u32,
+    /// `offsetof(struct task_struct, flags)` from BTF.
+    pub task_flags: u32,
+    /// `offsetof(struct task_struct, se) + offsetof(struct sched_entity, sum_exec_runtime)`.
+    pub task_runtime: u32,
+    /// `offsetof(struct task_struct, utime)` and `stime` from BTF (read with `TICK_SPLIT_ON`).
+    pub task_utime: u32,
+    pub task_stime: u32,
+    /// 1: `--cpu-split ticks`: the syscall hooks do no accounting (they are
+    /// attached only when tun or KVM tracking needs them), process-context
+    /// time stays unsplit and each slice's utime/stime ticks are kept.
+    pub tick_split_on: u32,
+    /// sched/sched_switch record: offset of `prev_state`.
+    pub tp_switch_prev_state: u32,
+    /// sched/sched_switch record: offset of `next_pid`.
+    pub tp_switch_next_pid: u32,
+    /// sched/sched_process_fork record: offset of `child_pid`.
+    pub tp_fork_child_pid: u32,
+    /// irq/irq_handler_entry and _exit records: offset of `irq`.
+    pub tp_irq_irq: u32,
+    /// irq/softirq_entry and _exit records: offset of `vec`.
+    pub tp_softirq_vec: u32,
+    /// struct sk_buff: `len`, `dev`, `head`, `data`, `end`, `mac_header`.
+    pub skb_len: u32,
+    pub skb_dev: u32,
+    pub skb_head: u32,
+    pub skb_data: u32,
+    pub skb_end: u32,
+    pub skb_mac_header: u32,
+    /// struct skb_shared_info: `gso_size`, `gso_segs`.
+    pub shinfo_gso_size: u32,
+    pub shinfo_gso_segs: u32,
+    /// struct net_device: `ifindex`, `nd_net` (possible_net_t, whose first member is the struct net pointer).
+    pub dev_ifindex: u32,
+    pub dev_nd_net: u32,
+    /// struct net: `ns.inum`.
+    pub net_ns_inum: u32,
+    /// struct pt_regs: `di` (first syscall argument on x86-64).
+    pub pt_regs_di: u32,
+    /// 1: some process holds a tun fd: follow read/write syscalls on them.
+    pub tun_fds_on: u32,
+    /// struct napi_struct: `dev`.
+    pub napi_dev: u32,
+    /// 1: stream every packet at every hop to NET_EVENTS (`record --events`).
+    pub net_events_on: u32,
+    /// 1: the net layer is traced: NET_RX softirq time is kept per device.
+    pub net_layer_on: u32,
+    /// struct pt_regs: `si` (second syscall argument: the ioctl command).
+    pub pt_regs_si: u32,
+    /// 1: kvm_userspace_exit is traced: time each vCPU thread until its next ioctl(KVM_RUN).
+    pub kvm_run_on: u32,
+    /// kvm/* records (from their format files): the fields the programs read.
+    pub tp_kvm_exit_reason: u32,
+    pub tp_kvm_exit_isa: u32,
+    pub tp_kvm_uexit_reason: u32,
+    pub tp_kvm_uexit_errno: u32,
+    pub tp_kvm_pio_rw: u32,
+    pub tp_kvm_pio_port: u32,
+    pub tp_kvm_pio_size: u32,
+    pub tp_kvm_pio_count: u32,
+    pub tp_kvm_mmio_type: u32,
+    pub tp_kvm_mmio_len: u32,
+    pub tp_kvm_mmio_gpa: u32,
+    pub tp_kvm_fast_mmio_gpa: u32,
+    pub tp_kvm_set_irq_gsi: u32,
+    pub tp_kvm_set_irq_level: u32,
+    pub tp_kvm_msi_address: u32,
+    pub tp_kvm_msi_data: u32,
+    pub tp_kvm_inj_virq_vector: u32,
+    pub tp_kvm_inj_virq_soft: u32,
+    pub tp_kvm_wakeup_ns: u32,
+    pub tp_kvm_wakeup_waited: u32,
+    /// struct net_device: `mtu` and `hard_header_len` (the size histograms' MTU edge).
+    pub dev_mtu: u32,
+    pub dev_hard_header_len: u32,
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all three are repr(C), Copy, and made only of integers.
+    unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::ThreadTimes {}
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::IrqStat {}

@@ -16,6 +16,7 @@ use aya_ebpf::{
     macros::map,
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
 };
+use crate::config::conf;
 use vtrace_common::{
     CpuState, IRQ_SLOTS, IrqStat, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, ThreadTimes, state,
     thread_flag,
@@ -47,7 +48,7 @@ pub fn entry<K, V: Default>(map: &PerCpuHashMap<K, V>, key: &K) -> Option<&'stat
 /// True with `--cpu-split ticks`: user/system is not decided in the kernel.
 #[inline(always)]
 pub fn tick_split() -> bool {
-    crate::config::get(&crate::config::TICK_SPLIT_ON) != 0
+    conf!(tick_split_on) != 0
 }
 
 /// The base state of a thread known to be in the kernel now but about to

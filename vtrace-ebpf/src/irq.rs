@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use vtrace_common::{IRQ_DEVICE_SLOTS, NO_SOFTIRQ, SOFTIRQ_VECTORS, irq_vector, state};
 
-use crate::{account, config};
+use crate::{account, config::conf};
 
 #[inline(always)]
 fn on_hardirq_entry(slot: u32) {
@@ -64,7 +64,7 @@ fn on_softirq_entry(vec: u32) {
 #[inline(always)]
 fn on_softirq_exit() {
     let now = account::now();
-    if config::get(&config::NET_LAYER_ON) != 0 {
+    if conf!(net_layer_on) != 0 {
         account::net_softirq_switch(now, 0);
     }
     let Some(st) = account::enter(now, state::UNRESOLVED) else {
@@ -96,7 +96,7 @@ pub fn raw_irq_handler_exit(_ctx: RawTracePointContext) -> i32 {
 #[tracepoint(category = "irq", name = "irq_handler_entry")]
 pub fn tp_irq_handler_entry(ctx: TracePointContext) -> i32 {
     count_run!("irq_handler_entry");
-    let irq: i32 = unsafe { ctx.read_at(config::get(&config::TP_IRQ_IRQ) as usize) }.unwrap_or(0);
+    let irq: i32 = unsafe { ctx.read_at(conf!(tp_irq_irq) as usize) }.unwrap_or(0);
     on_hardirq_entry(device_slot(irq as u32));
     0
 }
@@ -127,7 +127,7 @@ pub fn raw_softirq_exit(_ctx: RawTracePointContext) -> i32 {
 #[tracepoint(category = "irq", name = "softirq_entry")]
 pub fn tp_softirq_entry(ctx: TracePointContext) -> i32 {
     count_run!("softirq_entry");
-    let vec: u32 = unsafe { ctx.read_at(config::get(&config::TP_SOFTIRQ_VEC) as usize) }.unwrap_or(u32::MAX);
+    let vec: u32 = unsafe { ctx.read_at(conf!(tp_softirq_vec) as usize) }.unwrap_or(u32::MAX);
     on_softirq_entry(vec);
     0
 }

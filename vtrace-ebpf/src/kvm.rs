@@ -3,7 +3,7 @@
 //! until the vCPU thread's next `ioctl(KVM_RUN)`, in `syscalls.rs`), port and
 //! MMIO accesses, interrupt injection and halt wake-ups.
 //!
-//! Records are read at offsets from the kvm/* format files (`config::TP_KVM_*`).
+//! Records are read at offsets from the kvm/* format files (`Config::tp_kvm_*`).
 //! On kernels where kvm_entry/kvm_exit do not fire (e.g. PVM), userspace falls
 //! back to tick-sampled guest time from /proc and labels it so.
 
@@ -18,7 +18,7 @@ use vtrace_common::{
     fine_bucket, kvm_event, kvm_latency, state,
 };
 
-use crate::{account, config};
+use crate::{account, config::conf};
 
 /// What each vCPU thread is in the middle of (bounded: LRU).
 #[map]
@@ -152,8 +152,8 @@ pub fn on_kvm_run() {
 }
 
 #[inline(always)]
-fn field<T: Copy + Default>(ctx: &TracePointContext, offset: &'static u32) -> T {
-    unsafe { ctx.read_at::<T>(config::get(offset) as usize) }.unwrap_or_default()
+fn field<T: Copy + Default>(ctx: &TracePointContext, offset: u32) -> T {
+    unsafe { ctx.read_at::<T>(offset as usize) }.unwrap_or_default()
 }
 
 /// Without the record's reason (raw_tp args are the vcpu and isa only); the
@@ -169,8 +169,8 @@ pub fn raw_kvm_exit(ctx: RawTracePointContext) -> i32 {
 #[tracepoint(category = "kvm", name = "kvm_exit")]
 pub fn tp_kvm_exit(ctx: TracePointContext) -> i32 {
     count_run!("kvm_exit");
-    let reason: u32 = field(&ctx, &config::TP_KVM_EXIT_REASON);
-    let isa: u32 = field(&ctx, &config::TP_KVM_EXIT_ISA);
+    let reason: u32 = field(&ctx, conf!(tp_kvm_exit_reason));
+    let isa: u32 = field(&ctx, conf!(tp_kvm_exit_isa));
     // VMX keeps flags in the upper half of the basic exit reason.
     let reason = if isa == 1 { reason & 0xffff } else { reason };
     on_exit(reason, isa);
@@ -194,8 +194,8 @@ pub fn tp_kvm_entry(_ctx: TracePointContext) -> i32 {
 #[tracepoint(category = "kvm", name = "kvm_userspace_exit")]
 pub fn tp_kvm_userspace_exit(ctx: TracePointContext) -> i32 {
     count_run!("kvm_userspace_exit");
-    let reason: u32 = field(&ctx, &config::TP_KVM_UEXIT_REASON);
-    let errno: i32 = field(&ctx, &config::TP_KVM_UEXIT_ERRNO);
+    let reason: u32 = field(&ctx, conf!(tp_kvm_uexit_reason));
+    let errno: i32 = field(&ctx, conf!(tp_kvm_uexit_errno));
     let reason = if errno < 0 { KVM_RUN_INTERRUPTED } else { reason };
     if let Some(p) = pending(account::current_tid()) {
         p.userspace_ns = account::now();
@@ -208,10 +208,10 @@ pub fn tp_kvm_userspace_exit(ctx: TracePointContext) -> i32 {
 #[tracepoint(category = "kvm", name = "kvm_pio")]
 pub fn tp_kvm_pio(ctx: TracePointContext) -> i32 {
     count_run!("kvm_pio");
-    let rw: u32 = field(&ctx, &config::TP_KVM_PIO_RW);
-    let port: u32 = field(&ctx, &config::TP_KVM_PIO_PORT);
-    let size: u32 = field(&ctx, &config::TP_KVM_PIO_SIZE);
-    let count: u32 = field(&ctx, &config::TP_KVM_PIO_COUNT);
+    let rw: u32 = field(&ctx, conf!(tp_kvm_pio_rw));
+    let port: u32 = field(&ctx, conf!(tp_kvm_pio_port));
+    let size: u32 = field(&ctx, conf!(tp_kvm_pio_size));
+    let count: u32 = field(&ctx, conf!(tp_kvm_pio_count));
     count_event(kvm_event::PIO, port as u64, rw, size, size as u64 * count as u64);
     0
 }
@@ -219,9 +219,9 @@ pub fn tp_kvm_pio(ctx: TracePointContext) -> i32 {
 #[tracepoint(category = "kvm", name = "kvm_mmio")]
 pub fn tp_kvm_mmio(ctx: TracePointContext) -> i32 {
     count_run!("kvm_mmio");
-    let kind: u32 = field(&ctx, &config::TP_KVM_MMIO_TYPE);
-    let len: u32 = field(&ctx, &config::TP_KVM_MMIO_LEN);
-    let gpa: u64 = field(&ctx, &config::TP_KVM_MMIO_GPA);
+    let kind: u32 = field(&ctx, conf!(tp_kvm_mmio_type));
+    let len: u32 = field(&ctx, conf!(tp_kvm_mmio_len));
+    let gpa: u64 = field(&ctx, conf!(tp_kvm_mmio_gpa));
     count_event(kvm_event::MMIO, gpa, kind, len, len as u64);
     0
 }
@@ -229,7 +229,7 @@ pub fn tp_kvm_mmio(ctx: TracePointContext) -> i32 {
 #[tracepoint(category = "kvm", name = "kvm_fast_mmio")]
 pub fn tp_kvm_fast_mmio(ctx: TracePointContext) -> i32 {
     count_run!("kvm_fast_mmio");
-    let gpa: u64 = field(&ctx, &config::TP_KVM_FAST_MMIO_GPA);
+    let gpa: u64 = field(&ctx, conf!(tp_kvm_fast_mmio_gpa));
     count_event(kvm_event::FAST_MMIO, gpa, 0, 0, 0);
     0
 }
@@ -237,8 +237,8 @@ pub fn tp_kvm_fast_mmio(ctx: TracePointContext) -> i32 {
 #[tracepoint(category = "kvm", name = "kvm_set_irq")]
 pub fn tp_kvm_set_irq(ctx: TracePointContext) -> i32 {
     count_run!("kvm_set_irq");
-    let gsi: u32 = field(&ctx, &config::TP_KVM_SET_IRQ_GSI);
-    let level: i32 = field(&ctx, &config::TP_KVM_SET_IRQ_LEVEL);
+    let gsi: u32 = field(&ctx, conf!(tp_kvm_set_irq_gsi));
+    let level: i32 = field(&ctx, conf!(tp_kvm_set_irq_level));
     count_event(kvm_event::SET_IRQ, gsi as u64, level as u32, 0, 0);
     0
 }
@@ -246,8 +246,8 @@ pub fn tp_kvm_set_irq(ctx: TracePointContext) -> i32 {
 #[tracepoint(category = "kvm", name = "kvm_msi_set_irq")]
 pub fn tp_kvm_msi_set_irq(ctx: TracePointContext) -> i32 {
     count_run!("kvm_msi_set_irq");
-    let address: u64 = field(&ctx, &config::TP_KVM_MSI_ADDRESS);
-    let data: u64 = field(&ctx, &config::TP_KVM_MSI_DATA);
+    let address: u64 = field(&ctx, conf!(tp_kvm_msi_address));
+    let data: u64 = field(&ctx, conf!(tp_kvm_msi_data));
     count_event(kvm_event::MSI, address, (data & 0xff) as u32, 0, 0);
     0
 }
@@ -255,8 +255,8 @@ pub fn tp_kvm_msi_set_irq(ctx: TracePointContext) -> i32 {
 #[tracepoint(category = "kvm", name = "kvm_inj_virq")]
 pub fn tp_kvm_inj_virq(ctx: TracePointContext) -> i32 {
     count_run!("kvm_inj_virq");
-    let vector: u32 = field(&ctx, &config::TP_KVM_INJ_VIRQ_VECTOR);
-    let soft: u8 = field(&ctx, &config::TP_KVM_INJ_VIRQ_SOFT);
+    let vector: u32 = field(&ctx, conf!(tp_kvm_inj_virq_vector));
+    let soft: u8 = field(&ctx, conf!(tp_kvm_inj_virq_soft));
     count_event(kvm_event::INJ_VIRQ, vector as u64, soft as u32, 0, 0);
     0
 }
@@ -264,8 +264,8 @@ pub fn tp_kvm_inj_virq(ctx: TracePointContext) -> i32 {
 #[tracepoint(category = "kvm", name = "kvm_vcpu_wakeup")]
 pub fn tp_kvm_vcpu_wakeup(ctx: TracePointContext) -> i32 {
     count_run!("kvm_vcpu_wakeup");
-    let ns: u64 = field(&ctx, &config::TP_KVM_WAKEUP_NS);
-    let waited: u8 = field(&ctx, &config::TP_KVM_WAKEUP_WAITED);
+    let ns: u64 = field(&ctx, conf!(tp_kvm_wakeup_ns));
+    let waited: u8 = field(&ctx, conf!(tp_kvm_wakeup_waited));
     let key = KvmLatencyKey {
         tid: account::current_tid(),
         kind: kvm_latency::HALT,

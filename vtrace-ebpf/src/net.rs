@@ -18,7 +18,7 @@ use vtrace_common::{
 };
 
 use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
-use crate::{account, config};
+use crate::{account, config::conf};
 
 #[map]
 pub static NET_DEVICES: PerCpuHashMap<DevKey, DevStats> = PerCpuHashMap::with_max_entries(4096, 0);
@@ -103,7 +103,7 @@ fn journey(now: u64, skb: u64, dev: u64, hop_id: u32, len: u32) {
     mark.ts = now;
     mark.dev = dev;
     mark.hop = hop_id;
-    if config::get(&config::NET_EVENTS_ON) != 0 {
+    if conf!(net_events_on) != 0 {
         match NET_EVENTS.reserve::<NetEvent>(0) {
             Some(mut e) => {
                 e.write(NetEvent {
@@ -126,12 +126,12 @@ fn device_id<M: KernelMem>(dev: u64) -> Option<(u32, u32)> {
     if dev == 0 {
         return None;
     }
-    let ifindex: u32 = M::read(dev, config::get(&config::DEV_IFINDEX))?;
-    let net: u64 = M::read(dev, config::get(&config::DEV_ND_NET))?;
+    let ifindex: u32 = M::read(dev, conf!(dev_ifindex))?;
+    let net: u64 = M::read(dev, conf!(dev_nd_net))?;
     let netns: u32 = if net == 0 {
         0
     } else {
-        M::read(net, config::get(&config::NET_NS_INUM)).unwrap_or(0)
+        M::read(net, conf!(net_ns_inum)).unwrap_or(0)
     };
     Some((netns, ifindex))
 }
@@ -155,7 +155,7 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
     let dev = if dev != 0 {
         dev
     } else {
-        M::read::<u64>(skb, config::get(&config::SKB_DEV)).unwrap_or(0)
+        M::read::<u64>(skb, conf!(skb_dev)).unwrap_or(0)
     };
     let Some((netns, ifindex)) = device_id::<M>(dev) else {
         return;
@@ -163,22 +163,22 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
     let (len, head): (u32, u64) = match xmit_len {
         Some(l) => (l, 0),
         None => (
-            M::read(skb, config::get(&config::SKB_LEN)).unwrap_or(0),
-            M::read(skb, config::get(&config::SKB_HEAD)).unwrap_or(0),
+            M::read(skb, conf!(skb_len)).unwrap_or(0),
+            M::read(skb, conf!(skb_head)).unwrap_or(0),
         ),
     };
     let mut wire = len as u64;
     if !hop::is_tx(hop_id) && head != 0 {
         // Received skbs had their link-layer header pulled: add it back, as
         // the device's own byte counters include it.
-        let data: u64 = M::read(skb, config::get(&config::SKB_DATA)).unwrap_or(0);
-        let mac: u16 = M::read(skb, config::get(&config::SKB_MAC_HEADER)).unwrap_or(u16::MAX);
+        let data: u64 = M::read(skb, conf!(skb_data)).unwrap_or(0);
+        let mac: u16 = M::read(skb, conf!(skb_mac_header)).unwrap_or(u16::MAX);
         if mac != u16::MAX && head != 0 && data >= head + mac as u64 {
             wire += data - (head + mac as u64);
         }
     }
     let end: u32 = if head != 0 {
-        M::read(skb, config::get(&config::SKB_END)).unwrap_or(0)
+        M::read(skb, conf!(skb_end)).unwrap_or(0)
     } else {
         0
     };
@@ -186,12 +186,12 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
     // number to the verifier): read through the helper either way.
     let shinfo = head + end as u64;
     let gso_size: u16 = if head != 0 {
-        ProbeRead::read(shinfo, config::get(&config::SHINFO_GSO_SIZE)).unwrap_or(0)
+        ProbeRead::read(shinfo, conf!(shinfo_gso_size)).unwrap_or(0)
     } else {
         0
     };
     let gso_segs: u16 = if gso_size != 0 {
-        ProbeRead::read(shinfo, config::get(&config::SHINFO_GSO_SEGS)).unwrap_or(1)
+        ProbeRead::read(shinfo, conf!(shinfo_gso_segs)).unwrap_or(1)
     } else {
         1
     };
@@ -342,7 +342,7 @@ pub fn raw_napi_poll(ctx: RawTracePointContext) -> i32 {
     let dev: u64 = if napi == 0 {
         0
     } else {
-        ProbeRead::read(napi, config::get(&config::NAPI_DEV)).unwrap_or(0)
+        ProbeRead::read(napi, conf!(napi_dev)).unwrap_or(0)
     };
     let Some((netns, ifindex)) = device_id::<ProbeRead>(dev) else {
         return 0;

@@ -10,7 +10,7 @@ use aya_ebpf::{
 use vtrace_common::{ThreadTimes, state, thread_flag};
 
 use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
-use crate::{account, config};
+use crate::{account, config::conf};
 
 /// PF_KTHREAD from include/linux/sched.h.
 const PF_KTHREAD: u32 = 0x0020_0000;
@@ -34,8 +34,8 @@ fn read_task_u64<M: KernelMem>(task: u64, offset: u32) -> Option<u64> {
 #[inline(always)]
 fn read_utime_stime<M: KernelMem>(task: u64) -> Option<(u64, u64)> {
     let (u, s) = (
-        config::get(&config::TASK_UTIME_OFFSET),
-        config::get(&config::TASK_STIME_OFFSET),
+        conf!(task_utime),
+        conf!(task_stime),
     );
     if u == 0 || s == 0 {
         return None;
@@ -82,7 +82,7 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next_tid: u32) {
                 st.base = state::UNRESOLVED as u32;
             }
         }
-        let kthread = read_task_u32::<M>(prev, config::get(&config::TASK_FLAGS_OFFSET)) & PF_KTHREAD != 0;
+        let kthread = read_task_u32::<M>(prev, conf!(task_flags)) & PF_KTHREAD != 0;
         let tick_split = account::tick_split();
         if st.base == state::UNRESOLVED as u32 && !tick_split {
             let mode = if kthread || !prev_running {
@@ -100,7 +100,7 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next_tid: u32) {
             flags |= thread_flag::KTHREAD;
         }
         let clocks = account::TaskClocks {
-            runtime: read_task_u64::<M>(prev, config::get(&config::TASK_RUNTIME_OFFSET)),
+            runtime: read_task_u64::<M>(prev, conf!(task_runtime)),
             ticks: if tick_split { read_utime_stime::<M>(prev) } else { None },
         };
         account::flush_thread(st, prev_tid, (id >> 32) as u32, flags, clocks);
@@ -161,7 +161,7 @@ pub fn btf_sched_switch(ctx: BtfTracePointContext) -> i32 {
     on_switch::<BtfLoad>(
         ctx.arg(1),
         prev_state as u32 == 0,
-        read_task_u32::<BtfLoad>(next, config::get(&config::TASK_PID_OFFSET)),
+        read_task_u32::<BtfLoad>(next, conf!(task_pid)),
     );
     0
 }
@@ -174,7 +174,7 @@ pub fn raw_sched_switch(ctx: RawTracePointContext) -> i32 {
     on_switch::<ProbeRead>(
         ctx.arg(1),
         prev_state as u32 == 0,
-        read_task_u32::<ProbeRead>(next, config::get(&config::TASK_PID_OFFSET)),
+        read_task_u32::<ProbeRead>(next, conf!(task_pid)),
     );
     0
 }
@@ -182,8 +182,8 @@ pub fn raw_sched_switch(ctx: RawTracePointContext) -> i32 {
 #[tracepoint(category = "sched", name = "sched_switch")]
 pub fn tp_sched_switch(ctx: TracePointContext) -> i32 {
     count_run!("sched_switch");
-    let prev_state: i64 = unsafe { ctx.read_at(config::get(&config::TP_SWITCH_PREV_STATE) as usize) }.unwrap_or(1);
-    let next_tid: u32 = unsafe { ctx.read_at(config::get(&config::TP_SWITCH_NEXT_PID) as usize) }.unwrap_or(0);
+    let prev_state: i64 = unsafe { ctx.read_at(conf!(tp_switch_prev_state) as usize) }.unwrap_or(1);
+    let next_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_next_pid) as usize) }.unwrap_or(0);
     on_switch::<ProbeRead>(unsafe { bpf_get_current_task() }, prev_state == 0, next_tid);
     0
 }
@@ -194,8 +194,8 @@ pub fn raw_sched_process_fork(ctx: RawTracePointContext) -> i32 {
     count_run!("sched_process_fork");
     let child: u64 = ctx.arg(1);
     on_fork(
-        read_task_u32::<ProbeRead>(child, config::get(&config::TASK_PID_OFFSET)),
-        read_task_u32::<ProbeRead>(child, config::get(&config::TASK_TGID_OFFSET)),
+        read_task_u32::<ProbeRead>(child, conf!(task_pid)),
+        read_task_u32::<ProbeRead>(child, conf!(task_tgid)),
     );
     0
 }
@@ -203,7 +203,7 @@ pub fn raw_sched_process_fork(ctx: RawTracePointContext) -> i32 {
 #[tracepoint(category = "sched", name = "sched_process_fork")]
 pub fn tp_sched_process_fork(ctx: TracePointContext) -> i32 {
     count_run!("sched_process_fork");
-    let child_tid: u32 = unsafe { ctx.read_at(config::get(&config::TP_FORK_CHILD_PID) as usize) }.unwrap_or(0);
+    let child_tid: u32 = unsafe { ctx.read_at(conf!(tp_fork_child_pid) as usize) }.unwrap_or(0);
     // The record has no tgid; the first switch-out of the child fills it in.
     on_fork(child_tid, 0);
     0

@@ -11,7 +11,7 @@ use aya_ebpf::{
 use vtrace_common::{DevStats, TunIoKey, TunPending, count_size, state};
 
 use crate::kmem::{KernelMem, ProbeRead};
-use crate::{account, config, kvm};
+use crate::{account, config::conf, kvm};
 
 /// (tgid << 32 | fd) -> dev_key of the tap, for every tun fd open when
 /// recording started (filled by userspace).
@@ -118,15 +118,15 @@ pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
     on_sys_enter();
     let regs: u64 = ctx.arg(0);
     let id: u64 = ctx.arg(1);
-    if id == NR_IOCTL && config::get(&config::KVM_RUN_ON) != 0 {
-        let cmd: u64 = ProbeRead::read(regs, config::get(&config::PT_REGS_SI)).unwrap_or(0);
+    if id == NR_IOCTL && conf!(kvm_run_on) != 0 {
+        let cmd: u64 = ProbeRead::read(regs, conf!(pt_regs_si)).unwrap_or(0);
         if cmd == KVM_RUN {
             kvm::on_kvm_run();
         }
     }
-    if config::get(&config::TUN_FDS_ON) != 0 {
+    if conf!(tun_fds_on) != 0 {
         if id <= NR_WRITEV {
-            let fd: u64 = ProbeRead::read(regs, config::get(&config::PT_REGS_DI)).unwrap_or(u64::MAX);
+            let fd: u64 = ProbeRead::read(regs, conf!(pt_regs_di)).unwrap_or(u64::MAX);
             tun_enter(id, fd);
         }
     }
@@ -138,7 +138,7 @@ pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
 pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
     count_run!("sys_exit");
     on_sys_exit();
-    if config::get(&config::TUN_FDS_ON) != 0 {
+    if conf!(tun_fds_on) != 0 {
         let ret: u64 = ctx.arg(1);
         tun_exit(ret as i64);
     }
@@ -151,10 +151,10 @@ pub fn tp_sys_enter(ctx: TracePointContext) -> i32 {
     count_run!("sys_enter");
     on_sys_enter();
     let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
-    if id == NR_IOCTL && config::get(&config::KVM_RUN_ON) != 0 && unsafe { ctx.read_at::<u64>(24) } == Ok(KVM_RUN) {
+    if id == NR_IOCTL && conf!(kvm_run_on) != 0 && unsafe { ctx.read_at::<u64>(24) } == Ok(KVM_RUN) {
         kvm::on_kvm_run();
     }
-    if config::get(&config::TUN_FDS_ON) != 0 {
+    if conf!(tun_fds_on) != 0 {
         if id <= NR_WRITEV {
             let fd: u64 = unsafe { ctx.read_at(16) }.unwrap_or(u64::MAX);
             tun_enter(id, fd);
@@ -168,7 +168,7 @@ pub fn tp_sys_enter(ctx: TracePointContext) -> i32 {
 pub fn tp_sys_exit(ctx: TracePointContext) -> i32 {
     count_run!("sys_exit");
     on_sys_exit();
-    if config::get(&config::TUN_FDS_ON) != 0 {
+    if conf!(tun_fds_on) != 0 {
         let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
         tun_exit(ret);
     }

@@ -13,11 +13,12 @@
 use std::{collections::HashSet, path::Path};
 
 use aya::Ebpf;
+use vtrace_common::Config;
 
 use crate::{
     Result,
     platforms::{SystemSnapshot, attribute::Attribution},
-    probes::{Capabilities, ProbeSpec, ProbeStatus, offsets::KernelOffsets},
+    probes::{Capabilities, ProbeSpec, ProbeStatus},
     record::RecordOptions,
     recording::{Overhead, TableKind, TableSet, Workload},
 };
@@ -72,9 +73,9 @@ pub trait Layer: Sync {
     /// Its catalog entries: every probe it may attach, best strategy first.
     fn catalog(&self) -> &'static [ProbeSpec];
     /// What it writes into the eBPF object's configuration.
-    fn configure(&self, _setup: &Setup, _config: &mut KernelOffsets) {}
+    fn configure(&self, _setup: &Setup, _config: &mut Config) {}
     /// The probes to attach in this recording, once every layer configured.
-    fn probes(&self, _setup: &Setup, _config: &KernelOffsets) -> Result<Vec<ProbeSpec>> {
+    fn probes(&self, _setup: &Setup, _config: &Config) -> Result<Vec<ProbeSpec>> {
         Ok(self.catalog().to_vec())
     }
     /// The tables it writes, so that a reader knows how to read them back.
@@ -85,7 +86,7 @@ pub trait Layer: Sync {
         &self,
         ebpf: &mut Ebpf,
         setup: &Setup,
-        config: &KernelOffsets,
+        config: &Config,
         probes: &mut Vec<ProbeStatus>,
     ) -> Result<Box<dyn Collector>>;
 }

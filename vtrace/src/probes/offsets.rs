@@ -1,170 +1,83 @@
 //! Kernel layout the eBPF programs need but cannot learn themselves (Rust eBPF
 //! has no CO-RE): struct member offsets from BTF and tracepoint record
-//! offsets from tracefs format files. Passed in as load-time globals.
+//! offsets from tracefs format files, resolved into the one load-time
+//! [`Config`] the object reads.
 
 use std::{fs, path::Path};
 
 use super::Capabilities;
 
-#[derive(Clone, Copy, Debug, Default)]
-pub struct KernelOffsets {
-    pub task_pid: u32,
-    pub task_tgid: u32,
-    pub task_flags: u32,
-    pub task_runtime: u32,
-    pub task_utime: u32,
-    pub task_stime: u32,
-    pub tp_switch_prev_state: u32,
-    pub tp_switch_next_pid: u32,
-    pub tp_fork_child_pid: u32,
-    pub tp_irq_irq: u32,
-    pub tp_softirq_vec: u32,
-    pub skb_len: u32,
-    pub skb_dev: u32,
-    pub skb_head: u32,
-    pub skb_data: u32,
-    pub skb_end: u32,
-    pub skb_mac_header: u32,
-    pub shinfo_gso_size: u32,
-    pub shinfo_gso_segs: u32,
-    pub dev_ifindex: u32,
-    pub dev_nd_net: u32,
-    pub net_ns_inum: u32,
-    pub napi_dev: u32,
-    pub pt_regs_di: u32,
-    /// Not an offset: 1 follows syscalls on tun fds (set when some process holds one).
-    pub tun_fds_on: u32,
-    /// Not an offset: 1 streams per-packet events (`record --events`).
-    pub net_events_on: u32,
-    /// Not an offset: 1 when the net layer is traced (NET_RX time is kept per device).
-    pub net_layer_on: u32,
-    pub pt_regs_si: u32,
-    /// Not an offset: 1 leaves the user/system split to tick sampling (`--cpu-split ticks`).
-    pub tick_split_on: u32,
-    /// Not an offset: 1 times user-space exits until the next ioctl(KVM_RUN) (kvm is loaded).
-    pub kvm_run_on: u32,
-    /// Offsets of the [`KVM_FIELDS`] record fields, in that order.
-    pub kvm_fields: [u32; KVM_FIELDS.len()],
-}
+use vtrace_common::Config;
 
-/// (global, event, field) of every kvm/* record field the eBPF programs read.
-const KVM_FIELDS: [(&str, &str, &str); 20] = [
-    ("TP_KVM_EXIT_REASON", "kvm_exit", "exit_reason"),
-    ("TP_KVM_EXIT_ISA", "kvm_exit", "isa"),
-    ("TP_KVM_UEXIT_REASON", "kvm_userspace_exit", "reason"),
-    ("TP_KVM_UEXIT_ERRNO", "kvm_userspace_exit", "errno"),
-    ("TP_KVM_PIO_RW", "kvm_pio", "rw"),
-    ("TP_KVM_PIO_PORT", "kvm_pio", "port"),
-    ("TP_KVM_PIO_SIZE", "kvm_pio", "size"),
-    ("TP_KVM_PIO_COUNT", "kvm_pio", "count"),
-    ("TP_KVM_MMIO_TYPE", "kvm_mmio", "type"),
-    ("TP_KVM_MMIO_LEN", "kvm_mmio", "len"),
-    ("TP_KVM_MMIO_GPA", "kvm_mmio", "gpa"),
-    ("TP_KVM_FAST_MMIO_GPA", "kvm_fast_mmio", "gpa"),
-    ("TP_KVM_SET_IRQ_GSI", "kvm_set_irq", "gsi"),
-    ("TP_KVM_SET_IRQ_LEVEL", "kvm_set_irq", "level"),
-    ("TP_KVM_MSI_ADDRESS", "kvm_msi_set_irq", "address"),
-    ("TP_KVM_MSI_DATA", "kvm_msi_set_irq", "data"),
-    ("TP_KVM_INJ_VIRQ_VECTOR", "kvm_inj_virq", "vector"),
-    ("TP_KVM_INJ_VIRQ_SOFT", "kvm_inj_virq", "soft"),
-    ("TP_KVM_WAKEUP_NS", "kvm_vcpu_wakeup", "ns"),
-    ("TP_KVM_WAKEUP_WAITED", "kvm_vcpu_wakeup", "waited"),
-];
-
-impl KernelOffsets {
-    /// Resolves what the running kernel provides; what it lacks stays 0 and the
-    /// strategies that need it are unavailable anyway (no BTF: no raw_tp;
-    /// no tracefs: no tracepoints). The switches (`*_on`) stay 0: each layer
-    /// sets its own ([`crate::layers::Layer::configure`]).
-    pub fn resolve(caps: &Capabilities) -> Self {
-        let mut o = KernelOffsets::default();
-        if let Ok(btf) = &caps.btf {
-            o.task_pid = member_offset(btf, "task_struct", "pid").unwrap_or(0);
-            o.task_tgid = member_offset(btf, "task_struct", "tgid").unwrap_or(0);
-            o.task_flags = member_offset(btf, "task_struct", "flags").unwrap_or(0);
-            o.task_runtime = match (
-                member_offset(btf, "task_struct", "se"),
-                member_offset(btf, "sched_entity", "sum_exec_runtime"),
-            ) {
-                (Some(se), Some(rt)) => se + rt,
-                _ => 0,
-            };
-            let m = |s: &str, f: &str| member_offset(btf, s, f).unwrap_or(0);
-            o.task_utime = m("task_struct", "utime");
-            o.task_stime = m("task_struct", "stime");
-            o.skb_len = m("sk_buff", "len");
-            o.skb_dev = m("sk_buff", "dev");
-            o.skb_head = m("sk_buff", "head");
-            o.skb_data = m("sk_buff", "data");
-            o.skb_end = m("sk_buff", "end");
-            o.skb_mac_header = m("sk_buff", "mac_header");
-            o.shinfo_gso_size = m("skb_shared_info", "gso_size");
-            o.shinfo_gso_segs = m("skb_shared_info", "gso_segs");
-            o.dev_ifindex = m("net_device", "ifindex");
-            o.dev_nd_net = m("net_device", "nd_net");
-            o.net_ns_inum = m("net", "ns") + m("ns_common", "inum");
-            o.napi_dev = m("napi_struct", "dev");
-            o.pt_regs_di = m("pt_regs", "di");
-            o.pt_regs_si = m("pt_regs", "si");
-        }
-        if let Ok(tracefs) = &caps.tracefs {
-            let f = |cat: &str, ev: &str, field: &str| {
-                tracepoint_field(tracefs, cat, ev, field).map(|f| f.offset).unwrap_or(0)
-            };
-            o.tp_switch_prev_state = f("sched", "sched_switch", "prev_state");
-            o.tp_switch_next_pid = f("sched", "sched_switch", "next_pid");
-            o.tp_fork_child_pid = f("sched", "sched_process_fork", "child_pid");
-            o.tp_irq_irq = f("irq", "irq_handler_entry", "irq");
-            o.tp_softirq_vec = f("irq", "softirq_entry", "vec");
-            for (slot, (_, event, field)) in o.kvm_fields.iter_mut().zip(KVM_FIELDS) {
-                *slot = f("kvm", event, field);
-            }
-        }
-        o
+/// Resolves the offsets the running kernel provides; what it lacks stays 0
+/// and the strategies that need it are unavailable anyway (no BTF: no
+/// raw_tp; no tracefs: no tracepoints). The switches (`*_on`) stay 0: each
+/// layer sets its own ([`crate::layers::Layer::configure`]).
+pub fn resolve(caps: &Capabilities) -> Config {
+    let mut o = Config::default();
+    if let Ok(btf) = &caps.btf {
+        let m = |s: &str, f: &str| member_offset(btf, s, f).unwrap_or(0);
+        o.task_pid = m("task_struct", "pid");
+        o.task_tgid = m("task_struct", "tgid");
+        o.task_flags = m("task_struct", "flags");
+        o.task_runtime = match (
+            member_offset(btf, "task_struct", "se"),
+            member_offset(btf, "sched_entity", "sum_exec_runtime"),
+        ) {
+            (Some(se), Some(rt)) => se + rt,
+            _ => 0,
+        };
+        o.task_utime = m("task_struct", "utime");
+        o.task_stime = m("task_struct", "stime");
+        o.skb_len = m("sk_buff", "len");
+        o.skb_dev = m("sk_buff", "dev");
+        o.skb_head = m("sk_buff", "head");
+        o.skb_data = m("sk_buff", "data");
+        o.skb_end = m("sk_buff", "end");
+        o.skb_mac_header = m("sk_buff", "mac_header");
+        o.shinfo_gso_size = m("skb_shared_info", "gso_size");
+        o.shinfo_gso_segs = m("skb_shared_info", "gso_segs");
+        o.dev_ifindex = m("net_device", "ifindex");
+        o.dev_nd_net = m("net_device", "nd_net");
+        o.dev_mtu = m("net_device", "mtu");
+        o.dev_hard_header_len = m("net_device", "hard_header_len");
+        o.net_ns_inum = m("net", "ns") + m("ns_common", "inum");
+        o.napi_dev = m("napi_struct", "dev");
+        o.pt_regs_di = m("pt_regs", "di");
+        o.pt_regs_si = m("pt_regs", "si");
     }
-
-    /// (global name in vtrace-ebpf/src/config.rs, value)
-    pub fn globals(&self) -> Vec<(&'static str, u32)> {
-        let mut g = vec![
-            ("PT_REGS_SI", self.pt_regs_si),
-            ("KVM_RUN_ON", self.kvm_run_on),
-            ("PT_REGS_DI", self.pt_regs_di),
-            ("TUN_FDS_ON", self.tun_fds_on),
-            ("NAPI_DEV", self.napi_dev),
-            ("NET_EVENTS_ON", self.net_events_on),
-            ("NET_LAYER_ON", self.net_layer_on),
-            ("SKB_LEN", self.skb_len),
-            ("SKB_DEV", self.skb_dev),
-            ("SKB_HEAD", self.skb_head),
-            ("SKB_DATA", self.skb_data),
-            ("SKB_END", self.skb_end),
-            ("SKB_MAC_HEADER", self.skb_mac_header),
-            ("SHINFO_GSO_SIZE", self.shinfo_gso_size),
-            ("SHINFO_GSO_SEGS", self.shinfo_gso_segs),
-            ("DEV_IFINDEX", self.dev_ifindex),
-            ("DEV_ND_NET", self.dev_nd_net),
-            ("NET_NS_INUM", self.net_ns_inum),
-            ("TASK_RUNTIME_OFFSET", self.task_runtime),
-            ("TASK_UTIME_OFFSET", self.task_utime),
-            ("TASK_STIME_OFFSET", self.task_stime),
-            ("TICK_SPLIT_ON", self.tick_split_on),
-            ("TASK_PID_OFFSET", self.task_pid),
-            ("TASK_TGID_OFFSET", self.task_tgid),
-            ("TASK_FLAGS_OFFSET", self.task_flags),
-            ("TP_SWITCH_PREV_STATE", self.tp_switch_prev_state),
-            ("TP_SWITCH_NEXT_PID", self.tp_switch_next_pid),
-            ("TP_FORK_CHILD_PID", self.tp_fork_child_pid),
-            ("TP_IRQ_IRQ", self.tp_irq_irq),
-            ("TP_SOFTIRQ_VEC", self.tp_softirq_vec),
-        ];
-        g.extend(
-            KVM_FIELDS
-                .iter()
-                .zip(self.kvm_fields)
-                .map(|((global, _, _), v)| (*global, v)),
-        );
-        g
+    if let Ok(tracefs) = &caps.tracefs {
+        let f = |cat: &str, ev: &str, field: &str| {
+            tracepoint_field(tracefs, cat, ev, field).map(|f| f.offset).unwrap_or(0)
+        };
+        o.tp_switch_prev_state = f("sched", "sched_switch", "prev_state");
+        o.tp_switch_next_pid = f("sched", "sched_switch", "next_pid");
+        o.tp_fork_child_pid = f("sched", "sched_process_fork", "child_pid");
+        o.tp_irq_irq = f("irq", "irq_handler_entry", "irq");
+        o.tp_softirq_vec = f("irq", "softirq_entry", "vec");
+        let kvm = |ev: &str, field: &str| f("kvm", ev, field);
+        o.tp_kvm_exit_reason = kvm("kvm_exit", "exit_reason");
+        o.tp_kvm_exit_isa = kvm("kvm_exit", "isa");
+        o.tp_kvm_uexit_reason = kvm("kvm_userspace_exit", "reason");
+        o.tp_kvm_uexit_errno = kvm("kvm_userspace_exit", "errno");
+        o.tp_kvm_pio_rw = kvm("kvm_pio", "rw");
+        o.tp_kvm_pio_port = kvm("kvm_pio", "port");
+        o.tp_kvm_pio_size = kvm("kvm_pio", "size");
+        o.tp_kvm_pio_count = kvm("kvm_pio", "count");
+        o.tp_kvm_mmio_type = kvm("kvm_mmio", "type");
+        o.tp_kvm_mmio_len = kvm("kvm_mmio", "len");
+        o.tp_kvm_mmio_gpa = kvm("kvm_mmio", "gpa");
+        o.tp_kvm_fast_mmio_gpa = kvm("kvm_fast_mmio", "gpa");
+        o.tp_kvm_set_irq_gsi = kvm("kvm_set_irq", "gsi");
+        o.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
+        o.tp_kvm_msi_address = kvm("kvm_msi_set_irq", "address");
+        o.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
+        o.tp_kvm_inj_virq_vector = kvm("kvm_inj_virq", "vector");
+        o.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
+        o.tp_kvm_wakeup_ns = kvm("kvm_vcpu_wakeup", "ns");
+        o.tp_kvm_wakeup_waited = kvm("kvm_vcpu_wakeup", "waited");
     }
+    o
 }
 
 /// Byte offset of `member` in `struct name`, searching anonymous nested

@@ -22,7 +22,7 @@ use crate::{
         self, Attached, Collector, Emit, End, Facts, Layer, LayerOutput, Setup, cpu::CpuSplit, cpu::monotonic_ns,
     },
     platforms::{self, Instance, Profile, SystemSnapshot, attribute::Attribution},
-    probes::{self, Capabilities, ProbeStatus, capabilities::ensure_tracefs, offsets::KernelOffsets},
+    probes::{self, Capabilities, ProbeStatus, capabilities::ensure_tracefs, offsets},
     recording::{
         self, FORMAT_NAME, Host, Metadata, OutputSlot, Overhead, Recording, SCHEMA_VERSION, Selectors, TableSet,
     },
@@ -335,7 +335,7 @@ async fn record_session(opts: &RecordOptions, prepared: Prepared, control: &mut 
             Err(why) => notes.push(format!("layer {} skipped: {why}", layer.name())),
         }
     }
-    let mut config = KernelOffsets::resolve(&caps);
+    let mut config = offsets::resolve(&caps);
     for layer in &running {
         layer.configure(&setup, &mut config);
     }
@@ -547,7 +547,7 @@ fn self_usage() -> Overhead {
 pub fn probe_plan() -> Vec<ProbeStatus> {
     let mut caps = Capabilities::detect();
     if crate::privileges::check().is_ok()
-        && let Ok(mut ebpf) = crate::ebpf::load(&KernelOffsets::resolve(&caps))
+        && let Ok(mut ebpf) = crate::ebpf::load(&offsets::resolve(&caps))
     {
         caps.try_fentry(&mut ebpf);
     }

@@ -12,6 +12,7 @@ pub mod tables;
 use std::collections::HashMap;
 
 use aya::Ebpf;
+use vtrace_common::Config;
 
 pub use collector::{CpuSplit, monotonic_ns};
 pub use tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow};
@@ -24,7 +25,7 @@ use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup};
 use crate::{
     Error, Result,
     collectors::procfs::{self, TaskStat},
-    probes::{self as probe, ProbeSpec, ProbeStatus, offsets::KernelOffsets},
+    probes::{self as probe, ProbeSpec, ProbeStatus},
     recording::{Overhead, TableKind},
 };
 
@@ -44,11 +45,11 @@ impl Layer for CpuLayer {
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::CPU
     }
-    fn configure(&self, setup: &Setup, config: &mut KernelOffsets) {
+    fn configure(&self, setup: &Setup, config: &mut Config) {
         config.tick_split_on = (setup.opts.cpu_split == CpuSplit::Ticks) as u32;
     }
     /// With the tick split the syscall hooks only serve tun fds and KVM_RUN.
-    fn probes(&self, _setup: &Setup, config: &KernelOffsets) -> Result<Vec<ProbeSpec>> {
+    fn probes(&self, _setup: &Setup, config: &Config) -> Result<Vec<ProbeSpec>> {
         let syscall_hooks = syscall_hooks(config);
         Ok(probes::CPU
             .iter()
@@ -69,7 +70,7 @@ impl Layer for CpuLayer {
         &self,
         ebpf: &mut Ebpf,
         setup: &Setup,
-        config: &KernelOffsets,
+        config: &Config,
         _probes: &mut Vec<ProbeStatus>,
     ) -> Result<Box<dyn Collector>> {
         let split = setup.opts.cpu_split;
@@ -88,7 +89,7 @@ impl Layer for CpuLayer {
     }
 }
 
-fn syscall_hooks(config: &KernelOffsets) -> bool {
+fn syscall_hooks(config: &Config) -> bool {
     config.tick_split_on == 0 || config.tun_fds_on != 0 || config.kvm_run_on != 0
 }
 

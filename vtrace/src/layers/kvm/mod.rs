@@ -9,6 +9,7 @@ pub mod probes;
 pub mod tables;
 
 use aya::Ebpf;
+use vtrace_common::Config;
 use vtrace_common::kvm_latency;
 
 pub use tables::{KvmEventRow, KvmIntervalRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow};
@@ -17,7 +18,7 @@ use self::collector::{KvmCollector, KvmSnapshot, KvmStatsSampler, ReasonNames};
 use super::{Collector, Emit, End, Facts, Layer, LayerOutput, Setup, cpu::ThreadRow};
 use crate::{
     Result,
-    probes::{ProbeSpec, ProbeStatus, offsets::KernelOffsets, offsets::tracepoint_field},
+    probes::{ProbeSpec, ProbeStatus, offsets::tracepoint_field},
     recording::{Overhead, TableKind},
 };
 
@@ -35,7 +36,7 @@ impl Layer for KvmLayer {
     }
     /// User-space exits are timed until the thread's next ioctl(KVM_RUN)
     /// where kvm_userspace_exit exists (kvm is loaded).
-    fn configure(&self, setup: &Setup, config: &mut KernelOffsets) {
+    fn configure(&self, setup: &Setup, config: &mut Config) {
         config.kvm_run_on = setup
             .caps
             .tracefs
@@ -56,7 +57,7 @@ impl Layer for KvmLayer {
         &self,
         ebpf: &mut Ebpf,
         setup: &Setup,
-        _config: &KernelOffsets,
+        _config: &Config,
         _probes: &mut Vec<ProbeStatus>,
     ) -> Result<Box<dyn Collector>> {
         Ok(Box::new(KvmRecorder {

@@ -20,6 +20,7 @@ use std::{
 };
 
 use aya::Ebpf;
+use vtrace_common::Config;
 
 pub use tables::{NetDeviceRow, NetDropRow, NetHopRow, NetIntervalRow, NetLatencyRow, NetSizeRow, TunIoRow};
 use vtrace_common::net_loss;
@@ -29,7 +30,7 @@ use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::Thre
 use crate::{
     Result,
     platforms::snapshot::NetDev,
-    probes::{ProbeSpec, ProbeStatus, offsets::KernelOffsets},
+    probes::{ProbeSpec, ProbeStatus},
     recording::{NetEventWriter, Overhead, TableKind},
 };
 
@@ -45,7 +46,7 @@ impl Layer for NetLayer {
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::NET
     }
-    fn configure(&self, setup: &Setup, config: &mut KernelOffsets) {
+    fn configure(&self, setup: &Setup, config: &mut Config) {
         config.net_layer_on = 1;
         config.net_events_on = setup.opts.events as u32;
         // Tun fds open at the start (a VMM's taps): their read/write syscalls are followed.
@@ -66,7 +67,7 @@ impl Layer for NetLayer {
         &self,
         ebpf: &mut Ebpf,
         setup: &Setup,
-        _config: &KernelOffsets,
+        _config: &Config,
         _probes: &mut Vec<ProbeStatus>,
     ) -> Result<Box<dyn Collector>> {
         collector::load_tun_fds(ebpf, &collector::tun_fds(setup.system))?;

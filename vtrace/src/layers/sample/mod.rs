@@ -6,6 +6,7 @@ pub mod collector;
 pub mod tables;
 
 use aya::Ebpf;
+use vtrace_common::Config;
 
 pub use collector::PROGRAM;
 pub use tables::SampleRow;
@@ -14,7 +15,7 @@ use self::collector::{FoldedStack, Sampler};
 use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
 use crate::{
     Result,
-    probes::{ProbeSpec, ProbeStatus, offsets::KernelOffsets},
+    probes::{ProbeSpec, ProbeStatus},
     record::RecordOptions,
     recording::{Overhead, TableKind},
 };
@@ -54,7 +55,7 @@ impl Layer for SampleLayer {
         &self,
         ebpf: &mut Ebpf,
         setup: &Setup,
-        _config: &KernelOffsets,
+        _config: &Config,
         probes: &mut Vec<ProbeStatus>,
     ) -> Result<Box<dyn Collector>> {
         let sampler = Sampler::start(ebpf, Self::hz(setup.opts))?;

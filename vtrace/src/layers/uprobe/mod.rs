@@ -7,6 +7,7 @@ pub mod probes;
 pub mod tables;
 
 use aya::Ebpf;
+use vtrace_common::Config;
 
 pub use tables::{UprobeHistRow, UprobeRow};
 
@@ -14,7 +15,7 @@ use self::collector::UprobeCollector;
 use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
 use crate::{
     Error, Result, platforms,
-    probes::{ProbeSpec, ProbeStatus, catalog::user_uprobe, offsets::KernelOffsets},
+    probes::{ProbeSpec, ProbeStatus, catalog::user_uprobe},
     record::RecordOptions,
     recording::{Overhead, TableKind},
 };
@@ -36,7 +37,7 @@ impl Layer for UprobeLayer {
         probes::UPROBE
     }
     /// The catalog's when the layer was named, and every `--uprobe`.
-    fn probes(&self, setup: &Setup, _config: &KernelOffsets) -> Result<Vec<ProbeSpec>> {
+    fn probes(&self, setup: &Setup, _config: &Config) -> Result<Vec<ProbeSpec>> {
         let mut specs = if setup.opts.layers.iter().any(|l| l == self.name()) {
             probes::UPROBE.to_vec()
         } else {
@@ -54,7 +55,7 @@ impl Layer for UprobeLayer {
         &self,
         ebpf: &mut Ebpf,
         _setup: &Setup,
-        _config: &KernelOffsets,
+        _config: &Config,
         _probes: &mut Vec<ProbeStatus>,
     ) -> Result<Box<dyn Collector>> {
         Ok(Box::new(UprobeRecorder {
