@@ -253,6 +253,21 @@ fn largest_bucket(r: &Value, dev: &str, hop_name: &str) -> u64 {
         .unwrap()
 }
 
+/// (full-frame edge, packets above it, largest packet) of a device's hop:
+/// the edge is the device's MTU plus its link-layer header, read in the kernel.
+fn against_mtu(r: &Value, dev: &str, hop_name: &str) -> (u64, u64, u64) {
+    let h = hop(r, dev, hop_name).unwrap_or_else(|| panic!("{dev} {hop_name} not seen"));
+    let edge = n(h, "mtu_edge");
+    let above = h["size_hist"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| n(b, "le") > edge)
+        .map(|b| n(b, "count"))
+        .sum();
+    (edge, above, n(h, "max_bytes"))
+}
+
 #[test]
 fn lwip_sends_mtu_sized_segments_where_linux_sends_gso_aggregates() {
     let dir = TempDir::new("net-table2");
@@ -295,6 +310,15 @@ fn lwip_sends_mtu_sized_segments_where_linux_sends_gso_aggregates() {
             mean(&linux, "vtl-host0"),
             mean(&lwip, "vtl-lwip0")
         ));
+        let (l_edge, l_above, l_max) = against_mtu(&linux, "vtl-host0", "receive");
+        let (w_edge, w_above, w_max) = against_mtu(&lwip, "vtl-lwip0", "receive");
+        table.push(format!(
+            "         against the MTU | Linux veth: edge {l_edge} B, {l_above} above, largest {l_max} B | lwIP tap: edge {w_edge} B, {w_above} above, largest {w_max} B"
+        ));
+        // The edges are the devices' own: 1500 + 14 on the veth, 576 + 14 on the tap.
+        assert_eq!((l_edge, w_edge), (1514, 590));
+        assert_eq!(w_above, 0, "lwIP never exceeds its MTU at the tap");
+        assert!(w_max <= w_edge, "largest lwIP frame {w_max} B");
         if size == "64" {
             assert!(
                 l <= 256 && w <= 256,
@@ -309,6 +333,11 @@ fn lwip_sends_mtu_sized_segments_where_linux_sends_gso_aggregates() {
                 w <= 1024,
                 "lwIP's packets at the tap stay within its MTU of 576 + 14 (largest bucket {w})"
             );
+            assert!(
+                l_above > 0 && l_max > l_edge,
+                "Linux's GSO aggregates exceed the veth's MTU edge"
+            );
+            assert_eq!(w_max, w_edge, "lwIP fills whole frames with 16 KB values");
         }
     }
     eprintln!("{}", table.join("\n"));

@@ -242,6 +242,41 @@ pub fn count_size(hist: &mut [u64], len: u64) {
     }
 }
 
+/// Buckets of a device's size histogram: [`SIZE_BUCKETS`] plus one edge at
+/// the device's MTU plus its link-layer header (a full frame), plus one for
+/// larger sizes.
+pub const DEV_SIZE_BUCKETS: usize = SIZE_BUCKETS.len() + 2;
+
+/// Index of `len` in a device's size histogram whose extra edge is
+/// `mtu_edge` (0: none): the buckets are [`SIZE_BUCKETS`] and `mtu_edge`
+/// in ascending order, so a frame of exactly the MTU lands at or below the
+/// edge and a GSO aggregate above it.
+#[inline(always)]
+pub fn dev_size_bucket(len: u64, mtu_edge: u64) -> usize {
+    size_bucket(len) + (mtu_edge != 0 && len > mtu_edge) as usize
+}
+
+/// Upper bounds of a device histogram's buckets (the last is u32::MAX for
+/// larger sizes), for `mtu_edge` (0: none).
+pub fn dev_size_edges(mtu_edge: u64) -> [u64; DEV_SIZE_BUCKETS] {
+    let mut edges = [u32::MAX as u64; DEV_SIZE_BUCKETS];
+    let mut i = 0;
+    let mut placed = mtu_edge == 0;
+    for &e in SIZE_BUCKETS.iter() {
+        if !placed && mtu_edge < e {
+            edges[i] = mtu_edge;
+            i += 1;
+            placed = true;
+        }
+        edges[i] = e;
+        i += 1;
+    }
+    if !placed {
+        edges[i] = mtu_edge;
+    }
+    edges
+}
+
 /// A network device in one namespace at one hop.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -271,10 +306,14 @@ pub struct DevStats {
     pub gso_segs: u64,
     /// net_dev_xmit with a non-zero return code.
     pub errors: u64,
-    /// Packets per [`SIZE_BUCKETS`] bucket, then one for larger ones.
-    pub size_hist: [u64; 11],
+    /// Packets per bucket of [`dev_size_edges`]`(mtu_edge)`.
+    pub size_hist: [u64; DEV_SIZE_BUCKETS],
     /// Packets per power-of-two size: bucket i holds sizes in [2^i, 2^(i+1)).
     pub log2_hist: [u64; LOG2_BUCKETS],
+    /// The device's MTU plus its link-layer header at the last packet (0 when unknown).
+    pub mtu_edge: u64,
+    /// The largest packet seen.
+    pub max_len: u64,
 }
 
 impl Default for DevStats {
@@ -285,8 +324,10 @@ impl Default for DevStats {
             gso_packets: 0,
             gso_segs: 0,
             errors: 0,
-            size_hist: [0; 11],
+            size_hist: [0; DEV_SIZE_BUCKETS],
             log2_hist: [0; LOG2_BUCKETS],
+            mtu_edge: 0,
+            max_len: 0,
         }
     }
 }
@@ -791,6 +832,41 @@ pub const fn hook_index(hook: &str) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A full frame on a 1500-MTU Ethernet device (1514 B with its header)
+    /// lands at or below the MTU edge; 1515 .. 65536 B (GSO aggregates)
+    /// above it; every size lands in the bucket whose bounds hold it.
+    #[test]
+    fn size_buckets_make_the_mtu_visible() {
+        let edge = 1500 + 14;
+        let edges = dev_size_edges(edge);
+        let b = dev_size_bucket(1514, edge);
+        assert_eq!(edges[b], 1514);
+        for len in 1..=70_000u64 {
+            let b = dev_size_bucket(len, edge);
+            assert!(b < DEV_SIZE_BUCKETS, "{len}");
+            assert!(len <= edges[b], "{len} above its bucket's edge {}", edges[b]);
+            assert!(
+                b == 0 || len > edges[b - 1],
+                "{len} not above the previous edge {}",
+                edges[b - 1]
+            );
+            if (1515..=65536).contains(&len) {
+                assert!(edges[b] > 1514, "{len} at or below the MTU edge");
+            }
+        }
+        // Edges equal to a fixed one, beyond every fixed one, or none.
+        for edge in [0, 1500, 576 + 14, 65536 + 14] {
+            let edges = dev_size_edges(edge);
+            for len in [1u64, 64, 65, 590, 591, 1500, 1501, 65536, 65550, 65551, 1 << 20] {
+                let b = dev_size_bucket(len, edge);
+                assert!(
+                    len <= edges[b] && (b == 0 || len > edges[b - 1]),
+                    "edge {edge}, len {len}: {edges:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn fine_buckets_hold_their_values() {

@@ -11,12 +11,12 @@
 //! Interrupt time is charged to the interrupted thread (as softirq/hardirq) and
 //! also kept per CPU, per softirq vector and per IRQ.
 
+use crate::config::conf;
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
 };
-use crate::config::conf;
 use vtrace_common::{
     CpuState, IRQ_SLOTS, IrqStat, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, ThreadTimes, state,
     thread_flag,

@@ -14,7 +14,7 @@ use aya_ebpf::{
 };
 use vtrace_common::{
     DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent, SKB_MARK_SLOTS,
-    SkbMark, count_size, dev_key, hop, net_loss, skb_mark_slot,
+    SkbMark, dev_key, dev_size_bucket, hop, net_loss, skb_mark_slot,
 };
 
 use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
@@ -196,6 +196,11 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
         1
     };
 
+    // A full frame: the device's MTU plus its link-layer header.
+    let mtu: u32 = M::read(dev, conf!(dev_mtu)).unwrap_or(0);
+    let hard_header: u16 = M::read(dev, conf!(dev_hard_header_len)).unwrap_or(0);
+    let mtu_edge = if mtu != 0 { mtu as u64 + hard_header as u64 } else { 0 };
+
     let now = account::now();
     if hop_id == hop::RECEIVE {
         account::net_softirq_switch(now, dev_key(netns, ifindex));
@@ -220,7 +225,14 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
         s.gso_packets += 1;
     }
     s.gso_segs += if gso_segs == 0 { 1 } else { gso_segs as u64 };
-    count_size(&mut s.size_hist, wire);
+    let b = dev_size_bucket(wire, mtu_edge);
+    if b < s.size_hist.len() {
+        s.size_hist[b] += 1;
+    }
+    s.mtu_edge = mtu_edge;
+    if wire > s.max_len {
+        s.max_len = wire;
+    }
     let l = log2_bucket(wire);
     if l < LOG2_BUCKETS {
         s.log2_hist[l] += 1;

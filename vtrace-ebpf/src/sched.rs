@@ -33,10 +33,7 @@ fn read_task_u64<M: KernelMem>(task: u64, offset: u32) -> Option<u64> {
 /// in every kernel so far), two otherwise.
 #[inline(always)]
 fn read_utime_stime<M: KernelMem>(task: u64) -> Option<(u64, u64)> {
-    let (u, s) = (
-        conf!(task_utime),
-        conf!(task_stime),
-    );
+    let (u, s) = (conf!(task_utime), conf!(task_stime));
     if u == 0 || s == 0 {
         return None;
     }

@@ -27,12 +27,15 @@ pub trait Counters: Copy + Default {
 }
 
 /// Every field a counter, arrays element by element.
+/// Every field a counter, arrays element by element; `max` fields are
+/// levels (merged by maximum, the later reading's kept in a difference).
 macro_rules! counters {
-    ($ty:ty { $($field:ident),* } [ $($array:ident),* ]) => {
+    ($ty:ty { $($field:ident),* } [ $($array:ident),* ] $(max [ $($max:ident),* ])?) => {
         impl Counters for $ty {
             fn add(&mut self, o: &Self) {
                 $(self.$field += o.$field;)*
                 $(for (a, b) in self.$array.iter_mut().zip(o.$array) { *a += b; })*
+                $($(self.$max = self.$max.max(o.$max);)*)?
             }
             fn sub(&mut self, o: &Self) {
                 $(self.$field -= o.$field.min(self.$field);)*
@@ -41,7 +44,7 @@ macro_rules! counters {
         }
     };
 }
-counters!(DevStats { packets, bytes, gso_packets, gso_segs, errors } [size_hist, log2_hist]);
+counters!(DevStats { packets, bytes, gso_packets, gso_segs, errors } [size_hist, log2_hist] max [mtu_edge, max_len]);
 counters!(HopLatency { count, sum_ns }[log2]);
 counters!(UprobeStats { calls, bytes, returns, latency_sum_ns } [size_hist, latency_log2]);
 counters!(KvmEventStats { count, bytes } []);

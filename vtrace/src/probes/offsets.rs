@@ -47,9 +47,8 @@ pub fn resolve(caps: &Capabilities) -> Config {
         o.pt_regs_si = m("pt_regs", "si");
     }
     if let Ok(tracefs) = &caps.tracefs {
-        let f = |cat: &str, ev: &str, field: &str| {
-            tracepoint_field(tracefs, cat, ev, field).map(|f| f.offset).unwrap_or(0)
-        };
+        let f =
+            |cat: &str, ev: &str, field: &str| tracepoint_field(tracefs, cat, ev, field).map(|f| f.offset).unwrap_or(0);
         o.tp_switch_prev_state = f("sched", "sched_switch", "prev_state");
         o.tp_switch_next_pid = f("sched", "sched_switch", "next_pid");
         o.tp_fork_child_pid = f("sched", "sched_process_fork", "child_pid");

@@ -215,7 +215,7 @@ pub fn read(path: &Path) -> Result<Recording> {
         let df = ParquetReader::new(file)
             .finish()
             .map_err(|e| corrupt(format!("{file_name}: {e}")))?;
-        tables.insert((kind.read)(&df).map_err(|e| corrupt(format!("{file_name}: {e}")))?);
+        tables.insert((kind.read)(&df, version).map_err(|e| corrupt(format!("{file_name}: {e}")))?);
     }
     for name in meta.tables.keys() {
         if name != super::events::TABLE && !kinds.iter().any(|k| k.name == name) {

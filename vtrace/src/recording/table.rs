@@ -11,7 +11,8 @@ pub trait Table: Sized + Send + Sync + 'static {
     /// records it, and a reader refuses versions newer than its own.
     const VERSION: u32 = 1;
     fn to_frame(rows: &[Self]) -> PolarsResult<DataFrame>;
-    fn from_frame(df: &DataFrame) -> Result<Vec<Self>, String>;
+    /// Rows of a frame written as table version `version` (at most [`Self::VERSION`]).
+    fn from_frame(df: &DataFrame, version: u32) -> Result<Vec<Self>, String>;
     fn file_name() -> String {
         format!("{}.parquet", Self::NAME)
     }
@@ -45,7 +46,8 @@ impl<T: Table> StoredTable for Vec<T> {
 pub struct TableKind {
     pub name: &'static str,
     pub version: u32,
-    pub read: fn(&DataFrame) -> Result<Box<dyn StoredTable>, String>,
+    /// Reads a frame written as the given version of the table.
+    pub read: fn(&DataFrame, u32) -> Result<Box<dyn StoredTable>, String>,
 }
 
 impl TableKind {
@@ -53,7 +55,7 @@ impl TableKind {
         TableKind {
             name: T::NAME,
             version: T::VERSION,
-            read: |df| Ok(Box::new(T::from_frame(df)?)),
+            read: |df, version| Ok(Box::new(T::from_frame(df, version)?)),
         }
     }
 }
@@ -159,23 +161,36 @@ impl ColumnValue for String {
 
 /// Declares a row struct and its table mapping in one place, so the Rust
 /// fields, the Parquet columns and their order cannot drift apart.
+/// `Name = "file" version N { ... }` bumps the table's version; a column
+/// added in version N is declared `field: Type [since N]` and reads as its
+/// default from files of an older version.
 macro_rules! table {
-    ($(#[$meta:meta])* $name:ident = $table:literal { $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+    ($(#[$meta:meta])* $name:ident = $table:literal $(version $version:literal)? {
+        $($(#[$fmeta:meta])* $field:ident : $ty:ty $([since $since:literal])?),* $(,)?
+    }) => {
         $(#[$meta])*
         #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
         pub struct $name { $($(#[$fmeta])* pub $field: $ty),* }
 
         impl $crate::recording::Table for $name {
             const NAME: &'static str = $table;
+            $(const VERSION: u32 = $version;)?
             fn to_frame(rows: &[Self]) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
                 use $crate::recording::table::ColumnValue;
                 polars::prelude::DataFrame::new(rows.len(), vec![$(
                     <$ty as ColumnValue>::column(stringify!($field), rows.iter().map(|r| r.$field.clone()).collect()),
                 )*])
             }
-            fn from_frame(df: &polars::prelude::DataFrame) -> Result<Vec<Self>, String> {
+            fn from_frame(df: &polars::prelude::DataFrame, version: u32) -> Result<Vec<Self>, String> {
                 use $crate::recording::table::ColumnValue;
-                $(let $field = <$ty as ColumnValue>::read(df, stringify!($field))?;)*
+                $(
+                    let since: u32 = 1 $(+ $since - 1)?;
+                    let $field = if version < since {
+                        vec![<$ty>::default(); df.height()]
+                    } else {
+                        <$ty as ColumnValue>::read(df, stringify!($field))?
+                    };
+                )*
                 let mut rows = Vec::with_capacity(df.height());
                 for i in 0..df.height() {
                     rows.push($name { $($field: $field[i].clone()),* });

@@ -68,7 +68,7 @@ pub fn document(rec: &Recording, cpu: &CpuBreakdown) -> Value {
                 "instance": d.map(|d| d.instance.as_str()).unwrap_or(""),
                 "role": d.map(|d| d.role.as_str()).unwrap_or(""),
                 "packets": h.packets, "bytes": h.bytes, "gso_packets": h.gso_packets, "gso_segs": h.gso_segs,
-                "errors": h.errors, "size_hist": hist,
+                "errors": h.errors, "size_hist": hist, "max_bytes": h.max_bytes, "mtu_edge": h.mtu_edge,
             })
         })
         .collect();

@@ -315,6 +315,7 @@ fn network(o: &mut String, rec: &Recording) {
             softirq
         );
     }
+    mtu_table(o, rec);
     if !rec.rows::<crate::layers::net::NetLatencyRow>().is_empty() {
         let name = |netns: u32, ifindex: u32| {
             rec.rows::<crate::layers::net::NetDeviceRow>()
@@ -355,6 +356,46 @@ fn network(o: &mut String, rec: &Recording) {
             .map(|d| format!("{} {}", d.reason, d.count))
             .collect();
         let _ = writeln!(o, "  drops: {}", drops.join(", "));
+    }
+}
+
+/// Per device and hop: packets within a full frame (MTU plus link-layer
+/// header), packets above it (GSO/GRO aggregates), and the largest; only for
+/// recordings that know the MTU (net_hops version 2 on).
+fn mtu_table(o: &mut String, rec: &Recording) {
+    use crate::layers::net::{NetDeviceRow, NetHopRow, NetSizeRow};
+    let hops: Vec<&NetHopRow> = rec.rows::<NetHopRow>().iter().filter(|h| h.mtu_edge > 0).collect();
+    if hops.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "\n  Packets against the MTU (full frame = MTU + link-layer header)\n  {:<16}{:<11}{:>10}{:>12}{:>12}{:>10}",
+        "device", "hop", "full frame", "<= frame", "> frame", "largest"
+    );
+    for h in hops {
+        let name = rec
+            .rows::<NetDeviceRow>()
+            .iter()
+            .find(|d| d.netns == h.netns && d.ifindex == h.ifindex)
+            .map_or("?", |d| d.name.as_str());
+        let within: u64 = rec
+            .rows::<NetSizeRow>()
+            .iter()
+            .filter(|s| s.netns == h.netns && s.ifindex == h.ifindex && s.hop == h.hop && s.kind == "mtu")
+            .filter(|s| s.le <= h.mtu_edge)
+            .map(|s| s.count)
+            .sum();
+        let _ = writeln!(
+            o,
+            "  {:<16}{:<11}{:>10}{:>12}{:>12}{:>10}",
+            name,
+            h.hop,
+            h.mtu_edge,
+            within,
+            h.packets.saturating_sub(within),
+            h.max_bytes
+        );
     }
 }
 

@@ -22,7 +22,7 @@ pub fn net_rows(
     attribution: &Attribution,
     drop_names: &HashMap<u32, String>,
 ) -> NetTables {
-    use vtrace_common::{LOG2_BUCKETS, SIZE_BUCKETS, hop};
+    use vtrace_common::{LOG2_BUCKETS, hop};
     let owner: HashMap<(u32, u32), (String, String, String)> = attribution
         .instances()
         .iter()
@@ -97,9 +97,10 @@ pub fn net_rows(
             gso_packets: v.gso_packets,
             gso_segs: v.gso_segs,
             errors: v.errors,
+            max_bytes: v.max_len,
+            mtu_edge: v.mtu_edge,
         });
-        for (i, &count) in v.size_hist.iter().enumerate() {
-            let le = SIZE_BUCKETS.get(i).copied().unwrap_or(u32::MAX as u64);
+        for (le, count) in size_buckets(v) {
             sizes.push(NetSizeRow {
                 netns: k.netns,
                 ifindex: k.ifindex,
@@ -189,8 +190,7 @@ pub fn tun_rows(
             calls: v.packets,
             bytes: v.bytes,
         });
-        for (i, &count) in v.size_hist.iter().enumerate() {
-            let le = vtrace_common::SIZE_BUCKETS.get(i).copied().unwrap_or(u32::MAX as u64);
+        for (le, count) in size_buckets(v) {
             sizes.push(NetSizeRow {
                 netns,
                 ifindex,
@@ -202,4 +202,18 @@ pub fn tun_rows(
         }
     }
     (rows, sizes)
+}
+
+/// (upper bound, count) of a device histogram's buckets, the MTU edge among
+/// them; a bucket that repeats the previous bound (the edge equal to a fixed
+/// one, or no edge) is always empty and left out.
+fn size_buckets(v: &vtrace_common::DevStats) -> Vec<(u64, u64)> {
+    let edges = vtrace_common::dev_size_edges(v.mtu_edge);
+    edges
+        .iter()
+        .zip(v.size_hist)
+        .enumerate()
+        .filter(|&(i, (le, count))| i == 0 || count > 0 || *le != edges[i - 1])
+        .map(|(_, (le, count))| (*le, count))
+        .collect()
 }

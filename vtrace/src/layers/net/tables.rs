@@ -30,7 +30,7 @@ table! {
 
 table! {
     /// Packets through one device at one hop.
-    NetHopRow = "net_hops" {
+    NetHopRow = "net_hops" version 2 {
         netns: u32,
         ifindex: u32,
         /// queue, start_xmit, xmit, rx, receive, gro.
@@ -44,12 +44,17 @@ table! {
         /// Segments on the wire (1 per non-GSO packet).
         gso_segs: u64,
         errors: u64,
+        /// The largest packet (with its link-layer header) seen since the probes attached.
+        max_bytes: u64 [since 2],
+        /// The device's MTU plus its link-layer header: a full frame (0 when unknown).
+        mtu_edge: u64 [since 2],
     }
 }
 
 table! {
-    /// Size histograms per device and hop: `kind` "mtu" (bucket upper bounds 64 ... 65536, then
-    /// 4294967295 for larger) or "log2" (`le` = 2^(i+1) - 1).
+    /// Size histograms per device and hop: `kind` "mtu" (bucket upper bounds 64 ... 65536 and,
+    /// from net_hops version 2 on, the device's MTU edge among them; then 4294967295 for
+    /// larger) or "log2" (`le` = 2^(i+1) - 1).
     NetSizeRow = "net_sizes" {
         netns: u32,
         ifindex: u32,
