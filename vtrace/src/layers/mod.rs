@@ -20,7 +20,8 @@ use crate::{
     platforms::{SystemSnapshot, attribute::Attribution},
     probes::{Capabilities, ProbeSpec, ProbeStatus},
     record::RecordOptions,
-    recording::{Overhead, TableKind, TableSet, Workload},
+    recording::{Overhead, Recording, TableKind, TableSet, Workload},
+    report::model::Section,
 };
 
 pub mod cpu;
@@ -89,6 +90,9 @@ pub trait Layer: Sync {
         config: &Config,
         probes: &mut Vec<ProbeStatus>,
     ) -> Result<Box<dyn Collector>>;
+    /// Its report section (`top` rows per text table), from any recording,
+    /// with or without its tables.
+    fn summarize(&self, rec: &Recording, top: usize) -> Section;
 }
 
 /// What a layer's collector sees once its probes are attached.

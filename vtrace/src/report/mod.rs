@@ -1,10 +1,14 @@
-//! Reports: the same analysis shown as text tables, JSON or CSV.
+//! Reports: every layer's section (`layers/<name>/summary.rs`) and the
+//! run's own (`run.rs`), rendered as text, JSON or CSV by renderers that
+//! know no layer (`model.rs` is the typed report they share).
 
 pub mod csv;
 mod json;
+pub mod model;
+pub mod run;
 mod text;
 
-use crate::{layers::cpu::analysis::CpuBreakdown, recording::Recording};
+use crate::{layers, layers::cpu::analysis::CpuBreakdown, recording::Recording};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -22,12 +26,22 @@ pub struct ReportOptions {
     pub top: usize,
 }
 
+/// Every section of a report on `rec`: the run's header, each layer's in
+/// registry order, then probes, vtrace's own cost and the notes.
+pub fn sections(rec: &Recording, top: usize) -> Vec<model::Section> {
+    let mut sections = vec![run::header(rec)];
+    sections.extend(layers::REGISTRY.iter().map(|l| l.summarize(rec, top)));
+    sections.extend([run::probes(rec), run::overhead(rec), run::notes(rec)]);
+    sections
+}
+
 pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
-    let cpu = CpuBreakdown::of(rec);
     match opts.format {
-        Format::Text => text::render(rec, &cpu, opts.top),
-        Format::Json => serde_json::to_string_pretty(&json::document(rec, &cpu)).expect("report serializes"),
-        Format::Csv => csv::threads(&cpu),
+        Format::Text => text::render(&sections(rec, opts.top)),
+        Format::Json => {
+            serde_json::to_string_pretty(&json::document(&sections(rec, usize::MAX))).expect("report serializes")
+        }
+        Format::Csv => csv::threads(&CpuBreakdown::of(rec)),
         Format::Folded => folded(rec),
     }
 }

@@ -7,6 +7,7 @@ pub mod analysis;
 pub mod collector;
 pub mod probes;
 pub mod rows;
+pub mod summary;
 pub mod tables;
 
 use std::collections::HashMap;
@@ -65,6 +66,9 @@ impl Layer for CpuLayer {
             TableKind::of::<IrqRow>(),
             TableKind::of::<IntervalRow>(),
         ]
+    }
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+        summary::section(rec, top)
     }
     fn start(
         &self,

@@ -6,6 +6,7 @@
 pub mod analysis;
 pub mod collector;
 pub mod probes;
+pub mod summary;
 pub mod tables;
 
 use aya::Ebpf;
@@ -52,6 +53,9 @@ impl Layer for KvmLayer {
             TableKind::of::<KvmStatRow>(),
             TableKind::of::<KvmIntervalRow>(),
         ]
+    }
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+        summary::section(rec, top)
     }
     fn start(
         &self,

@@ -8,6 +8,7 @@ pub mod analysis;
 pub mod collector;
 pub mod probes;
 pub mod rows;
+pub mod summary;
 pub mod tables;
 
 use std::{
@@ -62,6 +63,9 @@ impl Layer for NetLayer {
             TableKind::of::<TunIoRow>(),
             TableKind::of::<NetIntervalRow>(),
         ]
+    }
+    fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report::model::Section {
+        summary::section(rec)
     }
     fn start(
         &self,

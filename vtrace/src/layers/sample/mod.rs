@@ -3,6 +3,7 @@
 //! and symbolized at the end (vtrace-ebpf/src/sample.rs).
 
 pub mod collector;
+pub mod summary;
 pub mod tables;
 
 use aya::Ebpf;
@@ -50,6 +51,9 @@ impl Layer for SampleLayer {
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![TableKind::of::<SampleRow>()]
+    }
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+        summary::section(rec, top)
     }
     fn start(
         &self,

@@ -4,6 +4,7 @@
 
 pub mod collector;
 pub mod probes;
+pub mod summary;
 pub mod tables;
 
 use aya::Ebpf;
@@ -50,6 +51,9 @@ impl Layer for UprobeLayer {
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![TableKind::of::<UprobeRow>(), TableKind::of::<UprobeHistRow>()]
+    }
+    fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report::model::Section {
+        summary::section(rec)
     }
     fn start(
         &self,

@@ -1,0 +1,224 @@
+//! The CPU layer's report section: time per state, role, process, thread,
+//! softirq vector, IRQ and CPU.
+
+use serde_json::json;
+use vtrace_common::state;
+
+use super::{
+    CpuRow,
+    analysis::{CpuBreakdown, StateTimes},
+};
+use crate::{
+    recording::Recording,
+    report::model::{Column, Section, Table, col, left, pct, secs},
+};
+
+/// The seven state columns every CPU table ends with.
+fn state_columns() -> Vec<Column> {
+    [
+        "user(s)",
+        "system(s)",
+        "softirq(s)",
+        "hardirq(s)",
+        "guest(s)",
+        "total(s)",
+        "%capacity",
+    ]
+    .into_iter()
+    .map(|n| col(n, 11))
+    .collect()
+}
+
+fn state_cells(t: &StateTimes, capacity: u64) -> Vec<String> {
+    vec![
+        secs(t.user_ns),
+        secs(t.system_ns),
+        secs(t.softirq_ns),
+        secs(t.hardirq_ns),
+        secs(t.guest_ns),
+        secs(t.busy_ns()),
+        pct(t.busy_ns(), capacity),
+    ]
+}
+
+pub fn section(rec: &Recording, top: usize) -> Section {
+    let cpu = CpuBreakdown::of(rec);
+    let cap = cpu.capacity_ns();
+    let mut s = Section::new("cpu");
+
+    let t = &cpu.total;
+    let mut lines = vec!["CPU time, all CPUs (percent of wall x CPUs)".to_string()];
+    for (name, ns) in [
+        ("user", t.user_ns),
+        ("system", t.system_ns),
+        ("softirq", t.softirq_ns),
+        ("hardirq", t.hardirq_ns),
+        ("guest", t.guest_ns),
+        ("idle", t.idle_ns),
+    ] {
+        lines.push(format!("  {name:<8}{:>10} s {:>7}", secs(ns), pct(ns, cap)));
+    }
+    let untracked = cap.saturating_sub(t.busy_ns() + t.idle_ns);
+    lines.push(format!(
+        "  {:<8}{:>10} s {:>7}  (before each CPU's first event)",
+        "unseen",
+        secs(untracked),
+        pct(untracked, cap)
+    ));
+    s.lines(lines);
+
+    let mut roles = Table::new(
+        "By platform and role",
+        [left("platform", 10), left("role", 10), col("threads", 8)]
+            .into_iter()
+            .chain(state_columns())
+            .collect(),
+    );
+    for g in &cpu.by_role {
+        let mut cells = vec![g.platform.clone(), g.role.clone(), g.threads.to_string()];
+        cells.extend(state_cells(&g.times, cap));
+        roles.row(cells);
+        for (i, name) in state::NAMES.iter().enumerate().take(state::IDLE) {
+            let ns = [
+                g.times.user_ns,
+                g.times.system_ns,
+                g.times.softirq_ns,
+                g.times.hardirq_ns,
+                g.times.guest_ns,
+            ][i];
+            s.metric(
+                "cpu_ns",
+                ns as f64,
+                "ns",
+                &[("platform", &g.platform), ("role", &g.role), ("state", name)],
+            );
+        }
+    }
+    s.table(roles);
+
+    let mut procs = Table::new(
+        "Top processes",
+        [
+            col("pid", 8),
+            left("comm", 16).gap(1),
+            left("role", 8),
+            col("threads", 8),
+        ]
+        .into_iter()
+        .chain(state_columns())
+        .collect(),
+    );
+    for g in cpu.by_process.iter().filter(|g| g.total_ns > 0).take(top) {
+        let mut cells = vec![
+            g.pid.unwrap_or(0).to_string(),
+            g.comm.clone(),
+            g.role.clone(),
+            g.threads.to_string(),
+        ];
+        cells.extend(state_cells(&g.times, cap));
+        procs.row(cells);
+    }
+    s.table(procs);
+
+    let mut threads = Table::new(
+        "Top threads",
+        [
+            col("pid", 8),
+            col("tid", 8).gap(1),
+            left("comm", 16).gap(1),
+            left("role", 8),
+        ]
+        .into_iter()
+        .chain(state_columns())
+        .collect(),
+    );
+    for th in cpu
+        .threads
+        .iter()
+        .filter(|t| StateTimes::of_thread(t).busy_ns() > 0)
+        .take(top)
+    {
+        let mut cells = vec![th.pid.to_string(), th.tid.to_string(), th.comm.clone(), th.role.clone()];
+        cells.extend(state_cells(&StateTimes::of_thread(th), cap));
+        threads.row(cells);
+    }
+    s.table(threads);
+
+    let mut vectors = Table::new(
+        "Softirq vectors (all CPUs)",
+        vec![
+            left("vector", 10),
+            col("time(s)", 12),
+            col("count", 12),
+            col("mean(us)", 12),
+        ],
+    );
+    for v in &cpu.softirq_vectors {
+        let mean = if v.count > 0 {
+            v.ns as f64 / v.count as f64 / 1e3
+        } else {
+            0.0
+        };
+        vectors.row(vec![
+            v.vector.clone(),
+            secs(v.ns),
+            v.count.to_string(),
+            format!("{mean:.2}"),
+        ]);
+        s.metric("softirq_ns", v.ns as f64, "ns", &[("vector", &v.vector)]);
+    }
+    s.table(vectors);
+
+    let mut irqs = Table::new(
+        "Hard interrupts (all CPUs)",
+        vec![
+            col("irq", 5),
+            left("name", 32).gap(1),
+            col("time(s)", 12),
+            col("count", 12),
+        ],
+    );
+    for i in cpu.hardirqs.iter().take(top) {
+        irqs.row(vec![i.irq.to_string(), i.name.clone(), secs(i.ns), i.count.to_string()]);
+    }
+    s.table(irqs);
+
+    let mut per_cpu = Table::new(
+        "Per CPU",
+        [col("cpu", 4)]
+            .into_iter()
+            .chain(state_columns())
+            .chain([col("idle(s)", 11)])
+            .collect(),
+    );
+    for c in rec.rows::<CpuRow>() {
+        let mut cells = vec![c.cpu.to_string()];
+        cells.extend(state_cells(&StateTimes::of_cpu(c), cpu.wall_ns));
+        cells.push(secs(c.idle_ns));
+        per_cpu.row(cells);
+    }
+    s.table(per_cpu);
+
+    let threads_json: Vec<_> = cpu
+        .threads
+        .iter()
+        .map(|t| {
+            json!({
+                "pid": t.pid, "tid": t.tid, "comm": t.comm, "role": t.role, "platform": t.platform, "instance": t.instance,
+                "selected": t.selected, "kthread": t.kthread, "exited": t.exited,
+                "user_ns": t.user_ns, "system_ns": t.system_ns, "softirq_ns": t.softirq_ns,
+                "hardirq_ns": t.hardirq_ns, "guest_ns": t.guest_ns, "idle_ns": t.idle_ns,
+                "total_ns": t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns + t.guest_ns,
+                "guest_source": t.guest_source, "switches": t.switches,
+            })
+        })
+        .collect();
+    s.json("states", &cpu.total);
+    s.json("roles", &cpu.by_role);
+    s.json("processes", &cpu.by_process);
+    s.json("threads", threads_json);
+    s.json("per_cpu", rec.rows::<CpuRow>());
+    s.json("softirq_vectors", &cpu.softirq_vectors);
+    s.json("hardirqs", &cpu.hardirqs);
+    s
+}

@@ -1,0 +1,213 @@
+//! The KVM layer's report section: exits the way `perf kvm stat` shows them,
+//! the user-space leg, port/MMIO/interrupt events, KVM's own statistics.
+
+use serde_json::{Value, json};
+
+use super::{
+    KvmEventRow, KvmLatencyRow,
+    analysis::{KvmSummary, ReasonStats},
+};
+use crate::{
+    recording::Recording,
+    report::model::{Column, Section, Table, col, left, us},
+};
+
+fn reason_columns() -> Vec<Column> {
+    vec![
+        left("vcpu thread / scope", 28),
+        left("reason", 20),
+        col("count", 9),
+        col("%count", 8),
+        col("%time", 8),
+        col("min(us)", 10),
+        col("mean(us)", 10),
+        col("max(us)", 10),
+        col("stddev", 9),
+        col("p50(us)", 10),
+        col("p95(us)", 10),
+        col("p99(us)", 10),
+    ]
+}
+
+fn reason_row(who: String, s: &ReasonStats) -> Vec<String> {
+    vec![
+        who,
+        s.reason.clone(),
+        s.count.to_string(),
+        format!("{:.1}", s.pct_count),
+        format!("{:.1}", s.pct_time),
+        us(s.min_ns),
+        us(s.mean_ns),
+        us(s.max_ns),
+        us(s.stddev_ns),
+        us(s.p50_ns),
+        us(s.p95_ns),
+        us(s.p99_ns),
+    ]
+}
+
+pub fn section(rec: &Recording, top: usize) -> Section {
+    let mut s = Section::new("kvm");
+    let k = KvmSummary::of(rec);
+    if !rec.rows::<KvmLatencyRow>().is_empty() || !rec.rows::<KvmEventRow>().is_empty() {
+        text(&mut s, rec, &k, top);
+    }
+    for r in &k.total {
+        s.metric(
+            "kvm_exits",
+            r.count as f64,
+            "exits",
+            &[("kind", &r.kind), ("reason", &r.reason)],
+        );
+        s.metric(
+            "kvm_exit_ns",
+            r.sum_ns as f64,
+            "ns",
+            &[("kind", &r.kind), ("reason", &r.reason)],
+        );
+    }
+    s.json("kvm", json_value(rec, &k));
+    s
+}
+
+fn text(s: &mut Section, rec: &Recording, k: &KvmSummary, top: usize) {
+    let kinds = [
+        ("exit", "KVM exits (kvm_exit -> kvm_entry)"),
+        (
+            "userspace_exit",
+            "User-space exits: VMM handling time (kvm_userspace_exit -> next ioctl(KVM_RUN))",
+        ),
+        ("halt", "Halts (kvm_vcpu_wakeup: time halted)"),
+    ];
+    for (kind, title) in kinds {
+        let threads: Vec<&ReasonStats> = k.by_thread.iter().filter(|s| s.kind == kind).collect();
+        if threads.is_empty() {
+            continue;
+        }
+        let mut t = Table::new(title, reason_columns());
+        for r in threads.iter().take(top) {
+            t.row(reason_row(format!("{} {} ({})", r.tid, r.comm, r.role), r));
+        }
+        let instances: Vec<&ReasonStats> = k.by_instance.iter().filter(|s| s.kind == kind).collect();
+        if instances.len() > threads.len() || threads.iter().any(|t| t.instance.is_empty()) {
+            for r in k.total.iter().filter(|s| s.kind == kind) {
+                t.row(reason_row("all vCPUs".into(), r));
+            }
+        }
+        for r in instances.iter().filter(|s| !s.instance.is_empty()) {
+            t.row(reason_row(r.instance.clone(), r));
+        }
+        s.table(t);
+    }
+    if !rec.rows::<KvmEventRow>().is_empty() {
+        let mut t = Table::new(
+            "KVM port, MMIO and interrupt events",
+            vec![
+                left("tid", 10),
+                left("comm", 18),
+                left("kind", 16),
+                col("addr", 14),
+                left("op", 18).gap(1),
+                col("size", 6),
+                col("count", 10),
+                col("bytes", 12),
+                left("device", 0).gap(2),
+            ],
+        );
+        let mut events: Vec<_> = rec.rows::<KvmEventRow>().iter().collect();
+        events.sort_by_key(|e| std::cmp::Reverse(e.count));
+        for e in events.iter().take(top.max(20)) {
+            t.row(vec![
+                e.tid.to_string(),
+                e.comm.clone(),
+                e.kind.clone(),
+                format!("{:#x}", e.addr),
+                e.op.clone(),
+                e.size.to_string(),
+                e.count.to_string(),
+                e.bytes.to_string(),
+                e.device.clone(),
+            ]);
+        }
+        s.table(t);
+    }
+    if !k.stats_check.is_empty() {
+        let mut t = Table::new(
+            "KVM's own statistics (debugfs) beside vtrace's events",
+            vec![
+                left("pid", 10),
+                col("vms", 6),
+                left("stat", 18).gap(2),
+                col("kvm", 12),
+                col("vtrace", 12),
+                left("vtrace source", 0).gap(2),
+            ],
+        );
+        for c in &k.stats_check {
+            t.row(vec![
+                c.pid.to_string(),
+                c.vms.to_string(),
+                c.stat.clone(),
+                c.kvm.to_string(),
+                c.vtrace.map_or("-".to_string(), |v| v.to_string()),
+                c.vtrace_source.to_string(),
+            ]);
+        }
+        s.table(t);
+    }
+}
+
+fn json_value(rec: &Recording, kvm: &KvmSummary) -> Value {
+    let exits: Vec<Value> = kvm
+        .by_thread
+        .iter()
+        .filter(|s| s.kind == "exit")
+        .map(|s| json!(s))
+        .collect();
+    let userspace_exits: Vec<Value> = rec
+        .rows::<KvmEventRow>()
+        .iter()
+        .filter(|e| e.kind == "userspace_exit")
+        .map(|e| {
+            let timed = kvm
+                .by_thread
+                .iter()
+                .find(|s| s.kind == "userspace_exit" && s.tid == e.tid && s.reason == e.op);
+            json!({"tid": e.tid, "pid": e.pid, "comm": e.comm, "platform": e.platform, "instance": e.instance,
+                   "role": e.role, "reason": e.op, "count": e.count,
+                   "timed": timed.map_or(0, |t| t.count),
+                   "mean_vmm_ns": timed.map(|t| t.mean_ns), "min_vmm_ns": timed.map(|t| t.min_ns),
+                   "max_vmm_ns": timed.map(|t| t.max_ns), "stddev_vmm_ns": timed.map(|t| t.stddev_ns),
+                   "p50_vmm_ns": timed.map(|t| t.p50_ns), "p95_vmm_ns": timed.map(|t| t.p95_ns),
+                   "p99_vmm_ns": timed.map(|t| t.p99_ns), "pct_time": timed.map(|t| t.pct_time)})
+        })
+        .collect();
+    let events = |kind: &str, addr: &str, op: &str| -> Vec<Value> {
+        rec.rows::<KvmEventRow>()
+            .iter()
+            .filter(|e| e.kind == kind)
+            .map(|e| {
+                let mut v = json!({"tid": e.tid, "pid": e.pid, "comm": e.comm, "role": e.role, "instance": e.instance,
+                                   "count": e.count, "bytes": e.bytes, "size": e.size, "device": e.device});
+                v[addr] = json!(e.addr);
+                v[op] = json!(e.op);
+                v
+            })
+            .collect()
+    };
+    let interrupts: Vec<Value> = ["set_irq", "msi", "inj_virq"]
+        .iter()
+        .flat_map(|k| events(k, "addr", "op"))
+        .collect();
+    json!({
+        "exits": exits,
+        "userspace_exits": userspace_exits,
+        "halts": kvm.by_thread.iter().filter(|s| s.kind == "halt").collect::<Vec<_>>(),
+        "by_instance": kvm.by_instance,
+        "pio": events("pio", "port", "direction"),
+        "mmio": events("mmio", "gpa", "type"),
+        "fast_mmio": events("fast_mmio", "gpa", "type"),
+        "interrupts": interrupts,
+        "kvm_stats": kvm.stats_check,
+    })
+}

@@ -1,0 +1,162 @@
+//! The typed report: what each layer (and the recording itself) has to say,
+//! as sections of tables, text lines, metrics and JSON fields. The text,
+//! JSON and CSV renderers render any section the same way, so a new layer
+//! adds its section in its own `summary.rs` without touching them.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One part of a report.
+#[derive(Debug, Default)]
+pub struct Section {
+    /// Stable name (the layer's, or `run`, `probes`, `overhead`).
+    pub id: &'static str,
+    /// What the text report shows, in order.
+    pub blocks: Vec<Block>,
+    /// Fields of the JSON report, under their documented names
+    /// (docs/recording-schema.md, "Report JSON").
+    pub json: Vec<(&'static str, Value)>,
+    /// Headline figures with their unit and dimensions, for machines
+    /// (JSON `metrics`; `compare` and `explain` work on these).
+    pub metrics: Vec<Metric>,
+}
+
+impl Section {
+    pub fn new(id: &'static str) -> Self {
+        Section {
+            id,
+            ..Default::default()
+        }
+    }
+
+    pub fn lines(&mut self, lines: impl IntoIterator<Item = String>) {
+        self.blocks.push(Block::Lines(lines.into_iter().collect()));
+    }
+
+    pub fn table(&mut self, table: Table) {
+        self.blocks.push(Block::Table(table));
+    }
+
+    pub fn json(&mut self, key: &'static str, value: impl Serialize) {
+        self.json
+            .push((key, serde_json::to_value(value).expect("report values serialize")));
+    }
+
+    pub fn metric(&mut self, key: &str, value: f64, unit: &'static str, dims: &[(&str, &str)]) {
+        self.metrics.push(Metric {
+            key: key.to_string(),
+            value,
+            unit,
+            dims: dims.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        });
+    }
+}
+
+#[derive(Debug)]
+pub enum Block {
+    Table(Table),
+    /// Lines as they are ("" for a blank line).
+    Lines(Vec<String>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// A column: its header, width, alignment, and the spaces before it.
+#[derive(Clone, Debug)]
+pub struct Column {
+    pub name: &'static str,
+    pub width: usize,
+    pub align: Align,
+    pub gap: usize,
+}
+
+/// `col("pid", 8)`: right-aligned (numbers); `left("comm", 16)`: text.
+pub fn col(name: &'static str, width: usize) -> Column {
+    Column {
+        name,
+        width,
+        align: Align::Right,
+        gap: 0,
+    }
+}
+
+pub fn left(name: &'static str, width: usize) -> Column {
+    Column {
+        name,
+        width,
+        align: Align::Left,
+        gap: 0,
+    }
+}
+
+impl Column {
+    /// With `n` spaces before it.
+    pub fn gap(mut self, n: usize) -> Self {
+        self.gap = n;
+        self
+    }
+}
+
+/// A table of preformatted cells.
+#[derive(Debug, Default)]
+pub struct Table {
+    /// Printed after a blank line, above the header; None: no title, no blank line.
+    pub title: Option<String>,
+    pub columns: Vec<Column>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(title: impl Into<String>, columns: Vec<Column>) -> Self {
+        Table {
+            title: Some(title.into()),
+            columns,
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn untitled(columns: Vec<Column>) -> Self {
+        Table {
+            title: None,
+            columns,
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        debug_assert_eq!(cells.len(), self.columns.len(), "a cell per column");
+        self.rows.push(cells);
+    }
+}
+
+/// A figure with its unit and what it is of (platform, role, state, device, ...).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Metric {
+    pub key: String,
+    pub value: f64,
+    pub unit: &'static str,
+    pub dims: std::collections::BTreeMap<String, String>,
+}
+
+/// `secs(ns)`: seconds with three decimals, as every text table shows time.
+pub fn secs(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e9)
+}
+
+/// `pct(part, of)`: a percentage with one decimal, `-` of nothing.
+pub fn pct(ns: u64, of: u64) -> String {
+    if of == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", ns as f64 * 100.0 / of as f64)
+    }
+}
+
+/// Microseconds with two decimals.
+pub fn us(ns: u64) -> String {
+    format!("{:.2}", ns as f64 / 1e3)
+}

@@ -1,0 +1,180 @@
+//! Sections every recording has, whatever its layers: the run's header,
+//! the probes and how they attached, vtrace's own cost, and the notes.
+
+use serde_json::{Value, json};
+
+use super::{
+    model::{Section, Table, col, left, secs},
+    ns_per_event, whole_run_time_ns,
+};
+use crate::recording::{ProgramRow, Recording};
+
+/// vtrace, kernel, CPUs, platform, wall time, why it stopped, the workload.
+pub fn header(rec: &Recording) -> Section {
+    let m = &rec.meta;
+    let cap = m.wall_ns * m.host.cpus as u64;
+    let mut s = Section::new("run");
+    let mut second = format!(
+        "wall {} s (capacity {} CPU-s) | stopped by: {}",
+        secs(m.wall_ns),
+        secs(cap),
+        m.stopped_by
+    );
+    if let Some(w) = &m.workload {
+        let status = match (w.exit_code, w.signal) {
+            (Some(c), _) => format!("exit {c}"),
+            (None, Some(s)) => format!("killed by signal {s}"),
+            _ => "status unknown".into(),
+        };
+        second.push_str(&format!(
+            " | workload `{}` (pid {}, {status})",
+            w.command.join(" "),
+            w.pid
+        ));
+    }
+    s.lines([
+        format!(
+            "vtrace {} | kernel {} | {} CPUs | platform {}",
+            m.vtrace_version, m.host.kernel, m.host.cpus, m.selectors.platform
+        ),
+        second,
+        String::new(),
+    ]);
+    s.json("schema_version", m.schema_version);
+    s.json("wall_ns", m.wall_ns);
+    s.json("cpus", m.host.cpus);
+    s.json("platform", &m.selectors.platform);
+    s.json("workload", &m.workload);
+    s.json("stopped_by", &m.stopped_by);
+    s.json("cpu_split", &m.cpu_split);
+    s
+}
+
+/// Every probe: the method it attached with, or why it could not.
+pub fn probes(rec: &Recording) -> Section {
+    let mut s = Section::new("probes");
+    let runs = |id: &str| rec.rows::<ProgramRow>().iter().find(|r| r.probe == id);
+    let mut t = Table::new(
+        "Probes",
+        vec![
+            left("probe", 28),
+            left("layer", 9),
+            left("method", 12),
+            col("events", 12),
+            left("note", 0).gap(2),
+        ],
+    );
+    for p in &rec.meta.probes {
+        t.row(vec![
+            p.id.clone(),
+            p.layer.clone(),
+            p.method.clone().unwrap_or_else(|| "unavailable".into()),
+            runs(&p.id).map_or_else(|| "-".into(), |r| r.run_count.to_string()),
+            p.note(),
+        ]);
+    }
+    s.table(t);
+    let probes: Vec<Value> = rec
+        .meta
+        .probes
+        .iter()
+        .map(|p| {
+            json!({"id": p.id, "layer": p.layer, "method": p.method, "available": p.available,
+                   "reason": p.reason, "caveat": p.caveat, "events": runs(&p.id).map_or(0, |r| r.events)})
+        })
+        .collect();
+    s.json("probes", probes);
+    s
+}
+
+/// vtrace's own cost: eBPF run time per program, its process, its losses.
+pub fn overhead(rec: &Recording) -> Section {
+    let ov = &rec.meta.overhead;
+    let mut s = Section::new("overhead");
+    let coverage = if ov.bpf_stats_coverage >= 1.0 {
+        String::new()
+    } else {
+        format!(
+            " (BPF statistics on for {:.1}% of the run: run time = runs x ns per run measured then)",
+            ov.bpf_stats_coverage * 100.0
+        )
+    };
+    s.lines([
+        String::new(),
+        format!("vtrace's own cost{coverage}"),
+        format!(
+            "  eBPF programs: {} s over {} events ({:.4}% of capacity); vtrace process: user {} s, system {} s, peak RSS {} MiB; per-thread map overflows: {}; interrupt state repairs: {}; untraced context switches: {}",
+            secs(ov.bpf_run_time_ns),
+            ov.bpf_run_count,
+            ov.bpf_cpu_fraction * 100.0,
+            secs(ov.vtrace_user_ns),
+            secs(ov.vtrace_system_ns),
+            ov.vtrace_peak_rss_kib / 1024,
+            ov.thread_map_overflows,
+            ov.state_repairs,
+            ov.untraced_switches
+        ),
+    ]);
+    let mut t = Table::untitled(vec![
+        left("program", 28),
+        col("events", 12),
+        col("run time(s)", 14),
+        col("ns/event", 12),
+    ]);
+    let mut progs = rec.rows::<ProgramRow>().to_vec();
+    progs.sort_by_key(|p| std::cmp::Reverse(whole_run_time_ns(p)));
+    for p in &progs {
+        t.row(vec![
+            p.program.clone(),
+            p.events.to_string(),
+            secs(whole_run_time_ns(p)),
+            format!("{:.0}", ns_per_event(p.run_time_ns, p.run_count)),
+        ]);
+        s.metric(
+            "bpf_run_ns",
+            whole_run_time_ns(p) as f64,
+            "ns",
+            &[("program", &p.program)],
+        );
+    }
+    s.table(t);
+    s.metric("bpf_cpu_fraction", ov.bpf_cpu_fraction, "fraction", &[]);
+    let programs: Vec<Value> = rec
+        .rows::<ProgramRow>()
+        .iter()
+        .map(|p| {
+            json!({"probe": p.probe, "program": p.program, "method": p.method, "events": p.events,
+                   "run_count": p.run_count, "run_time_ns": p.run_time_ns, "recursion_misses": p.recursion_misses,
+                   "whole_run_time_ns": whole_run_time_ns(p),
+                   "ns_per_event": ns_per_event(p.run_time_ns, p.run_count)})
+        })
+        .collect();
+    s.json(
+        "overhead",
+        json!({
+            "bpf_run_time_ns": ov.bpf_run_time_ns,
+            "bpf_run_count": ov.bpf_run_count,
+            "bpf_stats_coverage": ov.bpf_stats_coverage,
+            "bpf_cpu_fraction": ov.bpf_cpu_fraction,
+            "vtrace_user_ns": ov.vtrace_user_ns,
+            "vtrace_system_ns": ov.vtrace_system_ns,
+            "vtrace_peak_rss_kib": ov.vtrace_peak_rss_kib,
+            "thread_map_overflows": ov.thread_map_overflows,
+            "state_repairs": ov.state_repairs,
+            "untraced_switches": ov.untraced_switches,
+            "net_event_drops": ov.net_event_drops,
+            "skb_marks_displaced": ov.skb_marks_displaced,
+            "programs": programs,
+        }),
+    );
+    s
+}
+
+/// Caveats of the recording and of reading it.
+pub fn notes(rec: &Recording) -> Section {
+    let mut s = Section::new("notes");
+    let notes: Vec<&String> = rec.meta.notes.iter().chain(&rec.read_notes).collect();
+    s.lines(notes.iter().flat_map(|n| [String::new(), format!("note: {n}")]));
+    s.json("notes", notes);
+    s
+}
