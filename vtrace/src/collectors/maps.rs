@@ -44,6 +44,7 @@ macro_rules! counters {
         }
     };
 }
+pub(crate) use counters;
 counters!(DevStats { packets, bytes, gso_packets, gso_segs, errors } [size_hist, log2_hist] max [mtu_edge, max_len]);
 counters!(HopLatency { count, sum_ns }[log2]);
 counters!(UprobeStats { calls, bytes, returns, latency_sum_ns } [size_hist, latency_log2]);
