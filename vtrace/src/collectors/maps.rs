@@ -44,6 +44,8 @@ macro_rules! counters {
         }
     };
 }
+// For a layer's own value types, in its own folder.
+#[allow(unused_imports)]
 pub(crate) use counters;
 counters!(DevStats { packets, bytes, gso_packets, gso_segs, errors } [size_hist, log2_hist] max [mtu_edge, max_len]);
 counters!(HopLatency { count, sum_ns }[log2]);

@@ -147,7 +147,12 @@ pub enum Resource {
     Dir {
         path: String,
     },
+    /// /run/netns made a mount point by the first `ip netns add`: unmounted
+    /// again once no named namespace is left in it.
+    NetnsMount,
 }
+
+use crate::workload::netns::{NETNS_DIR, is_mount_point, netns_dir_unused};
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Ledger {
@@ -361,6 +366,11 @@ pub fn down(name: &str) -> Result<()> {
             Resource::Mount { path } => {
                 quiet(&["umount", "-l", path]);
             }
+            Resource::NetnsMount => {
+                if netns_dir_unused() {
+                    quiet(&["umount", NETNS_DIR]);
+                }
+            }
             Resource::Link { name } => {
                 quiet(&["ip", "link", "del", name]);
             }
@@ -440,6 +450,9 @@ pub fn leftovers(ledger: &Ledger) -> Vec<String> {
                 .any(|l| l.split_whitespace().nth(1) == Some(path))
                 .then(|| format!("mount {path}")),
             Resource::Dir { path } => Path::new(path).exists().then(|| format!("dir {path}")),
+            Resource::NetnsMount => {
+                (netns_dir_unused() && is_mount_point(NETNS_DIR)).then(|| format!("mount {NETNS_DIR}"))
+            }
         })
         .collect()
 }
@@ -486,6 +499,9 @@ pub fn ipv4_only(dev: &str, netns: Option<&str>) -> Result<()> {
 /// recording each piece in the ledger.
 pub fn veth_netns(ledger: &mut Ledger, p: &LabPlatform, ns: &str, host_if: &str, ns_if: &str) -> Result<()> {
     let (host_addr, guest_addr) = address(p);
+    if !is_mount_point(NETNS_DIR) {
+        ledger.add(Resource::NetnsMount)?;
+    }
     ledger.add(Resource::Netns { name: ns.into() })?;
     sh(&["ip", "netns", "add", ns])?;
     ledger.add(Resource::Link { name: host_if.into() })?;

@@ -38,6 +38,24 @@ pub struct Netns {
     pub host_addr: String,
     pub ns_addr: String,
     processes: Vec<Child>,
+    /// This namespace's `ip netns add` made /run/netns a mount point.
+    made_netns_mount: bool,
+}
+
+/// Where `ip netns` keeps named namespaces: the first `ip netns add` makes
+/// it a bind mount of its own, which stays after the last `ip netns del`.
+pub const NETNS_DIR: &str = "/run/netns";
+
+pub fn is_mount_point(path: &str) -> bool {
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(path))
+}
+
+/// No named namespace left in /run/netns.
+pub fn netns_dir_unused() -> bool {
+    std::fs::read_dir(NETNS_DIR).map_or(true, |mut d| d.next().is_none())
 }
 
 impl Netns {
@@ -52,6 +70,7 @@ impl Netns {
             host_addr: host_addr.into(),
             ns_addr: ns_addr.into(),
             processes: Vec::new(),
+            made_netns_mount: !is_mount_point(NETNS_DIR),
         };
         sh(&["ip", "netns", "add", name])?;
         sh(&["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if])?;
@@ -97,5 +116,8 @@ impl Drop for Netns {
         }
         quiet(&["ip", "netns", "del", &self.name]);
         quiet(&["ip", "link", "del", &self.host_if]);
+        if self.made_netns_mount && netns_dir_unused() {
+            quiet(&["umount", NETNS_DIR]);
+        }
     }
 }
