@@ -77,6 +77,21 @@ impl Histogram {
         self.buckets.keys().next_back().map_or(0, |k| k.1)
     }
 
+    /// The upper bound (inclusive) of the bucket holding quantile `q`, for
+    /// histograms whose buckets are read as bounds (size histograms:
+    /// "at most this many bytes"); 0 when empty.
+    pub fn bucket_bound(&self, q: f64) -> u64 {
+        let target = (q * self.count() as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (&(_, hi), &c) in &self.buckets {
+            seen += c;
+            if seen >= target {
+                return hi - 1;
+            }
+        }
+        0
+    }
+
     /// Standard deviation around `mean`, each bucket at its middle.
     pub fn stddev(&self, mean: f64) -> u64 {
         let count = self.count();
@@ -140,6 +155,16 @@ mod tests {
         let h = h.clamp(1500, 1600);
         assert!((1500..=1601).contains(&h.quantile(0.01)));
         assert!((1500..=1601).contains(&h.quantile(1.0)));
+    }
+
+    #[test]
+    fn bucket_bounds() {
+        let h = Histogram::from_upper_bounds([(64, 2), (128, 0), (1514, 8), (4096, 0)]);
+        assert_eq!(h.bucket_bound(0.1), 64);
+        assert_eq!(h.bucket_bound(0.2), 64);
+        assert_eq!(h.bucket_bound(0.5), 1514);
+        assert_eq!(h.bucket_bound(1.0), 1514);
+        assert_eq!(Histogram::default().bucket_bound(0.5), 0);
     }
 
     #[test]

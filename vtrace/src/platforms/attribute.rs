@@ -100,12 +100,15 @@ impl Attribution {
     }
 }
 
-/// The recorded threads by tid and by process: how the kvm, samples and
-/// uprobe tables name what they counted (pid, comm, platform, instance, role)
-/// the way the threads table does.
+/// The recorded threads by tid, by process and by cgroup: how every layer's
+/// rows name what they counted (pid, comm, platform, instance, role) the way
+/// the threads table does, with one lookup. The cgroup index serves work
+/// the kernel does on a task's behalf and charges to its cgroup (block I/O
+/// submitted by a container, say).
 pub struct ThreadIndex<'a> {
     by_tid: HashMap<u32, &'a ThreadRow>,
     by_pid: HashMap<u32, &'a ThreadRow>,
+    by_cgroup: HashMap<u64, &'a ThreadRow>,
 }
 
 impl<'a> ThreadIndex<'a> {
@@ -117,10 +120,25 @@ impl<'a> ThreadIndex<'a> {
                 *e = t;
             }
         }
+        // A cgroup is named after a process in it: one a platform instance
+        // claims first, then the lowest pid (stable across reports).
+        let mut by_cgroup: HashMap<u64, &'a ThreadRow> = HashMap::new();
+        for t in by_pid.values().filter(|t| t.cgroup_id != 0) {
+            let e = by_cgroup.entry(t.cgroup_id).or_insert(t);
+            if (t.instance.is_empty(), t.pid) < (e.instance.is_empty(), e.pid) {
+                *e = t;
+            }
+        }
         ThreadIndex {
             by_tid: threads.iter().map(|t| (t.tid, t)).collect(),
             by_pid,
+            by_cgroup,
         }
+    }
+
+    /// The process that names cgroup `id` (see [`ThreadIndex`]).
+    pub fn cgroup(&self, id: u64) -> Option<&'a ThreadRow> {
+        self.by_cgroup.get(&id).copied()
     }
 
     pub fn thread(&self, tid: u32) -> Option<&'a ThreadRow> {
@@ -130,5 +148,44 @@ impl<'a> ThreadIndex<'a> {
     /// A process's main thread, or another of its threads when the main one was not recorded.
     pub fn process(&self, pid: u32) -> Option<&'a ThreadRow> {
         self.by_pid.get(&pid).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(tid: u32, pid: u32, cgroup_id: u64, instance: &str) -> ThreadRow {
+        ThreadRow {
+            tid,
+            pid,
+            cgroup_id,
+            instance: instance.into(),
+            comm: format!("t{tid}"),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn one_lookup_by_thread_process_and_cgroup() {
+        let threads = vec![
+            thread(10, 10, 7, ""),
+            thread(11, 10, 7, ""),
+            thread(30, 30, 7, "runc:30"),
+            thread(31, 30, 7, "runc:30"),
+            thread(20, 20, 8, ""),
+            thread(5, 5, 0, ""),
+        ];
+        let index = ThreadIndex::new(&threads);
+        assert_eq!(index.thread(31).map(|t| t.tid), Some(31));
+        assert_eq!(
+            index.process(10).map(|t| t.tid),
+            Some(10),
+            "the main thread names a process"
+        );
+        // A claimed process names the cgroup before a lower, unclaimed pid.
+        assert_eq!(index.cgroup(7).map(|t| t.pid), Some(30));
+        assert_eq!(index.cgroup(8).map(|t| t.pid), Some(20));
+        assert!(index.cgroup(0).is_none() && index.cgroup(9).is_none());
     }
 }

@@ -12,7 +12,7 @@ pub trait Table: Sized + Send + Sync + 'static {
     const VERSION: u32 = 1;
     fn to_frame(rows: &[Self]) -> PolarsResult<DataFrame>;
     /// Rows of a frame written as table version `version` (at most [`Self::VERSION`]).
-    fn from_frame(df: &DataFrame, version: u32) -> Result<Vec<Self>, String>;
+    fn from_frame(df: &DataFrame, version: u32) -> Result<Vec<Self>, ColumnError>;
     fn file_name() -> String {
         format!("{}.parquet", Self::NAME)
     }
@@ -41,13 +41,16 @@ impl<T: Table> StoredTable for Vec<T> {
     }
 }
 
+/// Reads a frame written as the given version of a table.
+pub type ReadTable = fn(&DataFrame, u32) -> Result<Box<dyn StoredTable>, ColumnError>;
+
 /// How to read one kind of table back: declared by the layer that writes it.
 #[derive(Clone, Copy)]
 pub struct TableKind {
     pub name: &'static str,
     pub version: u32,
     /// Reads a frame written as the given version of the table.
-    pub read: fn(&DataFrame, u32) -> Result<Box<dyn StoredTable>, String>,
+    pub read: ReadTable,
 }
 
 impl TableKind {
@@ -110,14 +113,32 @@ impl TableSet {
     }
 }
 
+/// Why a table's Parquet file does not read as its rows.
+#[derive(Debug, thiserror::Error)]
+pub enum ColumnError {
+    #[error("column '{0}' missing")]
+    Missing(String),
+    #[error("column '{column}' has the wrong type: {reason}")]
+    WrongType { column: String, reason: String },
+    #[error("column '{0}' has nulls")]
+    Nulls(String),
+}
+
 /// A column type a table may use.
 pub trait ColumnValue: Sized + Clone {
     fn column(name: &str, values: Vec<Self>) -> Column;
-    fn read(df: &DataFrame, name: &str) -> Result<Vec<Self>, String>;
+    fn read(df: &DataFrame, name: &str) -> Result<Vec<Self>, ColumnError>;
 }
 
-fn col<'a>(df: &'a DataFrame, name: &str) -> Result<&'a Column, String> {
-    df.column(name).map_err(|_| format!("column '{name}' missing"))
+fn col<'a>(df: &'a DataFrame, name: &str) -> Result<&'a Column, ColumnError> {
+    df.column(name).map_err(|_| ColumnError::Missing(name.into()))
+}
+
+fn wrong_type(name: &str) -> impl FnOnce(PolarsError) -> ColumnError + '_ {
+    move |e| ColumnError::WrongType {
+        column: name.into(),
+        reason: e.to_string(),
+    }
 }
 
 macro_rules! column_value {
@@ -126,12 +147,12 @@ macro_rules! column_value {
             fn column(name: &str, values: Vec<Self>) -> Column {
                 Column::new(name.into(), values)
             }
-            fn read(df: &DataFrame, name: &str) -> Result<Vec<Self>, String> {
+            fn read(df: &DataFrame, name: &str) -> Result<Vec<Self>, ColumnError> {
                 col(df, name)?
                     .$accessor()
-                    .map_err(|e| format!("column '{name}': {e}"))?
+                    .map_err(wrong_type(name))?
                     .iter()
-                    .map(|v| v.ok_or_else(|| format!("column '{name}' has nulls")))
+                    .map(|v| v.ok_or_else(|| ColumnError::Nulls(name.into())))
                     .collect()
             }
         }
@@ -146,15 +167,12 @@ impl ColumnValue for String {
     fn column(name: &str, values: Vec<Self>) -> Column {
         Column::new(name.into(), values)
     }
-    fn read(df: &DataFrame, name: &str) -> Result<Vec<Self>, String> {
+    fn read(df: &DataFrame, name: &str) -> Result<Vec<Self>, ColumnError> {
         col(df, name)?
             .str()
-            .map_err(|e| format!("column '{name}': {e}"))?
+            .map_err(wrong_type(name))?
             .iter()
-            .map(|v| {
-                v.map(str::to_string)
-                    .ok_or_else(|| format!("column '{name}' has nulls"))
-            })
+            .map(|v| v.map(str::to_string).ok_or_else(|| ColumnError::Nulls(name.into())))
             .collect()
     }
 }
@@ -181,7 +199,10 @@ macro_rules! table {
                     <$ty as ColumnValue>::column(stringify!($field), rows.iter().map(|r| r.$field.clone()).collect()),
                 )*])
             }
-            fn from_frame(df: &polars::prelude::DataFrame, version: u32) -> Result<Vec<Self>, String> {
+            fn from_frame(
+                df: &polars::prelude::DataFrame,
+                version: u32,
+            ) -> Result<Vec<Self>, $crate::recording::table::ColumnError> {
                 use $crate::recording::table::ColumnValue;
                 $(
                     let since: u32 = 1 $(+ $since - 1)?;

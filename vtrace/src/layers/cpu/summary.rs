@@ -213,7 +213,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             })
         })
         .collect();
-    s.json("states", &cpu.total);
+    s.json("states", cpu.total);
     s.json("roles", &cpu.by_role);
     s.json("processes", &cpu.by_process);
     s.json("threads", threads_json);

@@ -5,11 +5,12 @@ use serde_json::{Value, json};
 
 use super::{NetDeviceRow, NetDropRow, NetHopRow, NetLatencyRow, NetSizeRow, TunIoRow};
 use crate::{
+    analysis::histogram::Histogram,
     recording::Recording,
     report::model::{Section, Table, col, left},
 };
 
-fn device<'a>(rec: &'a Recording, netns: u32, ifindex: u32) -> Option<&'a NetDeviceRow> {
+fn device(rec: &Recording, netns: u32, ifindex: u32) -> Option<&NetDeviceRow> {
     rec.rows::<NetDeviceRow>()
         .iter()
         .find(|d| d.netns == netns && d.ifindex == ifindex)
@@ -68,22 +69,11 @@ fn hops(s: &mut Section, rec: &Recording) {
     for h in rec.rows::<NetHopRow>() {
         let d = device(rec, h.netns, h.ifindex);
         let hist = size_hist(rec, h);
-        let quantile = |q: f64| {
-            let target = ((h.packets as f64 * q).ceil() as u64).max(1);
-            let mut seen = 0;
-            hist.iter()
-                .find(|(_, c)| {
-                    seen += c;
-                    seen >= target
-                })
-                .map(|(le, _)| {
-                    if *le >= u32::MAX as u64 {
-                        ">64K".to_string()
-                    } else {
-                        le.to_string()
-                    }
-                })
-                .unwrap_or_default()
+        let sizes = Histogram::from_upper_bounds(hist);
+        let quantile = |q: f64| match sizes.bucket_bound(q) {
+            0 => String::new(),
+            le if le >= u32::MAX as u64 => ">64K".to_string(),
+            le => le.to_string(),
         };
         let owner = d
             .map(|d| {
