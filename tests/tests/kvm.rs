@@ -120,6 +120,35 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
     );
     let timed: u64 = exits.iter().map(|e| n(e, "timed")).sum();
     assert_eq!(timed, PIO + MMIO + HALTS - 1);
+
+    // The KVM layer's time series: every timed exit falls in some interval,
+    // spread over the run (the VMM's exits take longer than one interval).
+    let o = vtrace(&[
+        "report",
+        "--format",
+        "csv",
+        "--table",
+        "kvm_intervals",
+        rec.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = String::from_utf8_lossy(&o.stdout);
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("start_ns,end_ns,tid,kind,reason_name,count,sum_ns"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let of_vcpu = |reason: &str| -> u64 {
+        rows.iter()
+            .filter(|r| r[2] == tid.to_string() && r[3] == "userspace_exit" && r[4] == reason)
+            .map(|r| r[5].parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(
+        (of_vcpu("IO"), of_vcpu("MMIO"), of_vcpu("HLT")),
+        (PIO, MMIO, HALTS - 1),
+        "interval counts: {csv}"
+    );
+    let intervals: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[0]).collect();
+    assert!(intervals.len() > 1, "exits in one interval only: {csv}");
     for e in &exits {
         let mean = n(e, "mean_vmm_ns") as f64;
         assert!(

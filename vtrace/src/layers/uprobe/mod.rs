@@ -10,12 +10,18 @@ pub mod tables;
 use aya::Ebpf;
 use vtrace_common::Config;
 
-pub use tables::{UprobeHistRow, UprobeRow};
+pub use tables::{UprobeHistRow, UprobeIntervalRow, UprobeRow};
+
+use std::collections::BTreeMap;
+
+use vtrace_common::{UprobeKey, UprobeStats};
 
 use self::collector::UprobeCollector;
 use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
 use crate::{
-    Error, Result, platforms,
+    Error, Result,
+    collectors::maps::delta,
+    platforms,
     probes::{ProbeSpec, ProbeStatus, catalog::user_uprobe},
     record::RecordOptions,
     recording::{Overhead, TableKind},
@@ -50,7 +56,11 @@ impl Layer for UprobeLayer {
         Ok(specs)
     }
     fn tables(&self) -> Vec<TableKind> {
-        vec![TableKind::of::<UprobeRow>(), TableKind::of::<UprobeHistRow>()]
+        vec![
+            TableKind::of::<UprobeRow>(),
+            TableKind::of::<UprobeHistRow>(),
+            TableKind::of::<UprobeIntervalRow>(),
+        ]
     }
     fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report::model::Section {
         summary::section(rec)
@@ -58,32 +68,77 @@ impl Layer for UprobeLayer {
     fn start(
         &self,
         ebpf: &mut Ebpf,
-        _setup: &Setup,
+        setup: &Setup,
         _config: &Config,
         _probes: &mut Vec<ProbeStatus>,
     ) -> Result<Box<dyn Collector>> {
         Ok(Box::new(UprobeRecorder {
             maps: UprobeCollector::new(ebpf)?,
             last: Default::default(),
+            last_at: setup.start_mono,
+            start_mono: setup.start_mono,
+            intervals: Vec::new(),
         }))
     }
 }
 
 struct UprobeRecorder {
     maps: UprobeCollector,
-    last: std::collections::BTreeMap<vtrace_common::UprobeKey, vtrace_common::UprobeStats>,
+    /// The latest snapshot (the end one after `end`).
+    last: BTreeMap<UprobeKey, UprobeStats>,
+    last_at: u64,
+    start_mono: u64,
+    /// (start, end, key, calls, bytes) per interval; probe names are known at emit.
+    intervals: Vec<(u64, u64, UprobeKey, u64, u64)>,
+}
+
+impl UprobeRecorder {
+    fn push_interval(&mut self, now_mono: u64) -> Result<()> {
+        let snap = self.maps.snapshot()?;
+        for (k, d) in delta(&snap, &self.last, |v| v.calls > 0) {
+            self.intervals.push((
+                self.last_at.saturating_sub(self.start_mono),
+                now_mono.saturating_sub(self.start_mono),
+                k,
+                d.calls,
+                d.bytes,
+            ));
+        }
+        self.last = snap;
+        self.last_at = now_mono;
+        Ok(())
+    }
 }
 
 impl Collector for UprobeRecorder {
-    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
-        self.last = self.maps.snapshot()?;
-        Ok(())
+    fn tick(&mut self, now_mono: u64) -> Result<()> {
+        self.push_interval(now_mono)
+    }
+
+    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
+        self.push_interval(end.end_mono)
     }
 
     fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         let (rows, hists) = uprobe_rows(&self.last, ctx.probes, ctx.tables.rows::<ThreadRow>());
+        let probe_of = |slot: u32| ctx.probes.iter().find(|p| p.slot == Some(slot)).map(|p| p.id.clone());
+        let intervals = self
+            .intervals
+            .iter()
+            .filter_map(|&(start_ns, end_ns, k, calls, bytes)| {
+                Some(UprobeIntervalRow {
+                    start_ns,
+                    end_ns,
+                    probe: probe_of(k.slot)?,
+                    pid: k.tgid,
+                    calls,
+                    bytes,
+                })
+            })
+            .collect();
         out.tables.put(rows);
         out.tables.put(hists);
+        out.tables.put::<UprobeIntervalRow>(intervals);
         Ok(())
     }
 }

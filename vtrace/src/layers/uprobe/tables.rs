@@ -31,3 +31,16 @@ table! {
         count: u64,
     }
 }
+
+table! {
+    /// Calls per probe and process per snapshot interval (the time series).
+    UprobeIntervalRow = "uprobe_intervals" {
+        /// Interval start and end, ns since the recording started.
+        start_ns: u64,
+        end_ns: u64,
+        probe: String,
+        pid: u32,
+        calls: u64,
+        bytes: u64,
+    }
+}
