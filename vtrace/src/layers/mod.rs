@@ -121,8 +121,8 @@ pub struct Facts {
 pub struct Emit<'a> {
     pub opts: &'a RecordOptions,
     pub caps: &'a Capabilities,
+    /// The system at the start (the end's is in [`End`]).
     pub system: &'a SystemSnapshot,
-    pub system_at_end: &'a SystemSnapshot,
     /// Owner of every thread and device: platform, instance, role.
     pub attribution: &'a Attribution,
     pub probes: &'a [ProbeStatus],

@@ -221,7 +221,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 struct Control {
     signals: Option<Signals>,
     stop: Option<tokio::sync::oneshot::Receiver<()>>,
-    attached: Option<std::sync::mpsc::Sender<Result<()>>>,
+    attached: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl Control {
@@ -244,6 +244,8 @@ pub struct Recorder {
 
 impl Recorder {
     /// Returns once every probe is attached: what runs after it is recorded.
+    /// An error before that (privileges, a probe the CPU layer cannot do
+    /// without) is returned as the command line would report it.
     pub fn start(opts: RecordOptions) -> Result<Recorder> {
         let prepared = preflight(&opts)?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
@@ -264,13 +266,12 @@ impl Recorder {
             thread: Some(thread),
         };
         match attached_rx.recv() {
-            Ok(Ok(())) => Ok(recorder),
-            Ok(Err(e)) => Err(e),
+            Ok(()) => Ok(recorder),
             // The recorder failed before attaching: its own error says why.
             Err(_) => Err(recorder
                 .join()
                 .err()
-                .unwrap_or_else(|| Error::Ebpf("recorder stopped".into()))),
+                .unwrap_or_else(|| Error::Ebpf("the recorder stopped before attaching".into()))),
         }
     }
 
@@ -299,16 +300,10 @@ impl Drop for Recorder {
     }
 }
 
+/// One recording. Failing before its probes are attached, it drops
+/// `control`, and with it the channel a [`Recorder`] waits on: the recorder
+/// then takes the typed error from this function's result.
 async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> Result<RecordOutcome> {
-    let result = record_session(opts, prepared, &mut control).await;
-    if let (Err(e), Some(tx)) = (&result, control.attached.take()) {
-        // Failed before attaching: the embedding program hears why.
-        let _ = tx.send(Err(Error::Ebpf(e.to_string())));
-    }
-    result
-}
-
-async fn record_session(opts: &RecordOptions, prepared: Prepared, control: &mut Control) -> Result<RecordOutcome> {
     let Prepared {
         slot,
         profiles,
@@ -363,7 +358,7 @@ async fn record_session(opts: &RecordOptions, prepared: Prepared, control: &mut 
         c.baseline(&attached)?;
     }
     if let Some(tx) = control.attached.take() {
-        let _ = tx.send(Ok(()));
+        let _ = tx.send(());
     }
 
     let (mut child, mut stop) = WorkloadChild::spawn(&opts.command);
@@ -432,7 +427,6 @@ async fn record_session(opts: &RecordOptions, prepared: Prepared, control: &mut 
             opts,
             caps: &caps,
             system: &system,
-            system_at_end: &system_at_end,
             attribution: &attribution,
             probes: &probes,
             workload: child.workload.as_ref(),
