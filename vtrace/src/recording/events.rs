@@ -8,7 +8,11 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use polars::prelude::*;
+use polars_core::prelude::*;
+use polars_io::{
+    SerReader,
+    parquet::{read::ParquetReader, write::ParquetWriter},
+};
 use vtrace_common::{NetEvent, hop};
 
 use crate::{Error, Result};
@@ -61,7 +65,7 @@ fn frame(events: &[NetEvent], start_mono: u64) -> PolarsResult<DataFrame> {
 /// Appends events to `net_events.parquet` in a recording's staging
 /// directory, one row group of [`CHUNK_ROWS`] at a time.
 pub struct NetEventWriter {
-    writer: polars::io::parquet::write::BatchedWriter<File>,
+    writer: polars_io::parquet::write::BatchedWriter<File>,
     start_mono: u64,
     pending: Vec<NetEvent>,
     rows: u64,

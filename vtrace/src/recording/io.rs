@@ -5,7 +5,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use polars::prelude::{ParquetReader, ParquetWriter, SerReader};
+use polars_io::{
+    SerReader,
+    parquet::{read::ParquetReader, write::ParquetWriter},
+};
 
 use super::{FORMAT_NAME, Metadata, OLDEST_READABLE_SCHEMA, Recording, SCHEMA_VERSION, StoredTable, TableSet};
 use crate::{Error, Result};

@@ -2,7 +2,7 @@
 
 use std::any::Any;
 
-use polars::prelude::*;
+use polars_core::prelude::*;
 
 /// A recording table: a Vec of rows stored as one Parquet file.
 pub trait Table: Sized + Send + Sync + 'static {
@@ -193,14 +193,14 @@ macro_rules! table {
         impl $crate::recording::Table for $name {
             const NAME: &'static str = $table;
             $(const VERSION: u32 = $version;)?
-            fn to_frame(rows: &[Self]) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
+            fn to_frame(rows: &[Self]) -> polars_core::prelude::PolarsResult<polars_core::prelude::DataFrame> {
                 use $crate::recording::table::ColumnValue;
-                polars::prelude::DataFrame::new(rows.len(), vec![$(
+                polars_core::prelude::DataFrame::new(rows.len(), vec![$(
                     <$ty as ColumnValue>::column(stringify!($field), rows.iter().map(|r| r.$field.clone()).collect()),
                 )*])
             }
             fn from_frame(
-                df: &polars::prelude::DataFrame,
+                df: &polars_core::prelude::DataFrame,
                 version: u32,
             ) -> Result<Vec<Self>, $crate::recording::table::ColumnError> {
                 use $crate::recording::table::ColumnValue;

@@ -1,7 +1,7 @@
 //! `vtrace report --format csv`: one row per thread, or any table of the
 //! recording (`--table NAME`), whatever layer wrote it.
 
-use polars::prelude::AnyValue;
+use polars_core::prelude::AnyValue;
 
 use crate::{Error, Result, layers::cpu::analysis::CpuBreakdown, recording::Recording};
 
