@@ -203,6 +203,9 @@ fn layers_switch_on_and_off() {
     );
     let meta: Value = serde_json::from_slice(&std::fs::read(cpu.join("meta.json")).unwrap()).unwrap();
     assert_eq!(meta["layers"], serde_json::json!(["cpu"]));
+    assert_eq!(report_json(&cpu)["layers"], serde_json::json!(["cpu"]));
+    let text = vtrace(&["report", cpu.to_str().unwrap()]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("layers cpu | user/system split: syscalls (exact)"));
     assert!(meta["tables"].get("net_hops").is_none() && meta["tables"].get("threads").is_some());
 
     let sampled = dir.join("sample.vtrace");

@@ -32,14 +32,25 @@ pub fn header(rec: &Recording) -> Section {
             w.pid
         ));
     }
-    s.lines([
+    let mut lines = vec![
         format!(
             "vtrace {} | kernel {} | {} CPUs | platform {}",
             m.vtrace_version, m.host.kernel, m.host.cpus, m.selectors.platform
         ),
         second,
-        String::new(),
-    ]);
+    ];
+    // What was recorded and how (recordings before schema 6 do not say).
+    if !m.layers.is_empty() {
+        let split = match m.cpu_split.as_str() {
+            "ticks" => "ticks (tick-sampled, no syscall hooks)",
+            "syscalls" => "syscalls (exact)",
+            other => other,
+        };
+        lines.push(format!("layers {} | user/system split: {split}", m.layers.join(",")));
+    }
+    lines.push(String::new());
+    s.lines(lines);
+    s.json("layers", &m.layers);
     s.json("schema_version", m.schema_version);
     s.json("wall_ns", m.wall_ns);
     s.json("cpus", m.host.cpus);
