@@ -74,8 +74,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let total = t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns + t.guest_ns;
     println!(
         "{{\"tid\": {tid}, \"schedstat_ns\": {truth_ns}, \"total_ns\": {total}, \"user_ns\": {}, \"system_ns\": {}, \
-         \"softirq_ns\": {}, \"hardirq_ns\": {}, \"stopped_by\": \"{}\"}}",
-        t.user_ns, t.system_ns, t.softirq_ns, t.hardirq_ns, rec.meta.stopped_by
+         \"softirq_ns\": {}, \"hardirq_ns\": {}, \"role\": \"{}\", \"recorder_role\": \"{}\", \"stopped_by\": \"{}\"}}",
+        t.user_ns,
+        t.system_ns,
+        t.softirq_ns,
+        t.hardirq_ns,
+        t.role,
+        rec.rows::<ThreadRow>()
+            .iter()
+            .find(|t| t.comm == "vtrace-recorder")
+            .map_or("missing", |t| t.role.as_str()),
+        rec.meta.stopped_by
     );
     Ok(())
 }

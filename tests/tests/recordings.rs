@@ -267,5 +267,8 @@ fn embedding_example_matches_schedstat() {
         "split user {user} / system {system} of {total}"
     );
     assert_eq!(line["stopped_by"], "stop requested");
+    // In the program it measures, only the recorder's own threads are vtrace's.
+    assert_ne!(line["role"], "vtrace", "the measured thread counted as vtrace's");
+    assert_eq!(line["recorder_role"], "vtrace");
     assert!(out.join("meta.json").is_file());
 }

@@ -136,6 +136,18 @@ fn device_id<M: KernelMem>(dev: u64) -> Option<(u32, u32)> {
     Some((netns, ifindex))
 }
 
+/// `mtu + hard_header_len` of a net_device; 0 when BTF lacks either member.
+#[inline(always)]
+fn mtu_edge<M: KernelMem>(dev: u64) -> u64 {
+    let (mtu_at, header_at) = (conf!(dev_mtu), conf!(dev_hard_header_len));
+    if mtu_at == 0 || header_at == 0 {
+        return 0;
+    }
+    let mtu: u32 = M::read(dev, mtu_at).unwrap_or(0);
+    let header: u16 = M::read(dev, header_at).unwrap_or(0);
+    if mtu == 0 { 0 } else { mtu as u64 + header as u64 }
+}
+
 #[inline(always)]
 fn log2_bucket(len: u64) -> usize {
     let b = 63 - (len | 1).leading_zeros() as usize;
@@ -196,11 +208,6 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
         1
     };
 
-    // A full frame: the device's MTU plus its link-layer header.
-    let mtu: u32 = M::read(dev, conf!(dev_mtu)).unwrap_or(0);
-    let hard_header: u16 = M::read(dev, conf!(dev_hard_header_len)).unwrap_or(0);
-    let mtu_edge = if mtu != 0 { mtu as u64 + hard_header as u64 } else { 0 };
-
     let now = account::now();
     if hop_id == hop::RECEIVE {
         account::net_softirq_switch(now, dev_key(netns, ifindex));
@@ -225,11 +232,15 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
         s.gso_packets += 1;
     }
     s.gso_segs += if gso_segs == 0 { 1 } else { gso_segs as u64 };
-    let b = dev_size_bucket(wire, mtu_edge);
+    if s.mtu_edge == 0 {
+        // A full frame: the device's MTU plus its link-layer header, read at
+        // the entry's first packet only (one bucket layout per entry).
+        s.mtu_edge = mtu_edge::<M>(dev);
+    }
+    let b = dev_size_bucket(wire, s.mtu_edge);
     if b < s.size_hist.len() {
         s.size_hist[b] += 1;
     }
-    s.mtu_edge = mtu_edge;
     if wire > s.max_len {
         s.max_len = wire;
     }

@@ -26,7 +26,6 @@ pub trait Counters: Copy + Default {
     fn sub(&mut self, other: &Self);
 }
 
-/// Every field a counter, arrays element by element.
 /// Every field a counter, arrays element by element; `max` fields are
 /// levels (merged by maximum, the later reading's kept in a difference).
 macro_rules! counters {

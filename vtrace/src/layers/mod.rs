@@ -4,11 +4,12 @@
 //! programs accumulate, keeps a time series, and emits its own tables.
 //!
 //! Each layer lives in `layers/<name>/` beside its eBPF file
-//! `vtrace-ebpf/src/<name>.rs`: `probes.rs` (catalog entries), `collector.rs`
-//! (reading the kernel), `tables.rs` (what it records), `rows.rs`
-//! (snapshot -> rows), `analysis.rs` (figures for reports). [`REGISTRY`]
-//! lists them; `record` runs them through one generic loop
-//! (docs/adding-a-layer.md).
+//! `vtrace-ebpf/src/<name>.rs`: `mod.rs` (its `Layer` and `Collector`),
+//! `probes.rs` (catalog entries), `collector.rs` (reading the kernel, and
+//! snapshot -> rows where that is short; `rows.rs` where it is not),
+//! `tables.rs` (what it records), `analysis.rs` and `summary.rs` (its report
+//! section). [`REGISTRY`] lists them; `record` runs them through one generic
+//! loop (docs/adding-a-layer.md).
 
 use std::{collections::HashSet, path::Path};
 
@@ -57,8 +58,6 @@ pub struct Setup<'a> {
 pub trait Layer: Sync {
     /// The `--layers` value.
     fn name(&self) -> &'static str;
-    /// One line for `--help` and the docs.
-    fn about(&self) -> &'static str;
     /// On in a plain `vtrace record`.
     fn on_by_default(&self) -> bool {
         true
@@ -81,15 +80,8 @@ pub trait Layer: Sync {
     }
     /// The tables it writes, so that a reader knows how to read them back.
     fn tables(&self) -> Vec<TableKind>;
-    /// Takes its maps from the loaded object (before any probe attaches);
-    /// probes it attaches itself (not from the catalog) go into `probes`.
-    fn start(
-        &self,
-        ebpf: &mut Ebpf,
-        setup: &Setup,
-        config: &Config,
-        probes: &mut Vec<ProbeStatus>,
-    ) -> Result<Box<dyn Collector>>;
+    /// Takes its maps from the loaded object (before any probe attaches).
+    fn start(&self, ebpf: &mut Ebpf, setup: &Setup, config: &Config) -> Result<Box<dyn Collector>>;
     /// Its report section (`top` rows per text table), from any recording,
     /// with or without its tables.
     fn summarize(&self, rec: &Recording, top: usize) -> Section;
@@ -104,10 +96,6 @@ pub struct Attached<'a> {
 pub struct End<'a> {
     /// The system right after the run: devices and processes started meanwhile.
     pub system: &'a SystemSnapshot,
-    /// Monotonic clock at the end of the recording.
-    pub end_mono: u64,
-    /// A workload command ran (its last packets may still be landing).
-    pub workload_ran: bool,
 }
 
 /// Facts one layer learns that another's rows depend on.
@@ -127,6 +115,10 @@ pub struct Emit<'a> {
     pub attribution: &'a Attribution,
     pub probes: &'a [ProbeStatus],
     pub workload: Option<&'a Workload>,
+    /// Embedded in another program ([`crate::record::Recorder`]): the name
+    /// of vtrace's own threads in that process; None on the command line,
+    /// where every thread of the process is vtrace's.
+    pub own_threads: Option<&'static str>,
     pub facts: &'a Facts,
     /// Tables emitted by the layers before this one (the CPU layer's first).
     pub tables: &'a TableSet,
@@ -142,6 +134,11 @@ pub struct LayerOutput {
 
 /// A layer's userspace side for one recording.
 pub trait Collector {
+    /// Right after the catalog's probes attached: what it attaches itself
+    /// (perf events), with their statuses.
+    fn attach(&mut self, _ebpf: &mut Ebpf) -> Result<Vec<ProbeStatus>> {
+        Ok(Vec::new())
+    }
     /// Once its probes are attached, before the workload starts.
     fn baseline(&mut self, _attached: &Attached) -> Result<()> {
         Ok(())
@@ -150,8 +147,19 @@ pub trait Collector {
     fn tick(&mut self, _now_mono: u64) -> Result<()> {
         Ok(())
     }
-    /// Once the workload stopped, probes still attached: the last readings.
+    /// How long a workload's last events may take to land after it exits,
+    /// before anything is read at the end.
+    fn settle(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+    /// Once the workload stopped, probes still attached: the last readings
+    /// (its final interval ends at its own clock read).
     fn end(&mut self, ebpf: &Ebpf, end: &End) -> Result<()>;
+    /// Then, with the recording's end time: readings that define the window
+    /// (the CPU layer's final snapshot).
+    fn close(&mut self, _end_mono: u64) -> Result<()> {
+        Ok(())
+    }
     /// Facts other layers need (see [`Facts`]).
     fn facts(&self, _facts: &mut Facts) {}
     /// Its tables and notes; its loss counters into `overhead`.

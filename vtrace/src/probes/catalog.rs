@@ -16,10 +16,7 @@ pub enum Layer {
     Vhost,
     Tun,
     Net,
-    Fs,
-    Block,
     Uprobe,
-    Sample,
 }
 
 impl Layer {
@@ -34,10 +31,7 @@ impl Layer {
             Layer::Vhost => "vhost",
             Layer::Tun => "tun",
             Layer::Net => "net",
-            Layer::Fs => "fs",
-            Layer::Block => "block",
             Layer::Uprobe => "uprobe",
-            Layer::Sample => "sample",
         }
     }
 }
@@ -127,17 +121,17 @@ pub struct ProbeSpec {
 /// loads instead of helper calls.
 macro_rules! tracepoint_probe {
     ($($typed:ident)? $id:literal, $layer:expr, $what:literal, $category:literal) => {
-        ProbeSpec {
+        $crate::probes::catalog::ProbeSpec {
             id: $id,
             layer: $layer,
             what: $what,
             strategies: &[
                 $(tracepoint_probe!(@$typed $id),)?
-                Strategy::RawTracepoint {
+                $crate::probes::catalog::Strategy::RawTracepoint {
                     program: concat!("raw_", $id),
                     tracepoint: $id,
                 },
-                Strategy::Tracepoint {
+                $crate::probes::catalog::Strategy::Tracepoint {
                     program: concat!("tp_", $id),
                     category: $category,
                     name: $id,
@@ -146,7 +140,7 @@ macro_rules! tracepoint_probe {
         }
     };
     (@tp_btf $id:literal) => {
-        Strategy::BtfTracepoint {
+        $crate::probes::catalog::Strategy::BtfTracepoint {
             program: concat!("btf_", $id),
             tracepoint: $id,
         }
@@ -158,11 +152,11 @@ pub(crate) use tracepoint_probe;
 /// its format file): rare enough per second that the record costs little.
 macro_rules! kvm_tracepoint {
     ($id:literal, $what:literal) => {
-        ProbeSpec {
+        $crate::probes::catalog::ProbeSpec {
             id: $id,
-            layer: Layer::Kvm,
+            layer: $crate::probes::catalog::Layer::Kvm,
             what: $what,
-            strategies: &[Strategy::Tracepoint {
+            strategies: &[$crate::probes::catalog::Strategy::Tracepoint {
                 program: concat!("tp_", $id),
                 category: "kvm",
                 name: $id,
@@ -175,11 +169,11 @@ pub(crate) use kvm_tracepoint;
 /// A uprobe catalog entry on a function of a well-known binary.
 macro_rules! uprobe_probe {
     ($id:literal, $layer:expr, $what:literal, $binary:literal, $symbol:literal, $size:expr) => {
-        ProbeSpec {
+        $crate::probes::catalog::ProbeSpec {
             id: $id,
             layer: $layer,
             what: $what,
-            strategies: &[Strategy::UProbe {
+            strategies: &[$crate::probes::catalog::Strategy::UProbe {
                 program: "uprobe_call",
                 binary: $binary,
                 symbol: $symbol,
@@ -193,16 +187,16 @@ pub(crate) use uprobe_probe;
 /// A kernel function probed by fentry, else kprobe.
 macro_rules! kfunc_probe {
     ($id:literal, $layer:expr, $what:literal, $function:literal, $fentry:literal, $kprobe:literal) => {
-        ProbeSpec {
+        $crate::probes::catalog::ProbeSpec {
             id: $id,
             layer: $layer,
             what: $what,
             strategies: &[
-                Strategy::FEntry {
+                $crate::probes::catalog::Strategy::FEntry {
                     program: $fentry,
                     function: $function,
                 },
-                Strategy::KProbe {
+                $crate::probes::catalog::Strategy::KProbe {
                     program: $kprobe,
                     function: $function,
                 },

@@ -222,6 +222,8 @@ struct Control {
     signals: Option<Signals>,
     stop: Option<tokio::sync::oneshot::Receiver<()>>,
     attached: Option<std::sync::mpsc::Sender<()>>,
+    /// Embedded: the name of the recorder's threads (see [`Emit::own_threads`]).
+    own_threads: Option<&'static str>,
 }
 
 impl Control {
@@ -230,9 +232,13 @@ impl Control {
             signals: Some(Signals::install()?),
             stop: None,
             attached: None,
+            own_threads: None,
         })
     }
 }
+
+/// The recorder thread's name (15 characters: a thread's comm holds no more).
+const RECORDER_THREAD: &str = "vtrace-recorder";
 
 /// A recording started and stopped by another program (no signal handlers
 /// installed, no command needed): `Recorder::start(opts)?`, run the code to
@@ -251,12 +257,14 @@ impl Recorder {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (attached_tx, attached_rx) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
-            .name("vtrace-recorder".into())
+            .name(RECORDER_THREAD.into())
             .spawn(move || {
                 let control = Control {
                     signals: None,
                     stop: Some(stop_rx),
                     attached: Some(attached_tx),
+                    // Threads this one starts (the event reader) inherit its name.
+                    own_threads: Some(RECORDER_THREAD),
                 };
                 runtime()?.block_on(run(&opts, prepared, control))
             })
@@ -311,14 +319,13 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         instances: instances_at_start,
     } = prepared;
     let caps = Capabilities::detect();
-    let start_unix = unix_ns();
-    let start_mono = monotonic_ns();
-    let setup = Setup {
+    let mut setup = Setup {
         opts,
         caps: &caps,
         system: &system,
         staging: slot.staging(),
-        start_mono,
+        // Set once the object is loaded: the window starts when the layers do.
+        start_mono: 0,
     };
     let mut notes = Vec::new();
 
@@ -340,10 +347,12 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     }
 
     let mut ebpf = crate::ebpf::load(&config)?;
-    let mut probes = Vec::new();
+    let start_unix = unix_ns();
+    let start_mono = monotonic_ns();
+    setup.start_mono = start_mono;
     let mut collectors: Vec<Box<dyn Collector>> = Vec::new();
     for layer in &running {
-        collectors.push(layer.start(&mut ebpf, &setup, &config, &mut probes)?);
+        collectors.push(layer.start(&mut ebpf, &setup, &config)?);
     }
     let mut stats = StatsWindow::start(opts.self_stats, opts.interval);
     if let Some(e) = &stats.error {
@@ -352,7 +361,12 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     if opts.self_stats == SelfStats::Off {
         notes.push("BPF statistics off (--self-stats off): vtrace's own cost per program was not measured".into());
     }
-    probes.extend(probes::attach_all(&mut ebpf, &caps, &specs));
+    // The catalog's probes, the CPU engine's first; then what layers attach
+    // themselves (perf events).
+    let mut probes = probes::attach_all(&mut ebpf, &caps, &specs);
+    for c in &mut collectors {
+        probes.extend(c.attach(&mut ebpf)?);
+    }
     let attached = Attached { probes: &probes };
     for c in &mut collectors {
         c.baseline(&attached)?;
@@ -391,20 +405,26 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     let bpf_stats_coverage = stats.finish();
     let exit_code = child.finish(&stop).await;
 
+    // A workload's last packets (TCP close) land before anything is read.
+    let workload_ran = child.child.is_some();
+    if workload_ran && let Some(settle) = collectors.iter().map(|c| c.settle()).max() {
+        tokio::time::sleep(settle).await;
+    }
     // One look at the system after the run: the devices' kinds for their
     // counters, and the platform's processes and threads started meanwhile.
     let system_at_end = SystemSnapshot::live();
-    let end_mono = monotonic_ns();
-    let end_unix = unix_ns();
-    let end = End {
-        system: &system_at_end,
-        end_mono,
-        workload_ran: child.child.is_some(),
-    };
+    let end = End { system: &system_at_end };
     for c in &mut collectors {
         c.end(&ebpf, &end)?;
     }
+    // The window closes after every layer's last reading: CPU time (`close`)
+    // covers all they counted.
+    let end_mono = monotonic_ns();
+    let end_unix = unix_ns();
     let programs = bpf_stats::read(&ebpf, &probes);
+    for c in &mut collectors {
+        c.close(end_mono)?;
+    }
     drop(ebpf); // detaches every program
 
     // Instances again at the end: processes and threads started during the run.
@@ -430,6 +450,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
             attribution: &attribution,
             probes: &probes,
             workload: child.workload.as_ref(),
+            own_threads: control.own_threads,
             facts: &facts,
             tables: &tables,
         };

@@ -13,9 +13,6 @@ pub trait Table: Sized + Send + Sync + 'static {
     fn to_frame(rows: &[Self]) -> PolarsResult<DataFrame>;
     /// Rows of a frame written as table version `version` (at most [`Self::VERSION`]).
     fn from_frame(df: &DataFrame, version: u32) -> Result<Vec<Self>, ColumnError>;
-    fn file_name() -> String {
-        format!("{}.parquet", Self::NAME)
-    }
 }
 
 /// A table held by a [`TableSet`], whatever its row type.
@@ -92,10 +89,6 @@ impl TableSet {
             .get(T::NAME)
             .and_then(|t| t.as_any().downcast_ref::<Vec<T>>())
             .map_or(&[], Vec::as_slice)
-    }
-
-    pub fn contains(&self, name: &str) -> bool {
-        self.tables.contains_key(name)
     }
 
     /// The table named `name`, whatever its row type.

@@ -26,7 +26,7 @@ use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup};
 use crate::{
     Error, Result,
     collectors::procfs::{self, TaskStat},
-    probes::{self as probe, ProbeSpec, ProbeStatus},
+    probes::{self as probe, ProbeSpec},
     recording::{Overhead, TableKind},
 };
 
@@ -35,9 +35,6 @@ pub struct CpuLayer;
 impl Layer for CpuLayer {
     fn name(&self) -> &'static str {
         "cpu"
-    }
-    fn about(&self) -> &'static str {
-        "CPU time per thread, role and CPU: user, system, softirq, hardirq, guest (always on)"
     }
     /// Always: every other layer's rows are attributed through its threads.
     fn wanted(&self, _opts: &crate::record::RecordOptions) -> bool {
@@ -70,13 +67,7 @@ impl Layer for CpuLayer {
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
         summary::section(rec, top)
     }
-    fn start(
-        &self,
-        ebpf: &mut Ebpf,
-        setup: &Setup,
-        config: &Config,
-        _probes: &mut Vec<ProbeStatus>,
-    ) -> Result<Box<dyn Collector>> {
+    fn start(&self, ebpf: &mut Ebpf, setup: &Setup, config: &Config) -> Result<Box<dyn Collector>> {
         let split = setup.opts.cpu_split;
         let engine = CpuCollector::new(ebpf, split)?;
         let tasks_at_start = procfs::scan_tasks();
@@ -127,8 +118,14 @@ impl Collector for CpuRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
-        let snap = self.engine.snapshot(end.end_mono, false)?;
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        Ok(())
+    }
+
+    /// The final snapshot, at the recording's end: the window every other
+    /// layer's readings fall in.
+    fn close(&mut self, end_mono: u64) -> Result<()> {
+        let snap = self.engine.snapshot(end_mono, false)?;
         self.series.push(&snap, self.start_mono);
         self.guest.sample();
         self.last = Some(snap);
@@ -149,7 +146,7 @@ impl Collector for CpuRecorder {
                 }
             ));
         }
-        let selection = Selection::new(ctx.opts, ctx.workload, &self.tasks_at_start, &snap);
+        let selection = Selection::new(ctx.opts, ctx.own_threads, ctx.workload, &self.tasks_at_start, &snap);
         let threads = rows::thread_rows(
             &snap,
             &selection,

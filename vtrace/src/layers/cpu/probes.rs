@@ -1,8 +1,7 @@
 //! The CPU engine's probes: scheduler, syscalls, interrupts, softirqs (vtrace-ebpf/src/sched.rs,
 //! syscalls.rs, irq.rs, account.rs).
 
-#[allow(unused_imports)]
-use crate::probes::catalog::{Layer, ProbeSpec, Strategy, UprobeSize, tracepoint_probe};
+use crate::probes::catalog::{Layer, ProbeSpec, tracepoint_probe};
 
 /// In attach order: each `*_exit` precedes its `*_entry`, because attaching
 /// a probe patches kernel text with IPIs, so an entry attached before its

@@ -106,11 +106,14 @@ pub struct Selection {
     comms: Vec<String>,
     cgroup_ids: HashSet<u64>,
     own_tgid: u32,
+    /// Embedded in another program: only threads of this name are vtrace's.
+    own_comm: Option<&'static str>,
 }
 
 impl Selection {
     pub fn new(
         opts: &RecordOptions,
+        own_comm: Option<&'static str>,
         workload: Option<&Workload>,
         at_start: &HashMap<(u32, u32), TaskStat>,
         snap: &CpuSnapshot,
@@ -159,7 +162,14 @@ impl Selection {
             comms: opts.comms.clone(),
             cgroup_ids,
             own_tgid: std::process::id(),
+            own_comm,
         }
+    }
+
+    /// vtrace's own thread: any of its process on the command line, only
+    /// its recorder's when embedded in the program it measures.
+    fn is_vtrace(&self, t: &ThreadTimes, comm: &str) -> bool {
+        t.tgid == self.own_tgid && self.own_comm.is_none_or(|c| comm == c)
     }
 
     fn selects(&self, t: &ThreadTimes, comm: &str) -> bool {
@@ -175,14 +185,14 @@ fn comm_of(t: &ThreadTimes) -> String {
 /// Roles on the host platform; platform profiles refine these.
 /// The role of a thread no platform instance claims. `vcpu`: it ran a guest
 /// (guest time, or KVM exits); `in_vmm`: a thread of its process did.
-fn role_of(tid: u32, t: &ThreadTimes, selected: bool, vcpu: bool, in_vmm: bool, own_tgid: u32) -> &'static str {
+fn role_of(tid: u32, t: &ThreadTimes, selected: bool, vcpu: bool, in_vmm: bool, vtrace: bool) -> &'static str {
     if tid == 0 {
         "idle"
     } else if tid == OVERFLOW_TID {
         "overflow"
     } else if t.flags & thread_flag::KTHREAD != 0 {
         "kernel"
-    } else if t.tgid == own_tgid {
+    } else if vtrace {
         "vtrace"
     } else if vcpu {
         "vcpu"
@@ -259,7 +269,7 @@ pub fn thread_rows(
                         selected,
                         guest_ns > 0 || vcpu_tids.contains(tid),
                         vmm_tgids.contains(&t.tgid),
-                        sel.own_tgid,
+                        sel.is_vtrace(t, &comm),
                     )
                     .to_string(),
                 ),

@@ -16,10 +16,13 @@ use vtrace_common::kvm_latency;
 pub use tables::{KvmEventRow, KvmIntervalRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow};
 
 use self::collector::{KvmCollector, KvmSnapshot, KvmStatsSampler, ReasonNames};
-use super::{Collector, Emit, End, Facts, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use super::{
+    Collector, Emit, End, Facts, Layer, LayerOutput, Setup,
+    cpu::{ThreadRow, monotonic_ns},
+};
 use crate::{
     Result,
-    probes::{ProbeSpec, ProbeStatus, offsets::tracepoint_field},
+    probes::{ProbeSpec, offsets::tracepoint_field},
     recording::{Overhead, TableKind},
 };
 
@@ -28,9 +31,6 @@ pub struct KvmLayer;
 impl Layer for KvmLayer {
     fn name(&self) -> &'static str {
         "kvm"
-    }
-    fn about(&self) -> &'static str {
-        "KVM exits, user-space exits, port/MMIO and interrupt events"
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::KVM
@@ -57,13 +57,7 @@ impl Layer for KvmLayer {
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
         summary::section(rec, top)
     }
-    fn start(
-        &self,
-        ebpf: &mut Ebpf,
-        setup: &Setup,
-        _config: &Config,
-        _probes: &mut Vec<ProbeStatus>,
-    ) -> Result<Box<dyn Collector>> {
+    fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         Ok(Box::new(KvmRecorder {
             maps: KvmCollector::new(ebpf)?,
             names: setup
@@ -123,9 +117,9 @@ impl Collector for KvmRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
         let snap = self.maps.snapshot()?;
-        self.push_interval(snap, end.end_mono);
+        self.push_interval(snap, monotonic_ns());
         self.stats.sample();
         Ok(())
     }

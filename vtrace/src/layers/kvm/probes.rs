@@ -1,7 +1,6 @@
 //! The KVM layer's probes: exits, user-space exits, port/MMIO, interrupts, halts (vtrace-ebpf/src/kvm.rs).
 
-#[allow(unused_imports)]
-use crate::probes::catalog::{Layer, ProbeSpec, Strategy, UprobeSize, kvm_tracepoint, tracepoint_probe};
+use crate::probes::catalog::{Layer, ProbeSpec, Strategy, kvm_tracepoint, tracepoint_probe};
 
 /// In attach order.
 pub const KVM: &[ProbeSpec] = &[

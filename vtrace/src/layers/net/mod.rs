@@ -31,7 +31,7 @@ use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::Thre
 use crate::{
     Result,
     platforms::snapshot::NetDev,
-    probes::{ProbeSpec, ProbeStatus},
+    probes::ProbeSpec,
     recording::{NetEventWriter, Overhead, TableKind},
 };
 
@@ -40,9 +40,6 @@ pub struct NetLayer;
 impl Layer for NetLayer {
     fn name(&self) -> &'static str {
         "net"
-    }
-    fn about(&self) -> &'static str {
-        "Device hops, tun/tap and vhost, drops, NET_RX time per device"
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::NET
@@ -67,13 +64,7 @@ impl Layer for NetLayer {
     fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report::model::Section {
         summary::section(rec)
     }
-    fn start(
-        &self,
-        ebpf: &mut Ebpf,
-        setup: &Setup,
-        _config: &Config,
-        _probes: &mut Vec<ProbeStatus>,
-    ) -> Result<Box<dyn Collector>> {
+    fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         collector::load_tun_fds(ebpf, &collector::tun_fds(setup.system))?;
         let maps = NetCollector::new(ebpf)?;
         let events_stop = Arc::new(AtomicBool::new(false));
@@ -146,6 +137,15 @@ impl NetRecorder {
 }
 
 impl Collector for NetRecorder {
+    /// A workload's last packets (TCP close) land before the counters are read.
+    fn settle(&self) -> Duration {
+        if self.probes_on {
+            Duration::from_millis(200)
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// Baselines for the network counters: the devices' own and the probes'.
     fn baseline(&mut self, attached: &Attached) -> Result<()> {
         self.probes_on = attached.probes.iter().any(|p| p.layer == "net" && p.available);
@@ -164,10 +164,6 @@ impl Collector for NetRecorder {
     }
 
     fn end(&mut self, ebpf: &Ebpf, end: &End) -> Result<()> {
-        if self.probes_on && end.workload_ran {
-            // Let the workload's last packets (TCP close) land before the counters are read.
-            std::thread::sleep(Duration::from_millis(200));
-        }
         // The devices' counters and the probes' are read back to back, in the
         // same order as at the start, so that a packet can only fall between
         // the two windows in the microseconds that separate the reads.
@@ -175,7 +171,7 @@ impl Collector for NetRecorder {
             self.counters_end = DeviceCounterReader::new(&end.system.netdevs).read();
         }
         let snap = self.maps.snapshot()?;
-        self.push_interval(snap, end.end_mono);
+        self.push_interval(snap, super::cpu::monotonic_ns());
         self.losses = self.maps.losses();
         self.events_stop.store(true, Ordering::Release);
         if let Some(reader) = self.events_reader.take() {

@@ -1,8 +1,7 @@
 //! The net layer's probes: device hops, drops, NAPI (vtrace-ebpf/src/net.rs) and the tun/vhost
 //! kernel functions (vtrace-ebpf/src/tun.rs).
 
-#[allow(unused_imports)]
-use crate::probes::catalog::{Layer, ProbeSpec, Strategy, UprobeSize, kfunc_probe, tracepoint_probe};
+use crate::probes::catalog::{Layer, ProbeSpec, Strategy, kfunc_probe, tracepoint_probe};
 
 /// In attach order.
 pub const NET: &[ProbeSpec] = &[

@@ -143,7 +143,8 @@ pub fn net_rows(
 pub fn latency_rows(net: &NetSnapshot) -> Vec<NetLatencyRow> {
     net.latency
         .iter()
-        .map(|(e, l)| NetLatencyRow {
+        .map(|(e, l)| (e, l, Histogram::from_log2(&l.log2)))
+        .map(|(e, l, hist)| NetLatencyRow {
             from_netns: (e.from_dev >> 32) as u32,
             from_ifindex: e.from_dev as u32,
             from_hop: vtrace_common::hop::name(e.from_hop).to_string(),
@@ -152,8 +153,8 @@ pub fn latency_rows(net: &NetSnapshot) -> Vec<NetLatencyRow> {
             to_hop: vtrace_common::hop::name(e.to_hop).to_string(),
             count: l.count,
             sum_ns: l.sum_ns,
-            p50_ns: Histogram::from_log2(&l.log2).quantile(0.5),
-            p99_ns: Histogram::from_log2(&l.log2).quantile(0.99),
+            p50_ns: hist.bucket_bound(0.5),
+            p99_ns: hist.bucket_bound(0.99),
         })
         .collect()
 }

@@ -53,9 +53,9 @@ table! {
 
 table! {
     /// Size histograms per device and hop: `kind` "mtu" (bucket upper bounds 64 ... 65536 and,
-    /// from net_hops version 2 on, the device's MTU edge among them; then 4294967295 for
-    /// larger) or "log2" (`le` = 2^(i+1) - 1).
-    NetSizeRow = "net_sizes" {
+    /// from version 2 on, the device's MTU edge among them; then 4294967295 for larger) or
+    /// "log2" (`le` = 2^(i+1) - 1).
+    NetSizeRow = "net_sizes" version 2 {
         netns: u32,
         ifindex: u32,
         hop: String,

@@ -36,9 +36,6 @@ impl Layer for SampleLayer {
     fn name(&self) -> &'static str {
         "sample"
     }
-    fn about(&self) -> &'static str {
-        "Stack samples on every CPU for flamegraphs (--sample HZ; 99 Hz when named here)"
-    }
     fn on_by_default(&self) -> bool {
         false
     }
@@ -55,15 +52,28 @@ impl Layer for SampleLayer {
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
         summary::section(rec, top)
     }
-    fn start(
-        &self,
-        ebpf: &mut Ebpf,
-        setup: &Setup,
-        _config: &Config,
-        probes: &mut Vec<ProbeStatus>,
-    ) -> Result<Box<dyn Collector>> {
-        let sampler = Sampler::start(ebpf, Self::hz(setup.opts))?;
-        probes.push(ProbeStatus {
+    fn start(&self, _ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
+        Ok(Box::new(SampleRecorder {
+            hz: Self::hz(setup.opts),
+            sampler: None,
+            folded: Vec::new(),
+            drops: 0,
+        }))
+    }
+}
+
+struct SampleRecorder {
+    hz: u64,
+    /// Attached after the catalog's probes, the CPU engine's first.
+    sampler: Option<Sampler>,
+    folded: Vec<FoldedStack>,
+    drops: u64,
+}
+
+impl Collector for SampleRecorder {
+    fn attach(&mut self, ebpf: &mut Ebpf) -> Result<Vec<ProbeStatus>> {
+        self.sampler = Some(Sampler::start(ebpf, self.hz)?);
+        Ok(vec![ProbeStatus {
             id: "sample:cpu-clock".into(),
             layer: "sample".into(),
             method: Some("perf_event".into()),
@@ -72,35 +82,26 @@ impl Layer for SampleLayer {
             reason: None,
             caveat: None,
             slot: None,
-        });
-        Ok(Box::new(SampleRecorder {
-            sampler,
-            folded: Vec::new(),
-            drops: 0,
-        }))
+        }])
     }
-}
 
-struct SampleRecorder {
-    sampler: Sampler,
-    folded: Vec<FoldedStack>,
-    drops: u64,
-}
-
-impl Collector for SampleRecorder {
     /// Learns the mappings of newly sampled processes while they still exist.
     fn tick(&mut self, _now_mono: u64) -> Result<()> {
-        self.sampler.learn_processes();
+        if let Some(s) = self.sampler.as_mut() {
+            s.learn_processes();
+        }
         Ok(())
     }
 
     fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
-        (self.folded, self.drops) = self.sampler.finish()?;
+        if let Some(s) = self.sampler.as_mut() {
+            (self.folded, self.drops) = s.finish()?;
+        }
         Ok(())
     }
 
     fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
-        overhead.sample_hz = self.sampler.hz;
+        overhead.sample_hz = self.hz;
         overhead.sample_drops = self.drops;
         out.tables
             .put(collector::rows(self.folded, ctx.tables.rows::<ThreadRow>()));

@@ -33,9 +33,6 @@ impl Layer for UprobeLayer {
     fn name(&self) -> &'static str {
         "uprobe"
     }
-    fn about(&self) -> &'static str {
-        "User-space functions of known stacks and VMMs (lwIP, QEMU)"
-    }
     /// Named in `--layers`, or asked for with `--uprobe`.
     fn wanted(&self, opts: &RecordOptions) -> bool {
         opts.layers.iter().any(|l| l == self.name()) || !opts.uprobes.is_empty()
@@ -65,13 +62,7 @@ impl Layer for UprobeLayer {
     fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report::model::Section {
         summary::section(rec)
     }
-    fn start(
-        &self,
-        ebpf: &mut Ebpf,
-        setup: &Setup,
-        _config: &Config,
-        _probes: &mut Vec<ProbeStatus>,
-    ) -> Result<Box<dyn Collector>> {
+    fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         Ok(Box::new(UprobeRecorder {
             maps: UprobeCollector::new(ebpf)?,
             last: Default::default(),
@@ -115,8 +106,8 @@ impl Collector for UprobeRecorder {
         self.push_interval(now_mono)
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
-        self.push_interval(end.end_mono)
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        self.push_interval(super::cpu::monotonic_ns())
     }
 
     fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {

@@ -1,7 +1,6 @@
 //! The uprobe layer's probes: user-space stacks (lwIP) and VMM backends (QEMU) (vtrace-ebpf/src/uprobe.rs).
 
-#[allow(unused_imports)]
-use crate::probes::catalog::{Layer, ProbeSpec, Strategy, UprobeSize, uprobe_probe};
+use crate::probes::catalog::{Layer, ProbeSpec, UprobeSize, uprobe_probe};
 
 /// In attach order.
 pub const UPROBE: &[ProbeSpec] = &[
