@@ -125,9 +125,12 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
         );
         assert!(total <= wall, "{name}: {total} ns of CPU in {wall} ns of wall time");
         match name {
-            // Tick sampling itself sees a few % of a pure user loop as system.
-            "mix-spin" => assert!(
-                share("user_ns") >= if split == "ticks" { 90.0 } else { 97.0 },
+            // With ticks the kernel's own utime/stime above is the truth: on
+            // this shared VM a pure user loop has read as low as 80 % user
+            // there (ticks that land in interrupt work count as system), so
+            // an absolute floor would test the machine, not vtrace.
+            "mix-spin" if split == "syscalls" => assert!(
+                share("user_ns") >= 97.0,
                 "spin thread only {:.1} % user",
                 share("user_ns")
             ),
