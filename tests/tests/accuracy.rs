@@ -43,30 +43,35 @@ fn tick_split_matches_schedstat_and_kernel_utime_stime() {
     check_against_schedstat(&[], "tp_btf", "ticks");
 }
 
+/// Plain `vtrace record`, every default layer on: the same.
+#[test]
+fn the_default_mode_matches_schedstat() {
+    check_against_schedstat(&[], "tp_btf", "default");
+}
+
+/// `split` "default": no --layers or --cpu-split, which must mean ticks.
 fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
     let dir = TempDir::new(&format!("accuracy-{method}-{split}"));
     let rec = dir.join("run.vtrace");
     let truth_path = dir.join("truth.json");
     let mix = bin("cpu-mix");
-    let o = vtrace_env(
-        &[
-            "record",
-            // The KVM layer's KVM_RUN timing would keep the syscall hooks on.
-            "--layers",
-            "cpu",
-            "--cpu-split",
-            split,
-            "-o",
-            rec.to_str().unwrap(),
-            "--",
-            mix.to_str().unwrap(),
-            "--seconds",
-            "4",
-            "--out",
-            truth_path.to_str().unwrap(),
-        ],
-        env,
-    );
+    let mut args = vec!["record"];
+    if split != "default" {
+        args.extend(["--layers", "cpu", "--cpu-split", split]);
+    }
+    args.extend([
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        mix.to_str().unwrap(),
+        "--seconds",
+        "4",
+        "--out",
+        truth_path.to_str().unwrap(),
+    ]);
+    let o = vtrace_env(&args, env);
+    let plain = split == "default";
+    let split = if plain { "ticks" } else { split };
     assert!(o.status.success(), "record failed: {}", stderr(&o));
     let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
     let report = report_json(&rec);
@@ -84,6 +89,21 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
         .iter()
         .any(|p| p["id"] == "sys_enter" && p["available"] == true);
     assert_eq!(syscall_hooks, split == "syscalls", "sys_enter attached");
+    if plain {
+        assert_eq!(report["mode"], "default");
+        assert_eq!(report["layers"], serde_json::json!(["cpu", "net", "kvm", "uprobe"]));
+        let attached = |id: &str| {
+            report["probes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["id"] == id && p["available"] == true)
+        };
+        for id in ["sys_exit", "net_dev_queue", "consume_skb"] {
+            assert!(!attached(id), "{id} attached by plain record");
+        }
+        assert!(report["self_cost_fraction"].as_f64().unwrap() > 0.0);
+    }
     let wall = ns(&report, "wall_ns");
     let cpus = report["cpus"].as_u64().unwrap();
 

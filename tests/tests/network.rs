@@ -153,10 +153,20 @@ fn veth_counts_through(env: &[(&str, &str)], method: &str) {
             "-q",
         ],
     );
-    for hop in ["net_dev_queue", "net_dev_xmit", "netif_rx", "netif_receive_skb"] {
-        let p = r["probes"].as_array().unwrap().iter().find(|p| p["id"] == hop).unwrap();
-        assert_eq!(p["method"], method, "{hop}");
+    let probe = |id: &str| r["probes"].as_array().unwrap().iter().find(|p| p["id"] == id);
+    // The default: the two hops that match the devices' counters, no skb
+    // correlation (every other hop and consume_skb come with --hops).
+    for hop in ["net_dev_xmit", "netif_receive_skb"] {
+        assert_eq!(probe(hop).unwrap()["method"], method, "{hop}");
     }
+    for hop in ["net_dev_queue", "netif_rx", "consume_skb", "napi_poll"] {
+        assert!(probe(hop).is_none(), "{hop} attached without --hops");
+    }
+    assert_eq!(
+        r["hops"].as_array().map_or(0, |l| l.len()),
+        0,
+        "hop latency without --hops"
+    );
     assert_counters_agree(&r, "vtl-host0");
     assert_counters_agree(&r, "vtl-host1");
     let dev = r["device_counters"]
@@ -506,6 +516,50 @@ fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
         n(dir("read"), "calls"),
         n(xmit, "packets")
     );
+}
+
+/// `--hops`: every hop, NAPI polls and the skb correlation behind hop
+/// latency, which the default leaves off.
+#[test]
+fn hops_option_attaches_every_hop_and_measures_hop_latency() {
+    let dir = TempDir::new("net-hops");
+    let _host = lab("host");
+    let r = record_with(
+        &dir,
+        "hops.vtrace",
+        &["--hops"],
+        &[
+            "redis-benchmark",
+            "-h",
+            "10.99.11.2",
+            "-t",
+            "set",
+            "-n",
+            "2000",
+            "-c",
+            "5",
+            "-q",
+        ],
+    );
+    for id in [
+        "net_dev_queue",
+        "net_dev_start_xmit",
+        "netif_rx",
+        "napi_poll",
+        "consume_skb",
+    ] {
+        let p = r["probes"].as_array().unwrap().iter().find(|p| p["id"] == id);
+        assert_eq!(p.map(|p| p["available"].clone()), Some(true.into()), "{id}");
+    }
+    assert_eq!(r["mode"], "default + hops");
+    let queued = hop(&r, "vtl-host0", "queue").map_or(0, |h| n(h, "packets"));
+    assert!(queued >= 2000, "vtl-host0 queue hop: {queued} packets for 2000 SETs");
+    let hops = r["hops"].as_array().unwrap();
+    let edge = hops
+        .iter()
+        .find(|h| h["from"] == "vtl-host0:queue" && h["to"] == "vtl-host0:start_xmit")
+        .unwrap_or_else(|| panic!("queue -> start_xmit missing: {hops:?}"));
+    assert!(n(edge, "count") > 1000 && n(edge, "mean_ns") > 0, "{edge}");
 }
 
 #[test]

@@ -15,6 +15,9 @@ fn record_dd(dir: &TempDir, name: &str, mode: &str) -> Value {
         "record",
         "--layers",
         "cpu",
+        // The exact split attaches sys_enter, the hook whose runs dd's blocks count.
+        "--cpu-split",
+        "syscalls",
         "--interval",
         "200ms",
         "--self-stats",

@@ -137,6 +137,11 @@ pub struct CpuState {
     /// Context switches whose outgoing thread was not the one the last
     /// sched_switch switched in: a switch happened that no tracepoint reported.
     pub untraced_switches: u64,
+    /// What the idle task (tid 0) was charged on this CPU, and its
+    /// switch-outs: kept here rather than in the per-thread map, which
+    /// spares about half of all context switches a hash lookup.
+    pub idle_acc: [u64; state::SLOTS],
+    pub idle_switches: u64,
     /// NET_RX softirq time per device: the device whose packet was last
     /// received in the running softirq ([`dev_key`]; 0 before the first).
     pub net_dev: u64,
@@ -154,6 +159,10 @@ pub struct CpuState {
     pub irq_slot: u32,
     /// 0 until the first event on this CPU: time before it is not invented.
     pub initialized: u32,
+    /// `net_dev`'s slot in the DEV_SLOTS array, whose `softirq_ns` its time
+    /// goes to; [`DEV_SLOTS`] when it has none (the hash map then).
+    pub net_slot: u32,
+    pub _pad: u32,
 }
 
 /// Per-CPU time and count of one hard interrupt slot.
@@ -275,6 +284,33 @@ pub fn dev_size_edges(mtu_edge: u64) -> [u64; DEV_SIZE_BUCKETS] {
         edges[i] = mtu_edge;
     }
     edges
+}
+
+/// Slots of the direct-mapped per-CPU array that counts a (device, hop)
+/// without a hash lookup: a power of two.
+pub const DEV_SLOTS: u32 = 64;
+
+/// The slot of device `ifindex` at `hop`. (Not its address: a tp_btf
+/// program holds that as a typed pointer, on which the verifier allows no
+/// shifts.) Devices of different namespaces with the same index share a
+/// slot; the first one seen keeps it.
+pub const fn dev_slot(ifindex: u32, hop: u32) -> u32 {
+    let x = ifindex.wrapping_mul(0x9e37_79b1) ^ hop.wrapping_mul(0x85eb_ca6b);
+    (x >> 26) & (DEV_SLOTS - 1)
+}
+
+/// One (device, hop) in a [`DEV_SLOTS`] array: the device's identity is read
+/// once, when a CPU first sees it in this slot (`dev` 0: free). A device
+/// whose slot holds another goes to the hash map instead.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevSlot {
+    /// The `struct net_device` address.
+    pub dev: u64,
+    pub key: DevKey,
+    pub stats: DevStats,
+    /// NET_RX softirq ns charged to the device (in its `receive` slot only).
+    pub softirq_ns: u64,
 }
 
 /// A network device in one namespace at one hop.
@@ -650,7 +686,7 @@ pub struct Config {
     pub task_utime: u32,
     pub task_stime: u32,
     /// 1: `--cpu-split ticks`: the syscall hooks do no accounting (they are
-    /// attached only when tun or KVM tracking needs them), process-context
+    /// attached only when tun fd tracking needs them), process-context
     /// time stays unsplit and each slice's utime/stime ticks are kept.
     pub tick_split_on: u32,
     /// sched/sched_switch record: offset of `prev_state`.
@@ -688,10 +724,10 @@ pub struct Config {
     pub net_events_on: u32,
     /// 1: the net layer is traced: NET_RX softirq time is kept per device.
     pub net_layer_on: u32,
-    /// struct pt_regs: `si` (second syscall argument: the ioctl command).
-    pub pt_regs_si: u32,
-    /// 1: kvm_userspace_exit is traced: time each vCPU thread until its next ioctl(KVM_RUN).
-    pub kvm_run_on: u32,
+    /// 1: follow each skb across hops (per-hop latency, `record --hops`;
+    /// also with `--events`). Off by default: it costs a map update per
+    /// packet and hop, and a program on every freed skb.
+    pub net_hops_on: u32,
     /// kvm/* records (from their format files): the fields the programs read.
     pub tp_kvm_exit_reason: u32,
     pub tp_kvm_exit_isa: u32,
@@ -727,6 +763,7 @@ mod pod {
     unsafe impl aya::Pod for super::IrqStat {}
     unsafe impl aya::Pod for super::DevKey {}
     unsafe impl aya::Pod for super::DevStats {}
+    unsafe impl aya::Pod for super::DevSlot {}
     unsafe impl aya::Pod for super::UprobeSpec {}
     unsafe impl aya::Pod for super::HopEdge {}
     unsafe impl aya::Pod for super::TunIoKey {}
@@ -749,12 +786,13 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 49] = [
+pub const COUNTED_HOOKS: [&str; 50] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exit",
     "sys_enter",
     "sys_exit",
+    "sys_enter_ioctl",
     "irq_handler_entry",
     "irq_handler_exit",
     "local_timer_entry",

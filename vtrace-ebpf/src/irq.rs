@@ -57,7 +57,7 @@ fn on_softirq_entry(vec: u32) {
     } else {
         NO_SOFTIRQ
     };
-    st.net_dev = 0;
+    st.net_dev = account::NET_DEV_PENDING;
     st.net_mark = now;
 }
 
@@ -65,7 +65,7 @@ fn on_softirq_entry(vec: u32) {
 fn on_softirq_exit() {
     let now = account::now();
     if conf!(net_layer_on) != 0 {
-        account::net_softirq_switch(now, 0);
+        account::net_softirq_switch(Some(now), 0, vtrace_common::DEV_SLOTS);
     }
     let Some(st) = account::enter(now, state::UNRESOLVED) else {
         return;

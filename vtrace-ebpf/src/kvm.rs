@@ -1,6 +1,6 @@
 //! KVM: guest entry/exit (switches a vCPU thread's base state between guest
 //! and system, and times exit -> entry per reason), user-space exits (timed
-//! until the vCPU thread's next `ioctl(KVM_RUN)`, in `syscalls.rs`), port and
+//! until the vCPU thread's next `ioctl(KVM_RUN)`), port and
 //! MMIO accesses, interrupt injection and halt wake-ups.
 //!
 //! Records are read at offsets from the kvm/* format files (`Config::tp_kvm_*`).
@@ -130,10 +130,25 @@ fn on_entry() {
     }
 }
 
-/// From sys_enter: an `ioctl(fd, KVM_RUN)` ends the VMM's handling of the
-/// thread's last user-space exit.
+/// `_IO(KVMIO, 0x80)`
+const KVM_RUN: u64 = 0xae80;
+
+/// syscalls/sys_enter_ioctl fires for ioctl(2) only, so KVM_RUN is seen
+/// without a program on every syscall. Record: args[1] (the command) at 24,
+/// the layout every syscalls/sys_enter_* record shares.
+#[tracepoint(category = "syscalls", name = "sys_enter_ioctl")]
+pub fn tp_sys_enter_ioctl(ctx: TracePointContext) -> i32 {
+    count_run!("sys_enter_ioctl");
+    if unsafe { ctx.read_at::<u64>(24) } == Ok(KVM_RUN) {
+        on_kvm_run();
+    }
+    0
+}
+
+/// An `ioctl(fd, KVM_RUN)` ends the VMM's handling of the thread's last
+/// user-space exit.
 #[inline(always)]
-pub fn on_kvm_run() {
+fn on_kvm_run() {
     let tid = account::current_tid();
     let Some(p) = VCPU_PENDING.get_ptr_mut(&tid) else {
         return;

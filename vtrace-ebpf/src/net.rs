@@ -13,13 +13,19 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use vtrace_common::{
-    DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent, SKB_MARK_SLOTS,
-    SkbMark, dev_key, dev_size_bucket, hop, net_loss, skb_mark_slot,
+    DEV_SLOTS, DROP_REASONS, DevKey, DevSlot, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent,
+    SKB_MARK_SLOTS, SkbMark, dev_key, dev_size_bucket, dev_slot, hop, net_loss, skb_mark_slot,
 };
 
 use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
 use crate::{account, config::conf};
 
+/// Counters per (device, hop), direct-mapped by ifindex and hop: the common
+/// case costs no hash lookup and no read of the device's namespace.
+#[map]
+pub static DEV_SLOT_STATS: PerCpuArray<DevSlot> = PerCpuArray::with_max_entries(DEV_SLOTS, 0);
+
+/// Counters of the (device, hop) pairs whose slot another one holds.
 #[map]
 pub static NET_DEVICES: PerCpuHashMap<DevKey, DevStats> = PerCpuHashMap::with_max_entries(4096, 0);
 
@@ -64,6 +70,9 @@ fn mark_of(skb: u64) -> Option<&'static mut SkbMark> {
 /// The skb's journey ended (freed): its slot is free again.
 #[inline(always)]
 fn forget(skb: u64) {
+    if conf!(net_hops_on) == 0 {
+        return;
+    }
     if let Some(m) = mark_of(skb)
         && m.skb == skb
     {
@@ -73,8 +82,9 @@ fn forget(skb: u64) {
 
 /// Records the step from the skb's previous hop to this one, and this hop as its last.
 #[inline(always)]
-fn journey(now: u64, skb: u64, dev: u64, hop_id: u32, len: u32) {
+fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
     let Some(mark) = mark_of(skb) else { return };
+    let now = account::now();
     if mark.skb == skb {
         let ns = now.saturating_sub(mark.ts);
         if !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, ns) {
@@ -118,6 +128,41 @@ fn journey(now: u64, skb: u64, dev: u64, hop_id: u32, len: u32) {
             None => lost(net_loss::EVENT_DROPS),
         }
     }
+}
+
+/// The counters of `dev` at `hop_id` and the device's (netns, ifindex):
+/// its slot in DEV_SLOT_STATS when the slot is this device's (checked by
+/// address and ifindex, so a freed device's slot is not reused by another
+/// at the same address) or free; the hash map otherwise.
+#[inline(always)]
+fn device_stats<M: KernelMem>(dev: u64, hop_id: u32) -> Option<(DevKey, u32, &'static mut DevStats)> {
+    let ifindex: u32 = M::read(dev, conf!(dev_ifindex))?;
+    let index = dev_slot(ifindex, hop_id);
+    if let Some(slot) = DEV_SLOT_STATS.get_ptr_mut(index) {
+        let slot = unsafe { &mut *slot };
+        if slot.dev == dev && slot.key.hop == hop_id && slot.key.ifindex == ifindex {
+            return Some((slot.key, index, &mut slot.stats));
+        }
+        if slot.dev == 0 {
+            let (netns, ifindex) = device_id::<M>(dev)?;
+            slot.key = DevKey {
+                netns,
+                ifindex,
+                hop: hop_id,
+                _pad: 0,
+            };
+            slot.dev = dev;
+            return Some((slot.key, index, &mut slot.stats));
+        }
+    }
+    let (netns, ifindex) = device_id::<M>(dev)?;
+    let key = DevKey {
+        netns,
+        ifindex,
+        hop: hop_id,
+        _pad: 0,
+    };
+    account::entry(&NET_DEVICES, &key).map(|s| (key, DEV_SLOTS, s))
 }
 
 /// (netns inode, ifindex) of a net_device.
@@ -169,9 +214,13 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
     } else {
         M::read::<u64>(skb, conf!(skb_dev)).unwrap_or(0)
     };
-    let Some((netns, ifindex)) = device_id::<M>(dev) else {
+    if dev == 0 {
+        return;
+    }
+    let Some((key, slot, s)) = device_stats::<M>(dev, hop_id) else {
         return;
     };
+    let (netns, ifindex) = (key.netns, key.ifindex);
     let (len, head): (u32, u64) = match xmit_len {
         Some(l) => (l, 0),
         None => (
@@ -197,31 +246,14 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
     // skb_shared_info is reached through `head`, a char pointer (a plain
     // number to the verifier): read through the helper either way.
     let shinfo = head + end as u64;
-    let gso_size: u16 = if head != 0 {
-        ProbeRead::read(shinfo, conf!(shinfo_gso_size)).unwrap_or(0)
-    } else {
-        0
-    };
-    let gso_segs: u16 = if gso_size != 0 {
-        ProbeRead::read(shinfo, conf!(shinfo_gso_segs)).unwrap_or(1)
-    } else {
-        1
-    };
+    let (gso_size, gso_segs) = if head != 0 { gso(shinfo) } else { (0, 1) };
 
-    let now = account::now();
     if hop_id == hop::RECEIVE {
-        account::net_softirq_switch(now, dev_key(netns, ifindex));
+        account::net_softirq_switch(None, dev_key(netns, ifindex), slot);
     }
-    journey(now, skb_id, dev_key(netns, ifindex), hop_id, wire as u32);
-    let key = DevKey {
-        netns,
-        ifindex,
-        hop: hop_id,
-        _pad: 0,
-    };
-    let Some(s) = account::entry(&NET_DEVICES, &key) else {
-        return;
-    };
+    if conf!(net_hops_on) != 0 {
+        journey(skb_id, dev_key(netns, ifindex), hop_id, wire as u32);
+    }
     if rc != 0 {
         s.errors += 1;
         return;
@@ -248,6 +280,24 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
     if l < LOG2_BUCKETS {
         s.log2_hist[l] += 1;
     }
+}
+
+/// `gso_size` and `gso_segs` of an skb_shared_info: one helper call where
+/// they are adjacent (they are in every kernel so far), two otherwise.
+#[inline(always)]
+fn gso(shinfo: u64) -> (u16, u16) {
+    let (size_at, segs_at) = (conf!(shinfo_gso_size), conf!(shinfo_gso_segs));
+    if segs_at == size_at + 2 {
+        let both: [u16; 2] = ProbeRead::read(shinfo, size_at).unwrap_or([0, 1]);
+        return (both[0], if both[0] != 0 { both[1] } else { 1 });
+    }
+    let size: u16 = ProbeRead::read(shinfo, size_at).unwrap_or(0);
+    let segs: u16 = if size != 0 {
+        ProbeRead::read(shinfo, segs_at).unwrap_or(1)
+    } else {
+        1
+    };
+    (size, segs)
 }
 
 /// The skb argument's address as a plain number (a copy of the context

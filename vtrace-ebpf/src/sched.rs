@@ -79,7 +79,8 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next_tid: u32) {
                 st.base = state::UNRESOLVED as u32;
             }
         }
-        let kthread = read_task_u32::<M>(prev, conf!(task_flags)) & PF_KTHREAD != 0;
+        // The idle task's flags are never used (its time stays per CPU).
+        let kthread = prev_tid != 0 && read_task_u32::<M>(prev, conf!(task_flags)) & PF_KTHREAD != 0;
         let tick_split = account::tick_split();
         if st.base == state::UNRESOLVED as u32 && !tick_split {
             let mode = if kthread || !prev_running {
@@ -96,11 +97,18 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next_tid: u32) {
         if kthread {
             flags |= thread_flag::KTHREAD;
         }
-        let clocks = account::TaskClocks {
-            runtime: read_task_u64::<M>(prev, conf!(task_runtime)),
-            ticks: if tick_split { read_utime_stime::<M>(prev) } else { None },
-        };
-        account::flush_thread(st, prev_tid, (id >> 32) as u32, flags, clocks);
+        if prev_tid == 0 {
+            for s in 0..state::SLOTS {
+                st.idle_acc[s] += st.acc[s];
+            }
+            st.idle_switches += 1;
+        } else {
+            let clocks = account::TaskClocks {
+                runtime: read_task_u64::<M>(prev, conf!(task_runtime)),
+                ticks: if tick_split { read_utime_stime::<M>(prev) } else { None },
+            };
+            account::flush_thread(st, prev_tid, (id >> 32) as u32, flags, clocks);
+        }
     }
     st.acc = [0; state::SLOTS];
     st.tid = next_tid;

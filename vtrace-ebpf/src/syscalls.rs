@@ -1,5 +1,7 @@
-//! Syscall entry/exit: the user <-> system boundary. The hottest hooks of all,
-//! so they touch only this CPU's state (no per-thread lookup).
+//! Syscall entry/exit: the user <-> system boundary (`--cpu-split syscalls`)
+//! and reads/writes on tun fds. The hottest hooks of all, so they touch only
+//! this CPU's state (no per-thread lookup), and they are attached only when
+//! one of those asks for them.
 
 use crate::runs::count_run;
 use aya_ebpf::{
@@ -11,7 +13,7 @@ use aya_ebpf::{
 use vtrace_common::{DevStats, TunIoKey, TunPending, count_size, state};
 
 use crate::kmem::{KernelMem, ProbeRead};
-use crate::{account, config::conf, kvm};
+use crate::{account, config::conf};
 
 /// (tgid << 32 | fd) -> dev_key of the tap, for every tun fd open when
 /// recording started (filled by userspace).
@@ -29,9 +31,6 @@ const NR_READ: u64 = 0;
 const NR_WRITE: u64 = 1;
 const NR_READV: u64 = 19;
 const NR_WRITEV: u64 = 20;
-const NR_IOCTL: u64 = 16;
-/// `_IO(KVMIO, 0x80)`
-const KVM_RUN: u64 = 0xae80;
 
 /// At a read/write-family syscall on a known tun fd, remembers it for sys_exit.
 #[inline(always)]
@@ -116,16 +115,10 @@ fn on_sys_exit() {
 pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
     count_run!("sys_enter");
     on_sys_enter();
-    let regs: u64 = ctx.arg(0);
-    let id: u64 = ctx.arg(1);
-    if id == NR_IOCTL && conf!(kvm_run_on) != 0 {
-        let cmd: u64 = ProbeRead::read(regs, conf!(pt_regs_si)).unwrap_or(0);
-        if cmd == KVM_RUN {
-            kvm::on_kvm_run();
-        }
-    }
     if conf!(tun_fds_on) != 0 {
+        let id: u64 = ctx.arg(1);
         if id <= NR_WRITEV {
+            let regs: u64 = ctx.arg(0);
             let fd: u64 = ProbeRead::read(regs, conf!(pt_regs_di)).unwrap_or(u64::MAX);
             tun_enter(id, fd);
         }
@@ -150,11 +143,8 @@ pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
 pub fn tp_sys_enter(ctx: TracePointContext) -> i32 {
     count_run!("sys_enter");
     on_sys_enter();
-    let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
-    if id == NR_IOCTL && conf!(kvm_run_on) != 0 && unsafe { ctx.read_at::<u64>(24) } == Ok(KVM_RUN) {
-        kvm::on_kvm_run();
-    }
     if conf!(tun_fds_on) != 0 {
+        let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
         if id <= NR_WRITEV {
             let fd: u64 = unsafe { ctx.read_at(16) }.unwrap_or(u64::MAX);
             tun_enter(id, fd);

@@ -41,9 +41,14 @@ enum Command {
         /// Count calls of a user-space function: BINARY:SYMBOL, or BINARY:SYMBOL:ret for latency too (repeatable).
         #[arg(long = "uprobe")]
         uprobes: Vec<String>,
-        /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer).
+        /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer;
+        /// implies --hops).
         #[arg(long)]
         events: bool,
+        /// Follow each packet from hop to hop: per-hop latency (net_latency), at a map update per
+        /// packet and hop and a program on every freed skb.
+        #[arg(long)]
+        hops: bool,
         /// Layers to record, comma-separated (the CPU layer is always on): cpu, net, kvm, uprobe, sample;
         /// e.g. `--layers cpu` for CPU attribution alone. Default: every layer but sample.
         #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
@@ -57,7 +62,7 @@ enum Command {
         self_stats: SelfStats,
         /// How user and system time are told apart: exactly at every syscall (syscall hooks, the costliest
         /// part of CPU attribution), or by the kernel's tick-sampled utime/stime (no syscall hooks).
-        #[arg(long, value_enum, default_value_t = CpuSplit::Syscalls)]
+        #[arg(long, value_enum, default_value_t = CpuSplit::Ticks)]
         cpu_split: CpuSplit,
         /// Select this process and its descendants (repeatable).
         #[arg(long = "pid")]
@@ -151,6 +156,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             platform_file,
             uprobes,
             events,
+            hops,
             layers,
             sample,
             self_stats,
@@ -176,6 +182,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 command,
                 uprobes,
                 events,
+                hops,
                 layers,
                 sample_hz: sample,
                 self_stats,

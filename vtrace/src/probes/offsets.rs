@@ -44,7 +44,6 @@ pub fn resolve(caps: &Capabilities) -> Config {
         o.net_ns_inum = m("net", "ns") + m("ns_common", "inum");
         o.napi_dev = m("napi_struct", "dev");
         o.pt_regs_di = m("pt_regs", "di");
-        o.pt_regs_si = m("pt_regs", "si");
     }
     if let Ok(tracefs) = &caps.tracefs {
         let f =

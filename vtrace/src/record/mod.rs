@@ -51,6 +51,8 @@ pub struct RecordOptions {
     pub uprobes: Vec<String>,
     /// Stream every packet at every hop (`--events`).
     pub events: bool,
+    /// Follow each skb from hop to hop for per-hop latency (`--hops`).
+    pub hops: bool,
     /// Layers to run (`--layers`, names from [`layers::REGISTRY`]); the CPU layer always runs.
     pub layers: Vec<String>,
     /// Stack sampling frequency (`--sample HZ`), 0 for none.
@@ -76,11 +78,36 @@ impl Default for RecordOptions {
             command: Vec::new(),
             uprobes: Vec::new(),
             events: false,
+            hops: false,
             layers: layers::default_names(),
             sample_hz: 0,
             self_stats: SelfStats::Sampled,
-            cpu_split: CpuSplit::Syscalls,
+            cpu_split: CpuSplit::Ticks,
         }
+    }
+}
+
+impl RecordOptions {
+    /// The cost mode in words: "default", or the default plus each costlier
+    /// option turned on (README "What it costs" measures each).
+    pub fn mode(&self) -> String {
+        let mut mode = vec!["default".to_string()];
+        if self.cpu_split == CpuSplit::Syscalls {
+            mode.push("exact split".into());
+        }
+        if self.hops && !self.events {
+            mode.push("hops".into());
+        }
+        if self.events {
+            mode.push("events".into());
+        }
+        if self.sample_hz > 0 {
+            mode.push(format!("stacks {} Hz", self.sample_hz));
+        }
+        if self.self_stats == SelfStats::Always {
+            mode.push("stats always".into());
+        }
+        mode.join(" + ")
     }
 }
 
@@ -132,6 +159,10 @@ impl RecordOptions {
     }
     pub fn events(mut self, on: bool) -> Self {
         self.events = on;
+        self
+    }
+    pub fn hops(mut self, on: bool) -> Self {
+        self.hops = on;
         self
     }
     pub fn uprobe(mut self, spec: impl Into<String>) -> Self {
@@ -328,6 +359,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         start_mono: 0,
     };
     let mut notes = Vec::new();
+    let mut overhead_floor_ns = 0.0;
 
     // The layers this recording runs, each configuring the eBPF object.
     let mut running: Vec<&dyn Layer> = Vec::new();
@@ -347,6 +379,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     }
 
     let mut ebpf = crate::ebpf::load(&config)?;
+    if opts.self_stats != SelfStats::Off {
+        match bpf_stats::stats_floor_ns(&mut ebpf) {
+            Ok(ns) => overhead_floor_ns = ns,
+            Err(e) => notes.push(format!(
+                "BPF statistics floor not measured ({e}): run times are as measured"
+            )),
+        }
+    }
     let start_unix = unix_ns();
     let start_mono = monotonic_ns();
     setup.start_mono = start_mono;
@@ -375,6 +415,9 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         let _ = tx.send(());
     }
 
+    // vtrace's own CPU is counted from here: loading, verifying and
+    // attaching happened before the workload started.
+    let usage_at_start = self_usage();
     let (mut child, mut stop) = WorkloadChild::spawn(&opts.command);
     let deadline = match (&child.child, opts.duration) {
         (None, Some(d)) => Some(tokio::time::Instant::now() + d),
@@ -425,6 +468,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     for c in &mut collectors {
         c.close(end_mono)?;
     }
+    let usage_at_end = self_usage();
     drop(ebpf); // detaches every program
 
     // Instances again at the end: processes and threads started during the run.
@@ -440,7 +484,15 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         c.facts(&mut facts);
     }
     let mut tables = TableSet::default();
-    let mut overhead = self_usage();
+    let usage_total = self_usage();
+    let mut overhead = Overhead {
+        vtrace_user_ns: usage_at_end.vtrace_user_ns - usage_at_start.vtrace_user_ns,
+        vtrace_system_ns: usage_at_end.vtrace_system_ns - usage_at_start.vtrace_system_ns,
+        vtrace_peak_rss_kib: usage_total.vtrace_peak_rss_kib,
+        ..Default::default()
+    };
+    overhead.vtrace_setup_ns =
+        usage_total.vtrace_user_ns + usage_total.vtrace_system_ns - overhead.vtrace_user_ns - overhead.vtrace_system_ns;
     for c in collectors {
         let mut out = LayerOutput::default();
         let ctx = Emit {
@@ -461,11 +513,21 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
 
     let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
     let wall_ns = end_mono.saturating_sub(start_mono);
-    let bpf_run_time_ns = programs.iter().map(crate::report::whole_run_time_ns).sum();
+    let bpf_run_time_ns = programs
+        .iter()
+        .map(|p| crate::report::whole_run_time_ns(p, overhead_floor_ns))
+        .sum();
+    overhead.bpf_stats_floor_ns = overhead_floor_ns;
     overhead.bpf_run_time_ns = bpf_run_time_ns;
     overhead.bpf_run_count = programs.iter().map(|p| p.events).sum();
     overhead.bpf_stats_coverage = bpf_stats_coverage;
     overhead.bpf_cpu_fraction = bpf_run_time_ns as f64 / (wall_ns.max(1) as f64 * cpus.max(1) as f64);
+    let busy_ns: u64 = tables
+        .rows::<layers::cpu::CpuRow>()
+        .iter()
+        .map(|c| c.user_ns + c.system_ns + c.softirq_ns + c.hardirq_ns + c.guest_ns)
+        .sum();
+    overhead.set_self_cost(wall_ns * cpus.max(1) as u64, busy_ns);
     tables.put(programs);
     let mut rec = Recording {
         meta: Metadata {
@@ -491,6 +553,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
             end_unix_ns: end_unix,
             wall_ns,
             cpu_split: opts.cpu_split.name().into(),
+            mode: opts.mode(),
             layers: running.iter().map(|l| l.name().to_string()).collect(),
             tables: Default::default(),
             probes,

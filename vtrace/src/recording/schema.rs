@@ -68,10 +68,32 @@ pub struct Overhead {
     pub bpf_stats_coverage: f64,
     /// bpf_run_time_ns / (wall_ns x cpus).
     pub bpf_cpu_fraction: f64,
-    /// CPU time of the vtrace process itself (collection, snapshots, writing).
+    /// ns per run that the statistics' own clock reads add to every measured
+    /// run (`bpf_stats::stats_floor_ns`), subtracted in bpf_run_time_ns; 0
+    /// in recordings before it was measured.
+    #[serde(default)]
+    pub bpf_stats_floor_ns: f64,
+    /// CPU time of the vtrace process while the workload ran (collection,
+    /// snapshots). Before this field existed in recordings, the whole
+    /// process's, set-up included.
     pub vtrace_user_ns: u64,
     pub vtrace_system_ns: u64,
+    /// CPU time of the vtrace process outside that window: loading and
+    /// verifying the programs, attaching, reading and writing the recording.
+    #[serde(default)]
+    pub vtrace_setup_ns: u64,
     pub vtrace_peak_rss_kib: u64,
+    /// (eBPF run time + vtrace's CPU while the workload ran) / capacity:
+    /// the tracing cost as a share of the machine.
+    #[serde(default)]
+    pub self_cost_fraction: f64,
+    /// The workload's expected slowdown from tracing: that cost over the
+    /// CPU time everything else used in the window (all CPUs' busy time,
+    /// which includes the programs', less the cost itself). Exact for work
+    /// whose critical path is CPU time on the traced paths; an upper bound
+    /// where vtrace's process ran on otherwise idle CPUs.
+    #[serde(default)]
+    pub expected_slowdown: f64,
     /// Context switches whose thread found the per-thread map full (time kept under tid 4294967295).
     pub thread_map_overflows: u64,
     /// Interrupts whose exit event was missed, found open and closed at the next syscall or switch.
@@ -90,6 +112,17 @@ pub struct Overhead {
     /// Samples not counted because the sample map was full.
     #[serde(default)]
     pub sample_drops: u64,
+}
+
+impl Overhead {
+    /// Sets [`Overhead::self_cost_fraction`] and
+    /// [`Overhead::expected_slowdown`] from the run's capacity and busy CPU ns.
+    pub fn set_self_cost(&mut self, capacity_ns: u64, busy_ns: u64) {
+        let cost = (self.bpf_run_time_ns + self.vtrace_user_ns + self.vtrace_system_ns) as f64;
+        self.self_cost_fraction = cost / capacity_ns.max(1) as f64;
+        let work = busy_ns as f64 - cost;
+        self.expected_slowdown = if work > 0.0 { cost / work } else { 0.0 };
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -111,6 +144,10 @@ pub struct Metadata {
     /// How user and system time were told apart: "syscalls" (exact) or "ticks" (`record --cpu-split`).
     #[serde(default)]
     pub cpu_split: String,
+    /// The cost mode (`RecordOptions::mode`): "default", or the options
+    /// beyond it ("default + exact split + hops"); empty in older recordings.
+    #[serde(default)]
+    pub mode: String,
     /// Layers recorded (`record --layers`); empty in recordings before schema 6.
     #[serde(default)]
     pub layers: Vec<String>,

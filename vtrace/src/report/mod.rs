@@ -55,10 +55,16 @@ pub fn ns_per_event(run_time_ns: u64, run_count: u64) -> f64 {
     }
 }
 
+/// A program's cost per run: what the kernel's statistics measured, less
+/// what they add to every run themselves (`floor_ns`, measured at start-up).
+pub fn calibrated_ns_per_event(p: &crate::recording::ProgramRow, floor_ns: f64) -> f64 {
+    (ns_per_event(p.run_time_ns, p.run_count) - floor_ns).max(0.0)
+}
+
 /// A program's run time over the whole recording: its exact number of runs
-/// times the cost per run measured while the kernel's statistics were on.
-pub fn whole_run_time_ns(p: &crate::recording::ProgramRow) -> u64 {
-    (ns_per_event(p.run_time_ns, p.run_count) * p.events as f64).round() as u64
+/// times its calibrated cost per run, measured while the statistics were on.
+pub fn whole_run_time_ns(p: &crate::recording::ProgramRow, floor_ns: f64) -> u64 {
+    (calibrated_ns_per_event(p, floor_ns) * p.events as f64).round() as u64
 }
 
 /// The recording's sampled stacks, each prefixed by its process name, merged

@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{
+    calibrated_ns_per_event,
     model::{Section, Table, col, left, secs},
     ns_per_event, whole_run_time_ns,
 };
@@ -46,7 +47,25 @@ pub fn header(rec: &Recording) -> Section {
             "syscalls" => "syscalls (exact)",
             other => other,
         };
-        lines.push(format!("layers {} | user/system split: {split}", m.layers.join(",")));
+        let mode = if m.mode.is_empty() {
+            String::new()
+        } else {
+            format!(" | mode {}", m.mode)
+        };
+        lines.push(format!(
+            "layers {}{mode} | user/system split: {split}",
+            m.layers.join(",")
+        ));
+    }
+    let ov = &m.overhead;
+    if ov.self_cost_fraction > 0.0 {
+        lines.push(format!(
+            "tracing cost {:.2}% of capacity (eBPF {:.2}%, vtrace {:.2}%) | expected slowdown of the workload {:.1}%",
+            ov.self_cost_fraction * 100.0,
+            ov.bpf_cpu_fraction * 100.0,
+            (ov.vtrace_user_ns + ov.vtrace_system_ns) as f64 * 100.0 / cap.max(1) as f64,
+            ov.expected_slowdown * 100.0
+        ));
     }
     lines.push(String::new());
     s.lines(lines);
@@ -58,6 +77,9 @@ pub fn header(rec: &Recording) -> Section {
     s.json("workload", &m.workload);
     s.json("stopped_by", &m.stopped_by);
     s.json("cpu_split", &m.cpu_split);
+    s.json("mode", &m.mode);
+    s.json("self_cost_fraction", m.overhead.self_cost_fraction);
+    s.json("expected_slowdown", m.overhead.expected_slowdown);
     s
 }
 
@@ -102,6 +124,9 @@ pub fn probes(rec: &Recording) -> Section {
 pub fn overhead(rec: &Recording) -> Section {
     let ov = &rec.meta.overhead;
     let mut s = Section::new("overhead");
+    // Recordings before the calibration have no floor: their table stays as it was.
+    let floor = ov.bpf_stats_floor_ns;
+    let calibrated = floor > 0.0;
     let coverage = if ov.bpf_stats_coverage >= 1.0 {
         String::new()
     } else {
@@ -126,24 +151,39 @@ pub fn overhead(rec: &Recording) -> Section {
             ov.untraced_switches
         ),
     ]);
-    let mut t = Table::untitled(vec![
+    if calibrated {
+        s.lines([format!(
+            "  ns/event: as the kernel's statistics measured it, less the {floor:.0} ns they add to every run \
+             themselves (an empty program's measured run time); vtrace's set-up and wrap-up outside the window: {} s",
+            secs(ov.vtrace_setup_ns)
+        )]);
+    }
+    let mut columns = vec![
         left("program", 28),
         col("events", 12),
         col("run time(s)", 14),
         col("ns/event", 12),
-    ]);
+    ];
+    if calibrated {
+        columns.push(col("measured", 10));
+    }
+    let mut t = Table::untitled(columns);
     let mut progs = rec.rows::<ProgramRow>().to_vec();
-    progs.sort_by_key(|p| std::cmp::Reverse(whole_run_time_ns(p)));
+    progs.sort_by_key(|p| std::cmp::Reverse(whole_run_time_ns(p, floor)));
     for p in &progs {
-        t.row(vec![
+        let mut row = vec![
             p.program.clone(),
             p.events.to_string(),
-            secs(whole_run_time_ns(p)),
-            format!("{:.0}", ns_per_event(p.run_time_ns, p.run_count)),
-        ]);
+            secs(whole_run_time_ns(p, floor)),
+            format!("{:.0}", calibrated_ns_per_event(p, floor)),
+        ];
+        if calibrated {
+            row.push(format!("{:.0}", ns_per_event(p.run_time_ns, p.run_count)));
+        }
+        t.row(row);
         s.metric(
             "bpf_run_ns",
-            whole_run_time_ns(p) as f64,
+            whole_run_time_ns(p, floor) as f64,
             "ns",
             &[("program", &p.program)],
         );
@@ -156,8 +196,9 @@ pub fn overhead(rec: &Recording) -> Section {
         .map(|p| {
             json!({"probe": p.probe, "program": p.program, "method": p.method, "events": p.events,
                    "run_count": p.run_count, "run_time_ns": p.run_time_ns, "recursion_misses": p.recursion_misses,
-                   "whole_run_time_ns": whole_run_time_ns(p),
-                   "ns_per_event": ns_per_event(p.run_time_ns, p.run_count)})
+                   "whole_run_time_ns": whole_run_time_ns(p, floor),
+                   "ns_per_event": calibrated_ns_per_event(p, floor),
+                   "measured_ns_per_event": ns_per_event(p.run_time_ns, p.run_count)})
         })
         .collect();
     s.json(
@@ -167,6 +208,7 @@ pub fn overhead(rec: &Recording) -> Section {
             "bpf_run_count": ov.bpf_run_count,
             "bpf_stats_coverage": ov.bpf_stats_coverage,
             "bpf_cpu_fraction": ov.bpf_cpu_fraction,
+            "bpf_stats_floor_ns": ov.bpf_stats_floor_ns,
             "vtrace_user_ns": ov.vtrace_user_ns,
             "vtrace_system_ns": ov.vtrace_system_ns,
             "vtrace_peak_rss_kib": ov.vtrace_peak_rss_kib,

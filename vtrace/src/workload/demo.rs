@@ -69,21 +69,10 @@ pub fn run(output: PathBuf, requests: u32) -> Result<RecordOutcome> {
         "no",
     ])?;
     wait_for_redis(SERVER_ADDR, Duration::from_secs(10))?;
+    // The defaults of `vtrace record`: what a user leaves on.
     let opts = RecordOptions {
-        platform: "host".into(),
-        instance: None,
-        platform_file: None,
-        uprobes: vec![],
-        events: false,
-        layers: crate::layers::default_names(),
-        sample_hz: 0,
-        self_stats: crate::collectors::bpf_stats::SelfStats::Sampled,
-        cpu_split: crate::layers::cpu::CpuSplit::Syscalls,
         pids: vec![redis],
-        comms: vec![],
-        cgroups: vec![],
         duration: None,
-        interval: Duration::from_secs(1),
         output,
         command: [
             "redis-benchmark",
@@ -103,6 +92,7 @@ pub fn run(output: PathBuf, requests: u32) -> Result<RecordOutcome> {
         ]
         .map(String::from)
         .to_vec(),
+        ..RecordOptions::default()
     };
     let outcome = record(&opts);
     drop(ns);

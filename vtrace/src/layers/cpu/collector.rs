@@ -128,6 +128,17 @@ impl CpuCollector {
             // totals are final, and the CPU's pending time is not its.
             let exited = live.get(&st.tid).is_some_and(|t| t.flags & thread_flag::EXITED != 0)
                 || self.retired.iter().any(|(tid, _)| *tid == st.tid);
+            // The idle task's time is kept per CPU (account.rs): its row is
+            // made here.
+            if st.idle_switches > 0 {
+                let idle = live.entry(0).or_default();
+                for s in 0..state::REPORTED {
+                    idle.ns[s] += st.idle_acc[s];
+                }
+                idle.unsplit_ns += st.idle_acc[state::UNRESOLVED];
+                idle.switches += st.idle_switches;
+                idle.flags |= thread_flag::KTHREAD;
+            }
             if st.initialized != 0 && !exited {
                 let t = live.entry(st.tid).or_default();
                 for s in 0..state::REPORTED {

@@ -46,7 +46,7 @@ impl Layer for CpuLayer {
     fn configure(&self, setup: &Setup, config: &mut Config) {
         config.tick_split_on = (setup.opts.cpu_split == CpuSplit::Ticks) as u32;
     }
-    /// With the tick split the syscall hooks only serve tun fds and KVM_RUN.
+    /// With the tick split the syscall hooks only serve tun fds.
     fn probes(&self, _setup: &Setup, config: &Config) -> Result<Vec<ProbeSpec>> {
         let syscall_hooks = syscall_hooks(config);
         Ok(probes::CPU
@@ -85,7 +85,7 @@ impl Layer for CpuLayer {
 }
 
 fn syscall_hooks(config: &Config) -> bool {
-    config.tick_split_on == 0 || config.tun_fds_on != 0 || config.kvm_run_on != 0
+    config.tick_split_on == 0 || config.tun_fds_on != 0
 }
 
 struct CpuRecorder {
@@ -140,7 +140,7 @@ impl Collector for CpuRecorder {
                  is divided in the ratio of the kernel's utime/stime timer ticks over its slices, each CPU's by \
                  /proc/stat; threads too short-lived to be sampled take their process's ratio{}",
                 if self.syscall_hooks {
-                    "; the syscall hooks stay attached for tun fds or KVM_RUN"
+                    "; the syscall hooks stay attached for tun fds"
                 } else {
                     "; no syscall hooks"
                 }

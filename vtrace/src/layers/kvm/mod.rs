@@ -35,15 +35,19 @@ impl Layer for KvmLayer {
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::KVM
     }
-    /// User-space exits are timed until the thread's next ioctl(KVM_RUN)
-    /// where kvm_userspace_exit exists (kvm is loaded).
-    fn configure(&self, setup: &Setup, config: &mut Config) {
-        config.kvm_run_on = setup
+    /// User-space exits are timed until the thread's next ioctl(KVM_RUN),
+    /// watched only where kvm_userspace_exit exists (kvm is loaded).
+    fn probes(&self, setup: &Setup, _config: &Config) -> Result<Vec<ProbeSpec>> {
+        let uexit = setup
             .caps
             .tracefs
             .as_ref()
-            .is_ok_and(|t| tracepoint_field(t, "kvm", "kvm_userspace_exit", "reason").is_some())
-            as u32;
+            .is_ok_and(|t| tracepoint_field(t, "kvm", "kvm_userspace_exit", "reason").is_some());
+        Ok(probes::KVM
+            .iter()
+            .filter(|p| p.id != "kvm_run" || uexit)
+            .copied()
+            .collect())
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

@@ -31,6 +31,17 @@ pub const KVM: &[ProbeSpec] = &[
         "kvm_userspace_exit",
         "KVM_RUN returns to the VMM (reason); timed until the next KVM_RUN"
     ),
+    ProbeSpec {
+        id: "kvm_run",
+        layer: Layer::Kvm,
+        what: "ioctl(KVM_RUN): the VMM's handling of the last user-space exit ends",
+        // A per-syscall tracepoint: no program runs for the other syscalls.
+        strategies: &[Strategy::Tracepoint {
+            program: "tp_sys_enter_ioctl",
+            category: "syscalls",
+            name: "sys_enter_ioctl",
+        }],
+    },
     kvm_tracepoint!(
         "kvm_pio",
         "guest port I/O handled by KVM or the VMM (port, size, direction)"

@@ -8,11 +8,11 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuArray, PerCpuHashMap},
 };
-use vtrace_common::{DROP_REASONS, DevKey, DevStats, HopEdge, HopLatency, NetEvent, net_loss};
+use vtrace_common::{DEV_SLOTS, DROP_REASONS, DevKey, DevSlot, DevStats, HopEdge, HopLatency, NetEvent, net_loss};
 
 use crate::{
     Error, Result,
-    collectors::maps::{delta, sum_per_cpu, take},
+    collectors::maps::{Counters, delta, sum_per_cpu, take},
     platforms::snapshot::{NetDev, NetNamespaces},
 };
 
@@ -50,6 +50,7 @@ impl NetSnapshot {
 }
 
 pub struct NetCollector {
+    slots: PerCpuArray<MapData, DevSlot>,
     devices: PerCpuHashMap<MapData, DevKey, DevStats>,
     softirq: PerCpuHashMap<MapData, u64, u64>,
     drops: PerCpuArray<MapData, u64>,
@@ -61,6 +62,7 @@ pub struct NetCollector {
 impl NetCollector {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
         Ok(NetCollector {
+            slots: take(ebpf, "DEV_SLOT_STATS")?,
             devices: take(ebpf, "NET_DEVICES")?,
             softirq: take(ebpf, "NET_SOFTIRQ")?,
             drops: take(ebpf, "NET_DROPS")?,
@@ -83,6 +85,18 @@ impl NetCollector {
             napi: sum_per_cpu(&self.napi)?,
             ..Default::default()
         };
+        // Each CPU's slots, merged with the hash map's entries by device and hop.
+        for i in 0..DEV_SLOTS {
+            for slot in self.slots.get(&i, 0).map_err(map_err)?.iter() {
+                if slot.dev != 0 {
+                    snap.devices.entry(slot.key).or_default().add(&slot.stats);
+                    if slot.softirq_ns > 0 {
+                        let dev = vtrace_common::dev_key(slot.key.netns, slot.key.ifindex);
+                        *snap.softirq.entry(dev).or_default() += slot.softirq_ns;
+                    }
+                }
+            }
+        }
         for r in 0..DROP_REASONS {
             snap.drops
                 .push(self.drops.get(&r, 0).map(|v| v.iter().sum()).unwrap_or(0));

@@ -47,8 +47,22 @@ impl Layer for NetLayer {
     fn configure(&self, setup: &Setup, config: &mut Config) {
         config.net_layer_on = 1;
         config.net_events_on = setup.opts.events as u32;
+        config.net_hops_on = hop_correlation(setup) as u32;
         // Tun fds open at the start (a VMM's taps): their read/write syscalls are followed.
         config.tun_fds_on = !collector::tun_fds(setup.system).is_empty() as u32;
+    }
+    /// By default a packet costs two programs: at `xmit` (what the driver
+    /// took) and at `receive` (entering the stack), the two hops whose counts
+    /// equal the devices' own counters. `--hops` adds every other hop, NAPI
+    /// polls and consume_skb (which fires for every skb freed anywhere, to
+    /// end skb journeys).
+    fn probes(&self, setup: &Setup, _config: &Config) -> Result<Vec<ProbeSpec>> {
+        let hops = hop_correlation(setup);
+        Ok(probes::NET
+            .iter()
+            .filter(|p| hops || !probes::EVERY_HOP.contains(&p.id))
+            .copied()
+            .collect())
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![
@@ -92,6 +106,12 @@ impl Layer for NetLayer {
             losses: [0; net_loss::COUNT as usize],
         }))
     }
+}
+
+/// Every hop is counted and skbs are followed from hop to hop (`--hops`, or
+/// `--events`, whose records come from the same code).
+fn hop_correlation(setup: &Setup) -> bool {
+    setup.opts.hops || setup.opts.events
 }
 
 struct NetRecorder {

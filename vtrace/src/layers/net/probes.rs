@@ -3,6 +3,17 @@
 
 use crate::probes::catalog::{Layer, ProbeSpec, Strategy, kfunc_probe, tracepoint_probe};
 
+/// The probes only `record --hops` attaches: the hops between a device's
+/// queue and its driver or stack, NAPI polls, and the end of skb journeys.
+pub const EVERY_HOP: &[&str] = &[
+    "net_dev_queue",
+    "net_dev_start_xmit",
+    "netif_rx",
+    "napi_gro_receive_entry",
+    "napi_poll",
+    "consume_skb",
+];
+
 /// In attach order.
 pub const NET: &[ProbeSpec] = &[
     tracepoint_probe!(
