@@ -5,6 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "$(id -u)" = 0 ] || { echo "run as root: vtrace loads eBPF programs" >&2; exit 1; }
-bash scripts/setup.sh
+bash scripts/setup.sh demo
 cargo build --release -p vtrace
 exec target/release/vtrace demo "$@"

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian machine: installs only what is missing.
 # Needs root (apt) and network access to Debian's mirror and crates.io.
+#   setup.sh        everything the tests and the lab use
+#   setup.sh demo   only what `vtrace demo` needs (scripts/demo.sh): the
+#                   toolchain, bpf-linker, redis and iproute2
 set -euo pipefail
+PROFILE=${1:-all}
+case "$PROFILE" in all|demo) ;; *) echo "setup.sh: unknown profile '$PROFILE' (all or demo)" >&2; exit 2;; esac
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -13,13 +18,18 @@ LLVM_MAJOR=$(rustc +nightly -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
 
 PKGS=(
   "llvm-${LLVM_MAJOR}-dev" libpolly-"${LLVM_MAJOR}"-dev zlib1g-dev libzstd-dev  # bpf-linker
-  iproute2 iptables procps iputils-ping                                        # netns / veth / bridge, ping
-  redis-server redis-tools iperf3 fio sysstat                                  # workloads, mpstat
-  bpftrace linux-perf python3                                                  # overhead comparison (benches/overhead.py)
-  runc crun busybox-static util-linux                                          # vtrace lab containers
-  qemu-system-x86 cpio                                                         # vtrace lab linuxvm
-  docker.io lxc liblwip-dev                                                    # vtrace lab docker, lxc, lwip
+  iproute2 procps redis-server redis-tools                                     # vtrace demo
 )
+if [ "$PROFILE" = all ]; then
+  PKGS+=(
+    iptables iputils-ping                                                      # bridge, ping
+    iperf3 fio sysstat                                                         # workloads, mpstat
+    bpftrace linux-perf python3                                                # benches/overhead.py, calibrate.py
+    runc crun busybox-static util-linux                                        # vtrace lab containers
+    qemu-system-x86 cpio                                                       # vtrace lab linuxvm
+    docker.io lxc liblwip-dev                                                  # vtrace lab docker, lxc, lwip
+  )
+fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -43,7 +53,7 @@ if ! bpf-linker --version 2>/dev/null | grep -q '0.13.0'; then
 fi
 # gVisor's runsc for `vtrace lab up gvisor` (Go module proxy; pinned for repeatable labs).
 GVISOR_VERSION=v0.0.0-20260905035102-160fafc42237
-if ! command -v runsc >/dev/null 2>&1; then
+if [ "$PROFILE" = all ] && ! command -v runsc >/dev/null 2>&1; then
   if command -v go >/dev/null 2>&1; then
     log "building gVisor runsc ${GVISOR_VERSION} (~2 min)"
     CGO_ENABLED=0 GOBIN=/usr/local/bin go install "gvisor.dev/gvisor/runsc@${GVISOR_VERSION}"

@@ -23,11 +23,12 @@ macro_rules! count_run {
 }
 pub(crate) use count_run;
 
-/// Does nothing. Attached for a moment at start-up to sys_enter with the
-/// kernel's BPF statistics on, its measured run time is what the
-/// statistics' own clock reads add to every measured run
-/// (`collectors/bpf_stats.rs` subtracts it).
-#[aya_ebpf::macros::raw_tracepoint(tracepoint = "sys_enter")]
+/// Does nothing. Attached for a moment at start-up to task_rename, which
+/// vtrace then fires itself (prctl(PR_SET_NAME) with its own name), with
+/// and without the kernel's BPF statistics on: what they add to every
+/// measured run, and what a run really costs at a hook
+/// (`collectors/bpf_stats.rs::calibrate`).
+#[aya_ebpf::macros::raw_tracepoint(tracepoint = "task_rename")]
 pub fn raw_stats_floor(_ctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
     0
 }

@@ -42,11 +42,14 @@ enum Command {
         #[arg(long = "uprobe")]
         uprobes: Vec<String>,
         /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer;
-        /// implies --hops).
+        /// implies --hops). Cost: redis GET/SET over loopback kept 0.89 of its untraced throughput
+        /// (default: 0.97), tracing cost 12.8 % of capacity (default: 4.2 %); docs/overhead.md.
         #[arg(long)]
         events: bool,
-        /// Follow each packet from hop to hop: per-hop latency (net_latency), at a map update per
-        /// packet and hop and a program on every freed skb.
+        /// Count every hop (queue, start_xmit, rx, gro), NAPI polls, and follow each packet from hop to
+        /// hop for per-hop latency (net_latency). The default counts only the two hops that match the
+        /// devices' own counters (xmit, receive). Cost: redis over loopback 0.92 of untraced
+        /// throughput (default 0.97), tracing cost 8.5 % of capacity (default 4.2 %).
         #[arg(long)]
         hops: bool,
         /// Layers to record, comma-separated (the CPU layer is always on): cpu, net, kvm, uprobe, sample;
@@ -54,14 +57,18 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
         layers: Vec<String>,
         /// Sample stacks at this frequency (Hz) on every CPU, for flamegraphs (`report --folded`); 0 = off.
+        /// Cost at 99 Hz: redis over loopback 0.96 of untraced throughput (default 0.97).
         #[arg(long, default_value_t = 0)]
         sample: u64,
         /// When the kernel's BPF statistics (vtrace's own cost per program) are on: sampled windows
-        /// (cheap; totals extrapolated), always (exact totals, costs every event two clock reads), or off.
+        /// (cheap; totals extrapolated), always (exact totals, costs every event two clock reads,
+        /// about 100 ns on this repository's machine), or off.
         #[arg(long, value_enum, default_value_t = SelfStats::Sampled)]
         self_stats: SelfStats,
-        /// How user and system time are told apart: exactly at every syscall (syscall hooks, the costliest
-        /// part of CPU attribution), or by the kernel's tick-sampled utime/stime (no syscall hooks).
+        /// How user and system time are told apart: by the kernel's tick-sampled utime/stime (the
+        /// default: no syscall hooks, totals still exact), or exactly at every syscall (a program on
+        /// every syscall of every process: redis over loopback kept 0.82 of untraced throughput, tracing
+        /// cost 10.2 % of capacity, against 0.97 and 4.2 % by default).
         #[arg(long, value_enum, default_value_t = CpuSplit::Ticks)]
         cpu_split: CpuSplit,
         /// Select this process and its descendants (repeatable).

@@ -107,31 +107,56 @@ impl StatsWindow {
     }
 }
 
-/// What the statistics themselves add to each measured run, in ns: the
-/// measured run time of a program that does nothing (`raw_stats_floor`),
-/// attached to sys_enter while this thread makes `CALIBRATION_CALLS`
-/// syscalls. With the statistics on, the kernel reads the clock before and
-/// after every run and counts the time between; for an empty program that
-/// is nearly all clock read. Subtracted from every program's ns per run
-/// (the rest of the clock reads' cost is outside the counted span, so it
-/// is in no figure). Err: why it could not be measured.
-pub fn stats_floor_ns(ebpf: &mut Ebpf) -> Result<f64, String> {
-    const CALIBRATION_CALLS: u32 = 20_000;
+/// What a program run costs beyond what the kernel's statistics measure,
+/// found at start-up with a program that does nothing (`raw_stats_floor`)
+/// attached to task_rename while this thread renames itself to its own
+/// name: a tracepoint only that call fires, on an otherwise cheap path (a
+/// syscall tracepoint would also move every syscall to the slow entry path,
+/// and overstate what other hooks cost).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Calibration {
+    /// The empty program's measured run time: what the statistics' own
+    /// clock reads put inside every measured span.
+    pub floor_ns: f64,
+    /// What the empty program really costs each call with the statistics
+    /// off: the tracepoint's dispatch, which no statistic counts, and the
+    /// run. A program's real cost is its measured time - floor + this.
+    pub hook_ns: f64,
+}
+
+/// Measures [`Calibration`]. Each timing is the fastest of several blocks
+/// of calls, so that an interrupt in one block does not count. Err: why it
+/// could not be measured.
+pub fn calibrate(ebpf: &mut Ebpf) -> Result<Calibration, String> {
+    const CALLS: u32 = 4_000;
+    const BLOCKS: usize = 9;
+    let mut name = [0u8; 16];
+    unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    let ns_per_call = || {
+        (0..BLOCKS)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..CALLS {
+                    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+                }
+                t.elapsed().as_nanos() as f64 / CALLS as f64
+            })
+            .fold(f64::MAX, f64::min)
+    };
     let prog: &mut aya::programs::RawTracePoint = ebpf
         .program_mut("raw_stats_floor")
         .ok_or("the object has no raw_stats_floor program")?
         .try_into()
         .map_err(|e| format!("{e}"))?;
     prog.load().map_err(|e| format!("load: {e}"))?;
-    let link = prog.attach("sys_enter").map_err(|e| format!("attach: {e}"))?;
+    let bare = ns_per_call();
+    let link = prog.attach("task_rename").map_err(|e| format!("attach: {e}"))?;
+    let hooked = ns_per_call();
     let measured = aya::sys::enable_stats(Stats::RunTime)
         .map_err(|e| format!("enable statistics: {e}"))
         .and_then(|stats| {
             let before = prog.info().map_err(|e| format!("{e}"))?;
-            for _ in 0..CALIBRATION_CALLS {
-                // getppid: a syscall that does no work and that libc does not cache.
-                unsafe { libc::getppid() };
-            }
+            ns_per_call();
             let after = prog.info().map_err(|e| format!("{e}"))?;
             drop(stats);
             let runs = after.run_count().saturating_sub(before.run_count());
@@ -143,7 +168,10 @@ pub fn stats_floor_ns(ebpf: &mut Ebpf) -> Result<f64, String> {
             }
         });
     let _ = prog.detach(link);
-    measured
+    Ok(Calibration {
+        floor_ns: measured?,
+        hook_ns: (hooked - bare).max(0.0),
+    })
 }
 
 /// Runs the kernel skipped because the program was already running on that

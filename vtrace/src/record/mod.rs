@@ -359,7 +359,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         start_mono: 0,
     };
     let mut notes = Vec::new();
-    let mut overhead_floor_ns = 0.0;
+    let mut calibration = bpf_stats::Calibration::default();
 
     // The layers this recording runs, each configuring the eBPF object.
     let mut running: Vec<&dyn Layer> = Vec::new();
@@ -380,8 +380,8 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
 
     let mut ebpf = crate::ebpf::load(&config)?;
     if opts.self_stats != SelfStats::Off {
-        match bpf_stats::stats_floor_ns(&mut ebpf) {
-            Ok(ns) => overhead_floor_ns = ns,
+        match bpf_stats::calibrate(&mut ebpf) {
+            Ok(c) => calibration = c,
             Err(e) => notes.push(format!(
                 "BPF statistics floor not measured ({e}): run times are as measured"
             )),
@@ -513,11 +513,9 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
 
     let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
     let wall_ns = end_mono.saturating_sub(start_mono);
-    let bpf_run_time_ns = programs
-        .iter()
-        .map(|p| crate::report::whole_run_time_ns(p, overhead_floor_ns))
-        .sum();
-    overhead.bpf_stats_floor_ns = overhead_floor_ns;
+    overhead.bpf_stats_floor_ns = calibration.floor_ns;
+    overhead.bpf_hook_ns = calibration.hook_ns;
+    let bpf_run_time_ns = programs.iter().map(|p| crate::report::whole_run_time_ns(p, &overhead)).sum();
     overhead.bpf_run_time_ns = bpf_run_time_ns;
     overhead.bpf_run_count = programs.iter().map(|p| p.events).sum();
     overhead.bpf_stats_coverage = bpf_stats_coverage;

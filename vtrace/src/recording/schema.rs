@@ -73,6 +73,10 @@ pub struct Overhead {
     /// in recordings before it was measured.
     #[serde(default)]
     pub bpf_stats_floor_ns: f64,
+    /// What an empty program really costs per run with the statistics off,
+    /// the tracepoint's dispatch included (`bpf_stats::Calibration`).
+    #[serde(default)]
+    pub bpf_hook_ns: f64,
     /// CPU time of the vtrace process while the workload ran (collection,
     /// snapshots). Before this field existed in recordings, the whole
     /// process's, set-up included.

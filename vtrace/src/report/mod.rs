@@ -55,16 +55,21 @@ pub fn ns_per_event(run_time_ns: u64, run_count: u64) -> f64 {
     }
 }
 
-/// A program's cost per run: what the kernel's statistics measured, less
-/// what they add to every run themselves (`floor_ns`, measured at start-up).
-pub fn calibrated_ns_per_event(p: &crate::recording::ProgramRow, floor_ns: f64) -> f64 {
-    (ns_per_event(p.run_time_ns, p.run_count) - floor_ns).max(0.0)
+/// A program's real cost per run: what the kernel's statistics measured,
+/// less what they add to every measured run themselves, plus the real cost
+/// of running an empty program at a hook, dispatch included, which no
+/// statistic counts (both measured at start-up: `bpf_stats::calibrate`).
+pub fn calibrated_ns_per_event(p: &crate::recording::ProgramRow, ov: &crate::recording::Overhead) -> f64 {
+    if p.run_count == 0 {
+        return 0.0;
+    }
+    (ns_per_event(p.run_time_ns, p.run_count) - ov.bpf_stats_floor_ns).max(0.0) + ov.bpf_hook_ns
 }
 
 /// A program's run time over the whole recording: its exact number of runs
 /// times its calibrated cost per run, measured while the statistics were on.
-pub fn whole_run_time_ns(p: &crate::recording::ProgramRow, floor_ns: f64) -> u64 {
-    (calibrated_ns_per_event(p, floor_ns) * p.events as f64).round() as u64
+pub fn whole_run_time_ns(p: &crate::recording::ProgramRow, ov: &crate::recording::Overhead) -> u64 {
+    (calibrated_ns_per_event(p, ov) * p.events as f64).round() as u64
 }
 
 /// The recording's sampled stacks, each prefixed by its process name, merged

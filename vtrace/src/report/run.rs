@@ -154,7 +154,9 @@ pub fn overhead(rec: &Recording) -> Section {
     if calibrated {
         s.lines([format!(
             "  ns/event: as the kernel's statistics measured it, less the {floor:.0} ns they add to every run \
-             themselves (an empty program's measured run time); vtrace's set-up and wrap-up outside the window: {} s",
+             themselves (an empty program's measured run time), plus the {:.0} ns an empty program really costs a \
+             hook, dispatch included (docs/overhead.md); vtrace's set-up and wrap-up outside the window: {} s",
+            ov.bpf_hook_ns,
             secs(ov.vtrace_setup_ns)
         )]);
     }
@@ -169,13 +171,13 @@ pub fn overhead(rec: &Recording) -> Section {
     }
     let mut t = Table::untitled(columns);
     let mut progs = rec.rows::<ProgramRow>().to_vec();
-    progs.sort_by_key(|p| std::cmp::Reverse(whole_run_time_ns(p, floor)));
+    progs.sort_by_key(|p| std::cmp::Reverse(whole_run_time_ns(p, ov)));
     for p in &progs {
         let mut row = vec![
             p.program.clone(),
             p.events.to_string(),
-            secs(whole_run_time_ns(p, floor)),
-            format!("{:.0}", calibrated_ns_per_event(p, floor)),
+            secs(whole_run_time_ns(p, ov)),
+            format!("{:.0}", calibrated_ns_per_event(p, ov)),
         ];
         if calibrated {
             row.push(format!("{:.0}", ns_per_event(p.run_time_ns, p.run_count)));
@@ -183,7 +185,7 @@ pub fn overhead(rec: &Recording) -> Section {
         t.row(row);
         s.metric(
             "bpf_run_ns",
-            whole_run_time_ns(p, floor) as f64,
+            whole_run_time_ns(p, ov) as f64,
             "ns",
             &[("program", &p.program)],
         );
@@ -196,8 +198,8 @@ pub fn overhead(rec: &Recording) -> Section {
         .map(|p| {
             json!({"probe": p.probe, "program": p.program, "method": p.method, "events": p.events,
                    "run_count": p.run_count, "run_time_ns": p.run_time_ns, "recursion_misses": p.recursion_misses,
-                   "whole_run_time_ns": whole_run_time_ns(p, floor),
-                   "ns_per_event": calibrated_ns_per_event(p, floor),
+                   "whole_run_time_ns": whole_run_time_ns(p, ov),
+                   "ns_per_event": calibrated_ns_per_event(p, ov),
                    "measured_ns_per_event": ns_per_event(p.run_time_ns, p.run_count)})
         })
         .collect();
@@ -209,6 +211,7 @@ pub fn overhead(rec: &Recording) -> Section {
             "bpf_stats_coverage": ov.bpf_stats_coverage,
             "bpf_cpu_fraction": ov.bpf_cpu_fraction,
             "bpf_stats_floor_ns": ov.bpf_stats_floor_ns,
+            "bpf_hook_ns": ov.bpf_hook_ns,
             "vtrace_user_ns": ov.vtrace_user_ns,
             "vtrace_system_ns": ov.vtrace_system_ns,
             "vtrace_peak_rss_kib": ov.vtrace_peak_rss_kib,
