@@ -515,7 +515,10 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     let wall_ns = end_mono.saturating_sub(start_mono);
     overhead.bpf_stats_floor_ns = calibration.floor_ns;
     overhead.bpf_hook_ns = calibration.hook_ns;
-    let bpf_run_time_ns = programs.iter().map(|p| crate::report::whole_run_time_ns(p, &overhead)).sum();
+    let bpf_run_time_ns = programs
+        .iter()
+        .map(|p| crate::report::whole_run_time_ns(p, &overhead))
+        .sum();
     overhead.bpf_run_time_ns = bpf_run_time_ns;
     overhead.bpf_run_count = programs.iter().map(|p| p.events).sum();
     overhead.bpf_stats_coverage = bpf_stats_coverage;
