@@ -205,7 +205,11 @@ fn layers_switch_on_and_off() {
     assert_eq!(meta["layers"], serde_json::json!(["cpu"]));
     assert_eq!(report_json(&cpu)["layers"], serde_json::json!(["cpu"]));
     let text = vtrace(&["report", cpu.to_str().unwrap()]);
-    assert!(String::from_utf8_lossy(&text.stdout).contains("layers cpu | user/system split: syscalls (exact)"));
+    let header = String::from_utf8_lossy(&text.stdout).to_string();
+    assert!(
+        header.contains("layers cpu | mode default | user/system split: ticks (tick-sampled, no syscall hooks)"),
+        "{header}"
+    );
     assert!(meta["tables"].get("net_hops").is_none() && meta["tables"].get("threads").is_some());
 
     let sampled = dir.join("sample.vtrace");

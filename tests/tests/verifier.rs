@@ -81,7 +81,10 @@ fn catalog_and_object_agree() {
         .chain(user.iter())
         .flat_map(|p| p.strategies)
         .map(|s| s.program())
-        .chain([vtrace::layers::sample::PROGRAM])
+        .chain([
+            vtrace::layers::sample::PROGRAM,
+            vtrace::collectors::bpf_stats::CALIBRATION_PROGRAM,
+        ])
         .collect();
     let missing: Vec<_> = in_catalog.difference(&in_object).collect();
     let unused: Vec<_> = in_object.difference(&in_catalog).collect();

@@ -107,6 +107,9 @@ impl StatsWindow {
     }
 }
 
+/// The empty program [`calibrate`] attaches (vtrace-ebpf/src/runs.rs).
+pub const CALIBRATION_PROGRAM: &str = "raw_stats_floor";
+
 /// What a program run costs beyond what the kernel's statistics measure,
 /// found at start-up with a program that does nothing (`raw_stats_floor`)
 /// attached to task_rename while this thread renames itself to its own
@@ -144,8 +147,8 @@ pub fn calibrate(ebpf: &mut Ebpf) -> Result<Calibration, String> {
             .fold(f64::MAX, f64::min)
     };
     let prog: &mut aya::programs::RawTracePoint = ebpf
-        .program_mut("raw_stats_floor")
-        .ok_or("the object has no raw_stats_floor program")?
+        .program_mut(CALIBRATION_PROGRAM)
+        .ok_or("the object has no calibration program")?
         .try_into()
         .map_err(|e| format!("{e}"))?;
     prog.load().map_err(|e| format!("load: {e}"))?;
