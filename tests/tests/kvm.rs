@@ -27,6 +27,8 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
     let counts = [PIO, MMIO, HALTS, SLEEP_US].map(|v| v.to_string());
     let o = vtrace(&[
         "record",
+        // The VMM is the command: no vCPU exists when recording starts.
+        "--kvm-run",
         "--interval",
         "100ms",
         "-o",

@@ -307,6 +307,8 @@ pub const fn dev_slot(ifindex: u32, hop: u32) -> u32 {
 pub struct DevSlot {
     /// The `struct net_device` address.
     pub dev: u64,
+    /// Its namespace's `struct net` address when the slot was taken.
+    pub net: u64,
     pub key: DevKey,
     pub stats: DevStats,
     /// NET_RX softirq ns charged to the device (in its `receive` slot only).

@@ -131,16 +131,22 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
 }
 
 /// The counters of `dev` at `hop_id` and the device's (netns, ifindex):
-/// its slot in DEV_SLOT_STATS when the slot is this device's (checked by
-/// address and ifindex, so a freed device's slot is not reused by another
-/// at the same address) or free; the hash map otherwise.
+/// its slot in DEV_SLOT_STATS when the slot is this device's or free; the
+/// hash map otherwise. A slot is this device's when the address, ifindex
+/// and namespace pointer all match what was read when the slot was taken:
+/// a device moved to another namespace, or a freed one whose address went
+/// to a device of another index, goes to the hash map, which reads its
+/// namespace afresh. (A device freed and replaced at the same address with
+/// the same index in a namespace allocated at its predecessor's address
+/// would keep the old namespace: not seen in practice.)
 #[inline(always)]
 fn device_stats<M: KernelMem>(dev: u64, hop_id: u32) -> Option<(DevKey, u32, &'static mut DevStats)> {
     let ifindex: u32 = M::read(dev, conf!(dev_ifindex))?;
+    let net: u64 = M::read(dev, conf!(dev_nd_net))?;
     let index = dev_slot(ifindex, hop_id);
     if let Some(slot) = DEV_SLOT_STATS.get_ptr_mut(index) {
         let slot = unsafe { &mut *slot };
-        if slot.dev == dev && slot.key.hop == hop_id && slot.key.ifindex == ifindex {
+        if slot.dev == dev && slot.net == net && slot.key.hop == hop_id && slot.key.ifindex == ifindex {
             return Some((slot.key, index, &mut slot.stats));
         }
         if slot.dev == 0 {
@@ -151,6 +157,7 @@ fn device_stats<M: KernelMem>(dev: u64, hop_id: u32) -> Option<(DevKey, u32, &'s
                 hop: hop_id,
                 _pad: 0,
             };
+            slot.net = net;
             slot.dev = dev;
             return Some((slot.key, index, &mut slot.stats));
         }

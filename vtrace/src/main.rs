@@ -52,6 +52,11 @@ enum Command {
         /// throughput (default 0.97), tracing cost 8.5 % of capacity (default 4.2 %).
         #[arg(long)]
         hops: bool,
+        /// Time the VMM's handling of each KVM user-space exit (until the vCPU's next KVM_RUN) even
+        /// when no process runs a vCPU at the start (a VM the command starts). Watching ioctl(2) moves
+        /// every syscall of every process to the kernel's slow entry path: 36 ns a syscall here.
+        #[arg(long)]
+        kvm_run: bool,
         /// Layers to record, comma-separated (the CPU layer is always on): cpu, net, kvm, uprobe, sample;
         /// e.g. `--layers cpu` for CPU attribution alone. Default: every layer but sample.
         #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
@@ -164,6 +169,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             uprobes,
             events,
             hops,
+            kvm_run,
             layers,
             sample,
             self_stats,
@@ -190,6 +196,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 uprobes,
                 events,
                 hops,
+                kvm_run,
                 layers,
                 sample_hz: sample,
                 self_stats,

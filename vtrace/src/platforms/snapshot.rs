@@ -36,6 +36,9 @@ pub struct ProcInfo {
     /// Holds a /dev/vhost-net or /dev/vhost-vsock fd.
     #[serde(default)]
     pub vhost_fds: bool,
+    /// Holds a KVM vCPU fd (`anon_inode:kvm-vcpu:N`): runs a virtual machine.
+    #[serde(default)]
+    pub kvm_vcpus: bool,
     /// Network namespace inode.
     #[serde(default)]
     pub netns: u64,
@@ -112,7 +115,7 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
         }
     }
     threads.sort_by_key(|t| t.tid);
-    let (mut tun_ifaces, mut tun_fds, mut vhost_fds) = (Vec::new(), Vec::new(), false);
+    let (mut tun_ifaces, mut tun_fds, mut vhost_fds, mut kvm_vcpus) = (Vec::new(), Vec::new(), false, false);
     if let Ok(fds) = fs::read_dir(format!("{dir}/fd")) {
         for fd in fds.flatten() {
             let Ok(target) = fs::read_link(fd.path()) else { continue };
@@ -128,6 +131,8 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
                 }
             } else if target.starts_with("/dev/vhost-") {
                 vhost_fds = true;
+            } else if target.starts_with("anon_inode:kvm-vcpu") {
+                kvm_vcpus = true;
             }
         }
     }
@@ -149,6 +154,7 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
         tun_ifaces,
         tun_fds,
         vhost_fds,
+        kvm_vcpus,
         netns: netns_of(&pid.to_string()),
         cgroup,
     })

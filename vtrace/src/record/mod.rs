@@ -53,6 +53,9 @@ pub struct RecordOptions {
     pub events: bool,
     /// Follow each skb from hop to hop for per-hop latency (`--hops`).
     pub hops: bool,
+    /// Time the VMM's handling of KVM user-space exits even when no vCPU
+    /// exists at the start (`--kvm-run`).
+    pub kvm_run: bool,
     /// Layers to run (`--layers`, names from [`layers::REGISTRY`]); the CPU layer always runs.
     pub layers: Vec<String>,
     /// Stack sampling frequency (`--sample HZ`), 0 for none.
@@ -79,6 +82,7 @@ impl Default for RecordOptions {
             uprobes: Vec::new(),
             events: false,
             hops: false,
+            kvm_run: false,
             layers: layers::default_names(),
             sample_hz: 0,
             self_stats: SelfStats::Sampled,
@@ -100,6 +104,9 @@ impl RecordOptions {
         }
         if self.events {
             mode.push("events".into());
+        }
+        if self.kvm_run {
+            mode.push("kvm-run".into());
         }
         if self.sample_hz > 0 {
             mode.push(format!("stacks {} Hz", self.sample_hz));
@@ -163,6 +170,10 @@ impl RecordOptions {
     }
     pub fn hops(mut self, on: bool) -> Self {
         self.hops = on;
+        self
+    }
+    pub fn kvm_run(mut self, on: bool) -> Self {
+        self.kvm_run = on;
         self
     }
     pub fn uprobe(mut self, spec: impl Into<String>) -> Self {
@@ -486,13 +497,17 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     let mut tables = TableSet::default();
     let usage_total = self_usage();
     let mut overhead = Overhead {
-        vtrace_user_ns: usage_at_end.vtrace_user_ns - usage_at_start.vtrace_user_ns,
-        vtrace_system_ns: usage_at_end.vtrace_system_ns - usage_at_start.vtrace_system_ns,
+        vtrace_user_ns: usage_at_end
+            .vtrace_user_ns
+            .saturating_sub(usage_at_start.vtrace_user_ns),
+        vtrace_system_ns: usage_at_end
+            .vtrace_system_ns
+            .saturating_sub(usage_at_start.vtrace_system_ns),
         vtrace_peak_rss_kib: usage_total.vtrace_peak_rss_kib,
         ..Default::default()
     };
-    overhead.vtrace_setup_ns =
-        usage_total.vtrace_user_ns + usage_total.vtrace_system_ns - overhead.vtrace_user_ns - overhead.vtrace_system_ns;
+    overhead.vtrace_setup_ns = (usage_total.vtrace_user_ns + usage_total.vtrace_system_ns)
+        .saturating_sub(overhead.vtrace_user_ns + overhead.vtrace_system_ns);
     for c in collectors {
         let mut out = LayerOutput::default();
         let ctx = Emit {

@@ -69,7 +69,7 @@ pub struct Overhead {
     /// bpf_run_time_ns / (wall_ns x cpus).
     pub bpf_cpu_fraction: f64,
     /// ns per run that the statistics' own clock reads add to every measured
-    /// run (`bpf_stats::stats_floor_ns`), subtracted in bpf_run_time_ns; 0
+    /// run (`bpf_stats::Calibration::floor_ns`), subtracted in bpf_run_time_ns; 0
     /// in recordings before it was measured.
     #[serde(default)]
     pub bpf_stats_floor_ns: f64,
@@ -77,13 +77,15 @@ pub struct Overhead {
     /// the tracepoint's dispatch included (`bpf_stats::Calibration`).
     #[serde(default)]
     pub bpf_hook_ns: f64,
-    /// CPU time of the vtrace process while the workload ran (collection,
-    /// snapshots). Before this field existed in recordings, the whole
-    /// process's, set-up included.
+    /// CPU time of the vtrace process from the workload's start to the
+    /// recording's last reading (collection, snapshots, the settle after
+    /// the workload exits). Before `vtrace_setup_ns` existed in recordings,
+    /// the whole process's, set-up included.
     pub vtrace_user_ns: u64,
     pub vtrace_system_ns: u64,
-    /// CPU time of the vtrace process outside that window: loading and
-    /// verifying the programs, attaching, reading and writing the recording.
+    /// CPU time of the vtrace process before that window: loading,
+    /// verifying and attaching the programs, calibrating (building the
+    /// tables and writing the recording come after and are in neither).
     #[serde(default)]
     pub vtrace_setup_ns: u64,
     pub vtrace_peak_rss_kib: u64,

@@ -38,11 +38,11 @@ pub struct CpuSnapshot {
 pub enum CpuSplit {
     /// Exactly, at every syscall entry and exit. The syscall hooks are the
     /// hottest of all: every syscall of every process pays for them.
-    #[default]
     Syscalls,
-    /// No syscall hooks: each thread's exact process-context time is divided in
+    /// The default. No syscall hooks: each thread's exact process-context time is divided in
     /// the ratio of the kernel's tick-sampled utime/stime over the slices seen
     /// (what top and /proc report), each CPU's by /proc/stat.
+    #[default]
     Ticks,
 }
 
@@ -138,6 +138,8 @@ impl CpuCollector {
                 idle.unsplit_ns += st.idle_acc[state::UNRESOLVED];
                 idle.switches += st.idle_switches;
                 idle.flags |= thread_flag::KTHREAD;
+                // The idle task is in the root cgroup (cgroup v2: id 1).
+                idle.cgroup_id = 1;
             }
             if st.initialized != 0 && !exited {
                 let t = live.entry(st.tid).or_default();

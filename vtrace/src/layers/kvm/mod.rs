@@ -36,16 +36,21 @@ impl Layer for KvmLayer {
         probes::KVM
     }
     /// User-space exits are timed until the thread's next ioctl(KVM_RUN),
-    /// watched only where kvm_userspace_exit exists (kvm is loaded).
+    /// watched through syscalls/sys_enter_ioctl where kvm_userspace_exit
+    /// exists. Attaching any syscalls/* tracepoint moves every syscall of
+    /// every process to the kernel's slow entry path (36 ns a syscall on
+    /// this project's machine: docs/overhead.md), so it is attached only
+    /// when a process runs a vCPU when recording starts, or with `--kvm-run`.
     fn probes(&self, setup: &Setup, _config: &Config) -> Result<Vec<ProbeSpec>> {
         let uexit = setup
             .caps
             .tracefs
             .as_ref()
             .is_ok_and(|t| tracepoint_field(t, "kvm", "kvm_userspace_exit", "reason").is_some());
+        let vcpus = setup.opts.kvm_run || setup.system.processes.iter().any(|p| p.kvm_vcpus);
         Ok(probes::KVM
             .iter()
-            .filter(|p| p.id != "kvm_run" || uexit)
+            .filter(|p| p.id != "kvm_run" || (uexit && vcpus))
             .copied()
             .collect())
     }
@@ -138,6 +143,14 @@ impl Collector for KvmRecorder {
         if let Some(e) = &self.stats.error {
             out.notes
                 .push(format!("KVM's own statistics unreadable, no cross-check: {e}"));
+        }
+        if ctx.probes.iter().any(|p| p.id == "kvm_run" && p.available) {
+            out.notes.push(
+                "KVM_RUN watched through syscalls/sys_enter_ioctl: while it is attached every syscall of every \
+                 process takes the kernel's slow entry path (36 ns a syscall on this project's machine, in no \
+                 figure of the overhead section)"
+                    .into(),
+            );
         }
         let exits_seen = latency.iter().any(|r| r.kind == "exit");
         if !exits_seen && latency.iter().any(|r| r.kind == "userspace_exit") {
