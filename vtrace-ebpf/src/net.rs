@@ -150,9 +150,8 @@ fn device_stats<M: KernelMem>(dev: u64, hop_id: u32) -> Option<(DevKey, u32, &'s
             return Some((slot.key, index, &mut slot.stats));
         }
         if slot.dev == 0 {
-            let (netns, ifindex) = device_id::<M>(dev)?;
             slot.key = DevKey {
-                netns,
+                netns: netns_inum::<M>(net),
                 ifindex,
                 hop: hop_id,
                 _pad: 0,
@@ -162,9 +161,8 @@ fn device_stats<M: KernelMem>(dev: u64, hop_id: u32) -> Option<(DevKey, u32, &'s
             return Some((slot.key, index, &mut slot.stats));
         }
     }
-    let (netns, ifindex) = device_id::<M>(dev)?;
     let key = DevKey {
-        netns,
+        netns: netns_inum::<M>(net),
         ifindex,
         hop: hop_id,
         _pad: 0,
@@ -180,12 +178,17 @@ fn device_id<M: KernelMem>(dev: u64) -> Option<(u32, u32)> {
     }
     let ifindex: u32 = M::read(dev, conf!(dev_ifindex))?;
     let net: u64 = M::read(dev, conf!(dev_nd_net))?;
-    let netns: u32 = if net == 0 {
+    Some((netns_inum::<M>(net), ifindex))
+}
+
+/// The namespace inode of a `struct net` (0 for none).
+#[inline(always)]
+fn netns_inum<M: KernelMem>(net: u64) -> u32 {
+    if net == 0 {
         0
     } else {
         M::read(net, conf!(net_ns_inum)).unwrap_or(0)
-    };
-    Some((netns, ifindex))
+    }
 }
 
 /// `mtu + hard_header_len` of a net_device; 0 when BTF lacks either member.

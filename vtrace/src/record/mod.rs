@@ -506,8 +506,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         vtrace_peak_rss_kib: usage_total.vtrace_peak_rss_kib,
         ..Default::default()
     };
-    overhead.vtrace_setup_ns = (usage_total.vtrace_user_ns + usage_total.vtrace_system_ns)
-        .saturating_sub(overhead.vtrace_user_ns + overhead.vtrace_system_ns);
+    overhead.vtrace_setup_ns = usage_total.vtrace_cpu_ns().saturating_sub(overhead.vtrace_cpu_ns());
     for c in collectors {
         let mut out = LayerOutput::default();
         let ctx = Emit {

@@ -121,10 +121,15 @@ pub struct Overhead {
 }
 
 impl Overhead {
+    /// vtrace's own process: user + system ns in the window.
+    pub fn vtrace_cpu_ns(&self) -> u64 {
+        self.vtrace_user_ns + self.vtrace_system_ns
+    }
+
     /// Sets [`Overhead::self_cost_fraction`] and
     /// [`Overhead::expected_slowdown`] from the run's capacity and busy CPU ns.
     pub fn set_self_cost(&mut self, capacity_ns: u64, busy_ns: u64) {
-        let cost = (self.bpf_run_time_ns + self.vtrace_user_ns + self.vtrace_system_ns) as f64;
+        let cost = (self.bpf_run_time_ns + self.vtrace_cpu_ns()) as f64;
         self.self_cost_fraction = cost / capacity_ns.max(1) as f64;
         let work = busy_ns as f64 - cost;
         self.expected_slowdown = if work > 0.0 { cost / work } else { 0.0 };

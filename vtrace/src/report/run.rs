@@ -58,18 +58,17 @@ pub fn header(rec: &Recording) -> Section {
         ));
     }
     let ov = &m.overhead;
+    let vtrace_pct = ov.vtrace_cpu_ns() as f64 * 100.0 / cap.max(1) as f64;
     if ov.self_cost_fraction > 0.0 && ov.bpf_stats_coverage > 0.0 {
         lines.push(format!(
-            "tracing cost {:.2}% of capacity (eBPF {:.2}%, vtrace {:.2}%) | expected slowdown of the workload {:.1}%",
+            "tracing cost {:.2}% of capacity (eBPF {:.2}%, vtrace {vtrace_pct:.2}%) | expected slowdown of the workload {:.1}%",
             ov.self_cost_fraction * 100.0,
             ov.bpf_cpu_fraction * 100.0,
-            (ov.vtrace_user_ns + ov.vtrace_system_ns) as f64 * 100.0 / cap.max(1) as f64,
             ov.expected_slowdown * 100.0
         ));
     } else if ov.self_cost_fraction > 0.0 {
         lines.push(format!(
-            "tracing cost: eBPF not measured (--self-stats off); vtrace {:.2}% of capacity",
-            (ov.vtrace_user_ns + ov.vtrace_system_ns) as f64 * 100.0 / cap.max(1) as f64
+            "tracing cost: eBPF not measured (--self-stats off); vtrace {vtrace_pct:.2}% of capacity"
         ));
     }
     lines.push(String::new());
