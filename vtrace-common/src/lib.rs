@@ -66,10 +66,6 @@ pub mod thread_flag {
     pub const BORN_DURING_RUN: u32 = 1 << 3;
     /// Guest time came from kvm_entry/kvm_exit, not from tick sampling.
     pub const GUEST_TRACED: u32 = 1 << 4;
-    /// [`super::ThreadTimes::sched_runtime`] holds a valid reading.
-    pub const RUNTIME_KNOWN: u32 = 1 << 5;
-    /// [`super::ThreadTimes::utime_at_switch`] and `stime_at_switch` hold a valid reading.
-    pub const TICKS_KNOWN: u32 = 1 << 6;
 }
 
 /// Key of the per-thread map reserved for time that found the map full.
@@ -88,9 +84,6 @@ pub struct ThreadTimes {
     pub switches: u64,
     /// cgroup v2 id (inode of the cgroup directory) at the last switch-out.
     pub cgroup_id: u64,
-    /// The scheduler's `se.sum_exec_runtime` of the thread at its last
-    /// switch-out: the baseline for the next slice's exact length.
-    pub sched_runtime: u64,
     /// Net ns moved into system time so that slices match the scheduler's
     /// own accounting (see `account::flush_thread`); diagnostic.
     pub sched_adjust_ns: i64,
@@ -101,15 +94,36 @@ pub struct ThreadTimes {
     /// seen whole: the ratio that splits `unsplit_ns`.
     pub user_tick_ns: u64,
     pub system_tick_ns: u64,
-    /// `task->utime` / `->stime` at the last switch-out: the baseline of the next slice.
-    pub utime_at_switch: u64,
-    pub stime_at_switch: u64,
     pub tgid: u32,
     /// tgid of the process that forked this thread's process (0 if unknown).
     pub parent_tgid: u32,
     pub flags: u32,
     pub _pad: u32,
     pub comm: [u8; 16],
+}
+
+/// Slots of the per-CPU direct-mapped thread array (a power of two).
+pub const THREAD_SLOTS: u32 = 1024;
+
+/// The slot of thread `tid` in the per-CPU thread array.
+pub const fn thread_slot(tid: u32) -> u32 {
+    tid & (THREAD_SLOTS - 1)
+}
+
+/// A thread's times on one CPU, in the per-CPU array that spares a context
+/// switch the per-thread hash map (`--cpu-split ticks`). The slot is the
+/// thread's while `tid` and `start_time` match; a thread whose slot another
+/// holds uses the hash map. Userspace sums a thread's slots over the CPUs
+/// and its hash entry.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSlot {
+    /// 0: free (the idle task never takes one).
+    pub tid: u32,
+    pub _pad: u32,
+    /// The task's `start_time`: a reused tid is another thread.
+    pub start_time: u64,
+    pub times: ThreadTimes,
 }
 
 /// Per-CPU accounting state machine. One instance per CPU in a per-CPU array,
@@ -147,6 +161,12 @@ pub struct CpuState {
     pub net_dev: u64,
     /// When `net_dev` took over.
     pub net_mark: u64,
+    /// The current thread's `se.sum_exec_runtime`, `utime` and `stime` when
+    /// it was switched in: at its switch-out the differences are the
+    /// slice's length and ticks by the scheduler's own clocks.
+    pub in_runtime: u64,
+    pub in_utime: u64,
+    pub in_stime: u64,
     /// Current thread on this CPU.
     pub tid: u32,
     /// Base state of the current thread: USER, SYSTEM, GUEST, IDLE or UNRESOLVED.
@@ -162,7 +182,15 @@ pub struct CpuState {
     /// `net_dev`'s slot in the DEV_SLOTS array, whose `softirq_ns` its time
     /// goes to; [`DEV_SLOTS`] when it has none (the hash map then).
     pub net_slot: u32,
-    pub _pad: u32,
+    /// Which of `in_runtime` and `in_utime`/`in_stime` hold the current
+    /// thread's readings ([`clocks_in`]).
+    pub in_clocks: u32,
+}
+
+/// Bits of [`CpuState::in_clocks`].
+pub mod clocks_in {
+    pub const RUNTIME: u32 = 1 << 0;
+    pub const TICKS: u32 = 1 << 1;
 }
 
 /// Per-CPU time and count of one hard interrupt slot.
@@ -687,6 +715,15 @@ pub struct Config {
     /// `offsetof(struct task_struct, utime)` and `stime` from BTF (read with `TICK_SPLIT_ON`).
     pub task_utime: u32,
     pub task_stime: u32,
+    /// `offsetof(struct task_struct, start_time)`: tells a reused tid apart.
+    pub task_start_time: u32,
+    /// The path from a task to its runqueue's current task, which the
+    /// classic sched_switch record lacks (the scheduler sets `rq->curr` to
+    /// `next` before the tracepoint): `task->se.cfs_rq` (with
+    /// FAIR_GROUP_SCHED), `cfs_rq->rq`, `rq->curr`; 0 where missing.
+    pub task_cfs_rq: u32,
+    pub cfs_rq_rq: u32,
+    pub rq_curr: u32,
     /// 1: `--cpu-split ticks`: the syscall hooks do no accounting (they are
     /// attached only when tun fd tracking needs them), process-context
     /// time stays unsplit and each slice's utime/stime ticks are kept.
@@ -761,6 +798,7 @@ mod pod {
     // SAFETY: all three are repr(C), Copy, and made only of integers.
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::ThreadTimes {}
+    unsafe impl aya::Pod for super::ThreadSlot {}
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::IrqStat {}
     unsafe impl aya::Pod for super::DevKey {}

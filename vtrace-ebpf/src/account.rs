@@ -18,15 +18,25 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray, PerCpuHashMap},
 };
 use vtrace_common::{
-    CpuState, IRQ_SLOTS, IrqStat, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, ThreadTimes, state,
-    thread_flag,
+    CpuState, IRQ_SLOTS, IrqStat, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, THREAD_SLOTS, ThreadSlot,
+    ThreadTimes, state, thread_flag, thread_slot,
 };
 
 #[map]
 pub static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per-thread times and identity. With `--cpu-split ticks` it holds the
+/// threads whose slot in THREAD_SLOT_TIMES another thread holds, and what
+/// fork and exit note (birth, parent, exit).
 #[map]
 pub static THREADS: HashMap<u32, ThreadTimes> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+/// Per-thread times per CPU, direct-mapped by tid: a context switch costs
+/// an array lookup instead of a hash lookup and update. (Not with the
+/// syscall hooks on: a switch-in then needs the thread's mode as last seen
+/// on any CPU, which only the hash map holds.)
+#[map]
+pub static THREAD_SLOT_TIMES: PerCpuArray<ThreadSlot> = PerCpuArray::with_max_entries(THREAD_SLOTS, 0);
 
 /// NET_RX softirq ns per device ([`vtrace_common::dev_key`]; 0: softirqs that received no packet).
 #[map]
@@ -161,16 +171,26 @@ pub fn resolve(st: &mut CpuState, target: usize) {
     st.cpu_ns[target] += pending;
 }
 
-/// The outgoing thread's scheduler readings at switch-out.
+/// The outgoing thread's slice by the scheduler's own clocks (differences
+/// of its readings at switch-out and at switch-in), where both were read.
 #[derive(Clone, Copy, Default)]
-pub struct TaskClocks {
-    /// `se.sum_exec_runtime`, when it could be read.
+pub struct SliceClocks {
+    /// `se.sum_exec_runtime` gained.
     pub runtime: Option<u64>,
-    /// `utime`, `stime` (tick-sampled ns), read only with `--cpu-split ticks`.
+    /// `utime`, `stime` gained (tick-sampled ns), read only with `--cpu-split ticks`.
     pub ticks: Option<(u64, u64)>,
 }
 
-/// Adds the CPU's accumulated time for the outgoing thread to its map entry.
+/// Who the outgoing thread is.
+#[derive(Clone, Copy)]
+pub struct Outgoing {
+    pub tid: u32,
+    pub tgid: u32,
+    /// Its task's `start_time`.
+    pub start_time: u64,
+}
+
+/// Adds the CPU's accumulated time for the outgoing thread to its entry.
 /// Called once per context switch.
 ///
 /// Slices are timed from tracepoint to tracepoint, but the scheduler starts
@@ -180,69 +200,62 @@ pub struct TaskClocks {
 /// slice is set to the scheduler's own length and the difference, scheduler
 /// code either way, is taken to or from system time.
 #[inline(always)]
-pub fn flush_thread(st: &mut CpuState, tid: u32, tgid: u32, flags_set: u32, clocks: TaskClocks) {
+pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: SliceClocks) {
+    let adjust = match slice.runtime {
+        Some(ns) => match_scheduler(st, ns),
+        None => 0,
+    };
     let guest = if st.acc[state::GUEST] != 0 {
         thread_flag::GUEST_TRACED
     } else {
         0
     };
-    let known = if clocks.runtime.is_some() {
-        thread_flag::RUNTIME_KNOWN
-    } else {
-        0
-    };
-    let runtime_now = clocks.runtime.unwrap_or(0);
-    let (utime, stime) = clocks.ticks.unwrap_or((0, 0));
-    let ticks_known = if clocks.ticks.is_some() {
-        thread_flag::TICKS_KNOWN
-    } else {
-        0
-    };
-    if let Some(t) = THREADS.get_ptr_mut(&tid) {
-        let t = unsafe { &mut *t };
-        if tid != 0 && t.flags & thread_flag::RUNTIME_KNOWN != 0 && runtime_now >= t.sched_runtime && known != 0 {
-            t.sched_adjust_ns += match_scheduler(st, runtime_now - t.sched_runtime);
-        }
-        // utime/stime only move while the thread runs: the gain since its
-        // last switch-out is exactly this slice's ticks.
-        if t.flags & thread_flag::TICKS_KNOWN != 0 && ticks_known != 0 {
-            t.user_tick_ns += utime.saturating_sub(t.utime_at_switch);
-            t.system_tick_ns += stime.saturating_sub(t.stime_at_switch);
-        }
-        t.utime_at_switch = utime;
-        t.stime_at_switch = stime;
-        add_times(t, st);
-        t.switches += 1;
-        // comm[0] == 0: created at fork, in the parent's context.
-        if t.switches % IDENTITY_REFRESH_SWITCHES == 0 || t.comm[0] == 0 {
-            refresh_identity(t);
-        }
-        t.flags = (t.flags & !(thread_flag::IN_SYSCALL | thread_flag::RUNTIME_KNOWN | thread_flag::TICKS_KNOWN))
-            | flags_set
-            | guest
-            | known
-            | ticks_known;
-        t.tgid = tgid;
-        t.sched_runtime = runtime_now;
-        return;
-    }
-    let mut fresh = ThreadTimes {
-        switches: 1,
-        sched_runtime: runtime_now,
-        utime_at_switch: utime,
-        stime_at_switch: stime,
-        tgid,
-        flags: flags_set | guest | known | ticks_known,
-        ..ThreadTimes::default()
-    };
-    refresh_identity(&mut fresh);
-    add_times(&mut fresh, st);
-    if THREADS.insert(&tid, &fresh, 0).is_err() {
+    let Some((t, fresh)) = thread_entry(who) else {
         st.thread_map_overflows += 1;
         if let Some(t) = THREADS.get_ptr_mut(&OVERFLOW_TID) {
             add_times(unsafe { &mut *t }, st);
         }
+        return;
+    };
+    t.sched_adjust_ns += adjust;
+    if let Some((user, system)) = slice.ticks {
+        t.user_tick_ns += user;
+        t.system_tick_ns += system;
     }
+    add_times(t, st);
+    t.switches += 1;
+    // comm[0] == 0: created at fork, in the parent's context.
+    if fresh || t.switches % IDENTITY_REFRESH_SWITCHES == 0 || t.comm[0] == 0 {
+        refresh_identity(t);
+    }
+    t.flags = (t.flags & !thread_flag::IN_SYSCALL) | flags_set | guest;
+    t.tgid = who.tgid;
+}
+
+/// The outgoing thread's entry on this CPU: its slot (taken if free) with
+/// `--cpu-split ticks`, its hash map entry (created if absent) otherwise or
+/// when another thread holds the slot. True when just created.
+#[inline(always)]
+fn thread_entry(who: Outgoing) -> Option<(&'static mut ThreadTimes, bool)> {
+    if tick_split()
+        && let Some(slot) = THREAD_SLOT_TIMES.get_ptr_mut(thread_slot(who.tid))
+    {
+        let slot = unsafe { &mut *slot };
+        if slot.tid == who.tid && slot.start_time == who.start_time {
+            return Some((&mut slot.times, false));
+        }
+        if slot.tid == 0 {
+            slot.tid = who.tid;
+            slot.start_time = who.start_time;
+            slot.times = ThreadTimes::default();
+            return Some((&mut slot.times, true));
+        }
+    }
+    if let Some(t) = THREADS.get_ptr_mut(&who.tid) {
+        return Some((unsafe { &mut *t }, false));
+    }
+    THREADS.insert(&who.tid, &ThreadTimes::default(), 0).ok()?;
+    THREADS.get_ptr_mut(&who.tid).map(|t| (unsafe { &mut *t }, true))
 }
 
 /// How often (in switch-outs) a thread's name and cgroup are read again: each

@@ -8,6 +8,8 @@
 use aya_ebpf::helpers::bpf_probe_read_kernel;
 
 pub trait KernelMem {
+    /// Reads are plain loads (no helper call).
+    const DIRECT: bool;
     /// The `T` at `base + offset`.
     fn read<T>(base: u64, offset: u32) -> Option<T>;
 }
@@ -16,6 +18,7 @@ pub trait KernelMem {
 pub struct ProbeRead;
 
 impl KernelMem for ProbeRead {
+    const DIRECT: bool = false;
     #[inline(always)]
     fn read<T>(base: u64, offset: u32) -> Option<T> {
         unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T) }.ok()
@@ -27,6 +30,7 @@ impl KernelMem for ProbeRead {
 pub struct BtfLoad;
 
 impl KernelMem for BtfLoad {
+    const DIRECT: bool = true;
     #[inline(always)]
     fn read<T>(base: u64, offset: u32) -> Option<T> {
         Some(unsafe { core::ptr::read_volatile((base + offset as u64) as *const T) })

@@ -212,10 +212,12 @@ fn log2_bucket(len: u64) -> usize {
 /// Counts `skb` at `hop` of `dev` (the skb's own device when 0). At
 /// net_dev_xmit the driver may already have freed or changed the skb, so
 /// `xmit_len` (the tracepoint's own length) is used and the skb is not read.
-/// `skb_id` is the skb's address as a plain number (for tp_btf, `skb` is a
-/// typed pointer, on which the verifier allows no arithmetic but addition).
+/// `skb_id` gives the skb's address as a plain number (for tp_btf, `skb` is
+/// a typed pointer, on which the verifier allows no arithmetic but
+/// addition); it costs a helper call there, so it is asked for only when
+/// hops are correlated.
 #[inline(always)]
-fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
+fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id: u32, rc: i32, xmit_len: Option<u32>) {
     if skb == 0 {
         return;
     }
@@ -248,21 +250,12 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
             wire += data - (head + mac as u64);
         }
     }
-    let end: u32 = if head != 0 {
-        M::read(skb, conf!(skb_end)).unwrap_or(0)
-    } else {
-        0
-    };
-    // skb_shared_info is reached through `head`, a char pointer (a plain
-    // number to the verifier): read through the helper either way.
-    let shinfo = head + end as u64;
-    let (gso_size, gso_segs) = if head != 0 { gso(shinfo) } else { (0, 1) };
 
     if hop_id == hop::RECEIVE {
         account::net_softirq_switch(None, dev_key(netns, ifindex), slot);
     }
     if conf!(net_hops_on) != 0 {
-        journey(skb_id, dev_key(netns, ifindex), hop_id, wire as u32);
+        journey(skb_id(), dev_key(netns, ifindex), hop_id, wire as u32);
     }
     if rc != 0 {
         s.errors += 1;
@@ -270,15 +263,25 @@ fn count<M: KernelMem>(skb: u64, skb_id: u64, dev: u64, hop_id: u32, rc: i32, xm
     }
     s.packets += 1;
     s.bytes += wire;
-    if gso_size != 0 {
-        s.gso_packets += 1;
-    }
-    s.gso_segs += if gso_segs == 0 { 1 } else { gso_segs as u64 };
     if s.mtu_edge == 0 {
         // A full frame: the device's MTU plus its link-layer header, read at
         // the entry's first packet only (one bucket layout per entry).
         s.mtu_edge = mtu_edge::<M>(dev);
     }
+    // Only an aggregate can be larger than a full frame, so a packet that
+    // fits one is one segment and its skb_shared_info (a helper call:
+    // reached through `head`, a plain number to the verifier) is not read.
+    // A GSO skb that fits in one frame is counted as a plain packet.
+    let (gso_size, gso_segs) = if head != 0 && (s.mtu_edge == 0 || wire > s.mtu_edge) {
+        let end: u32 = M::read(skb, conf!(skb_end)).unwrap_or(0);
+        gso(head + end as u64)
+    } else {
+        (0, 1)
+    };
+    if gso_size != 0 {
+        s.gso_packets += 1;
+    }
+    s.gso_segs += if gso_segs == 0 { 1 } else { gso_segs as u64 };
     let b = dev_size_bucket(wire, s.mtu_edge);
     if b < s.size_hist.len() {
         s.size_hist[b] += 1;
@@ -320,14 +323,14 @@ fn arg_number(ctx: &BtfTracePointContext, n: usize) -> u64 {
 #[btf_tracepoint(function = "net_dev_queue")]
 pub fn btf_net_dev_queue(ctx: BtfTracePointContext) -> i32 {
     count_run!("net_dev_queue");
-    count::<BtfLoad>(ctx.arg(0), arg_number(&ctx, 0), 0, hop::QUEUE, 0, None);
+    count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), 0, hop::QUEUE, 0, None);
     0
 }
 
 #[btf_tracepoint(function = "net_dev_start_xmit")]
 pub fn btf_net_dev_start_xmit(ctx: BtfTracePointContext) -> i32 {
     count_run!("net_dev_start_xmit");
-    count::<BtfLoad>(ctx.arg(0), arg_number(&ctx, 0), ctx.arg(1), hop::START_XMIT, 0, None);
+    count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), ctx.arg(1), hop::START_XMIT, 0, None);
     0
 }
 
@@ -338,7 +341,7 @@ pub fn btf_net_dev_xmit(ctx: BtfTracePointContext) -> i32 {
     let len: u64 = ctx.arg(3);
     count::<BtfLoad>(
         ctx.arg(0),
-        arg_number(&ctx, 0),
+        || arg_number(&ctx, 0),
         ctx.arg(2),
         hop::XMIT,
         rc as i32,
@@ -350,14 +353,14 @@ pub fn btf_net_dev_xmit(ctx: BtfTracePointContext) -> i32 {
 #[btf_tracepoint(function = "netif_rx")]
 pub fn btf_netif_rx(ctx: BtfTracePointContext) -> i32 {
     count_run!("netif_rx");
-    count::<BtfLoad>(ctx.arg(0), arg_number(&ctx, 0), 0, hop::RX, 0, None);
+    count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), 0, hop::RX, 0, None);
     0
 }
 
 #[btf_tracepoint(function = "netif_receive_skb")]
 pub fn btf_netif_receive_skb(ctx: BtfTracePointContext) -> i32 {
     count_run!("netif_receive_skb");
-    count::<BtfLoad>(ctx.arg(0), arg_number(&ctx, 0), 0, hop::RECEIVE, 0, None);
+    count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), 0, hop::RECEIVE, 0, None);
     0
 }
 
@@ -365,7 +368,7 @@ pub fn btf_netif_receive_skb(ctx: BtfTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "net_dev_queue")]
 pub fn raw_net_dev_queue(ctx: RawTracePointContext) -> i32 {
     count_run!("net_dev_queue");
-    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), 0, hop::QUEUE, 0, None);
+    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::QUEUE, 0, None);
     0
 }
 
@@ -373,7 +376,7 @@ pub fn raw_net_dev_queue(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "net_dev_start_xmit")]
 pub fn raw_net_dev_start_xmit(ctx: RawTracePointContext) -> i32 {
     count_run!("net_dev_start_xmit");
-    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), ctx.arg(1), hop::START_XMIT, 0, None);
+    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), ctx.arg(1), hop::START_XMIT, 0, None);
     0
 }
 
@@ -385,7 +388,7 @@ pub fn raw_net_dev_xmit(ctx: RawTracePointContext) -> i32 {
     let len: u64 = ctx.arg(3);
     count::<ProbeRead>(
         ctx.arg(0),
-        ctx.arg(0),
+        || ctx.arg(0),
         ctx.arg(2),
         hop::XMIT,
         rc as i32,
@@ -397,21 +400,21 @@ pub fn raw_net_dev_xmit(ctx: RawTracePointContext) -> i32 {
 #[raw_tracepoint(tracepoint = "netif_rx")]
 pub fn raw_netif_rx(ctx: RawTracePointContext) -> i32 {
     count_run!("netif_rx");
-    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), 0, hop::RX, 0, None);
+    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::RX, 0, None);
     0
 }
 
 #[raw_tracepoint(tracepoint = "netif_receive_skb")]
 pub fn raw_netif_receive_skb(ctx: RawTracePointContext) -> i32 {
     count_run!("netif_receive_skb");
-    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), 0, hop::RECEIVE, 0, None);
+    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::RECEIVE, 0, None);
     0
 }
 
 #[raw_tracepoint(tracepoint = "napi_gro_receive_entry")]
 pub fn raw_napi_gro_receive_entry(ctx: RawTracePointContext) -> i32 {
     count_run!("napi_gro_receive_entry");
-    count::<ProbeRead>(ctx.arg(0), ctx.arg(0), 0, hop::GRO, 0, None);
+    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::GRO, 0, None);
     0
 }
 
@@ -500,9 +503,9 @@ macro_rules! skb_tracepoint {
                 // best effort (the driver may have freed it).
                 let rc: i32 = unsafe { ctx.read_at(20) }.unwrap_or(0);
                 let len: u32 = unsafe { ctx.read_at(16) }.unwrap_or(0);
-                count::<ProbeRead>(skb, skb, 0, $hop, rc, Some(len));
+                count::<ProbeRead>(skb, || skb, 0, $hop, rc, Some(len));
             } else {
-                count::<ProbeRead>(skb, skb, 0, $hop, 0, None);
+                count::<ProbeRead>(skb, || skb, 0, $hop, 0, None);
             }
             0
         }

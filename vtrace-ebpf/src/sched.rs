@@ -7,10 +7,13 @@ use aya_ebpf::{
     macros::{btf_tracepoint, raw_tracepoint, tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
-use vtrace_common::{ThreadTimes, state, thread_flag};
+use vtrace_common::{CpuState, ThreadTimes, clocks_in, state, thread_flag};
 
 use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
-use crate::{account, config::conf};
+use crate::{
+    account::{self, SliceClocks},
+    config::conf,
+};
 
 /// PF_KTHREAD from include/linux/sched.h.
 const PF_KTHREAD: u32 = 0x0020_0000;
@@ -44,11 +47,62 @@ fn read_utime_stime<M: KernelMem>(task: u64) -> Option<(u64, u64)> {
     read_task_u64::<M>(task, u).zip(read_task_u64::<M>(task, s))
 }
 
+/// (tid, tgid) of the running task `task`: two loads where reads are
+/// loads, one helper call otherwise.
+#[inline(always)]
+fn current_ids<M: KernelMem>(task: u64) -> (u32, u32) {
+    if M::DIRECT && conf!(task_pid) != 0 && conf!(task_tgid) != 0 {
+        return (
+            read_task_u32::<M>(task, conf!(task_pid)),
+            read_task_u32::<M>(task, conf!(task_tgid)),
+        );
+    }
+    let id = bpf_get_current_pid_tgid();
+    (id as u32, (id >> 32) as u32)
+}
+
+/// The readings a slice is measured against, taken from the incoming
+/// thread's task at switch-in (and again from the same task at switch-out).
+#[inline(always)]
+fn read_clocks<M: KernelMem>(task: u64) -> (Option<u64>, Option<(u64, u64)>) {
+    let runtime = read_task_u64::<M>(task, conf!(task_runtime));
+    let ticks = if account::tick_split() {
+        read_utime_stime::<M>(task)
+    } else {
+        None
+    };
+    (runtime, ticks)
+}
+
+/// What the outgoing thread ran since its switch-in, by the scheduler's
+/// clocks; nothing where the switch-in was not seen.
+#[inline(always)]
+fn slice_clocks(st: &CpuState, seen_in: bool, runtime: Option<u64>, ticks: Option<(u64, u64)>) -> SliceClocks {
+    if !seen_in {
+        return SliceClocks::default();
+    }
+    let runtime = match runtime {
+        Some(r) if st.in_clocks & clocks_in::RUNTIME != 0 && r >= st.in_runtime => Some(r - st.in_runtime),
+        _ => None,
+    };
+    // utime/stime only move while the thread runs: the gain since its
+    // switch-in is exactly this slice's ticks.
+    let ticks = match ticks {
+        Some((u, s)) if st.in_clocks & clocks_in::TICKS != 0 => {
+            Some((u.saturating_sub(st.in_utime), s.saturating_sub(st.in_stime)))
+        }
+        _ => None,
+    };
+    SliceClocks { runtime, ticks }
+}
+
 /// `prev_running`: the outgoing thread was preempted (TASK_RUNNING) rather
 /// than blocking, which for a thread of unknown mode means it was in user space.
-/// `prev`: its task_struct, read through `M`.
+/// `prev`, `next`: their task_structs, read through `M` (`next` is None
+/// where the tracepoint does not give it: no slice is then measured by the
+/// scheduler's clocks).
 #[inline(always)]
-fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next_tid: u32) {
+fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next: Option<u64>, next_tid: u32) {
     let now = account::now();
     let Some(st) = account::cpu_state() else { return };
     if st.initialized == 0 {
@@ -60,9 +114,9 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next_tid: u32) {
         // account::enter, which would create a second &mut to the same value.
         account::charge(st, now);
         account::in_process_context(st);
-        let id = bpf_get_current_pid_tgid();
-        let prev_tid = id as u32;
-        if prev_tid != st.tid {
+        let (prev_tid, prev_tgid) = current_ids::<M>(prev);
+        let seen_in = prev_tid == st.tid;
+        if !seen_in {
             // A switch happened that no sched_switch event reported (seen on
             // this kernel). The slice's owner is uncertain: keep its time on
             // the CPU, give idle time to the idle task, and let the
@@ -103,16 +157,34 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next_tid: u32) {
             }
             st.idle_switches += 1;
         } else {
-            let clocks = account::TaskClocks {
-                runtime: read_task_u64::<M>(prev, conf!(task_runtime)),
-                ticks: if tick_split { read_utime_stime::<M>(prev) } else { None },
+            let (runtime, ticks) = read_clocks::<M>(prev);
+            let slice = slice_clocks(st, seen_in, runtime, ticks);
+            let who = account::Outgoing {
+                tid: prev_tid,
+                tgid: prev_tgid,
+                start_time: read_task_u64::<M>(prev, conf!(task_start_time)).unwrap_or(0),
             };
-            account::flush_thread(st, prev_tid, (id >> 32) as u32, flags, clocks);
+            account::flush_thread(st, who, flags, slice);
         }
     }
     st.acc = [0; state::SLOTS];
     st.tid = next_tid;
     st.last_ts = now;
+    st.in_clocks = 0;
+    if next_tid != 0
+        && let Some(next) = next
+    {
+        let (runtime, ticks) = read_clocks::<M>(next);
+        if let Some(r) = runtime {
+            st.in_runtime = r;
+            st.in_clocks |= clocks_in::RUNTIME;
+        }
+        if let Some((u, s)) = ticks {
+            st.in_utime = u;
+            st.in_stime = s;
+            st.in_clocks |= clocks_in::TICKS;
+        }
+    }
     st.base = if next_tid == 0 {
         state::IDLE
     } else if account::tick_split() {
@@ -127,28 +199,48 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next_tid: u32) {
     } as u32;
 }
 
+/// The incoming task where the record names only its tid: the runqueue's
+/// current task, reached from the outgoing one (`task->se.cfs_rq->rq->curr`),
+/// if it is `next_tid`.
+#[inline(always)]
+fn runqueue_current(prev: u64, next_tid: u32) -> Option<u64> {
+    let (cfs_rq_at, rq_at, curr_at) = (conf!(task_cfs_rq), conf!(cfs_rq_rq), conf!(rq_curr));
+    if cfs_rq_at == 0 || rq_at == 0 || curr_at == 0 || next_tid == 0 {
+        return None;
+    }
+    let cfs_rq: u64 = ProbeRead::read(prev, cfs_rq_at)?;
+    let rq: u64 = ProbeRead::read(cfs_rq, rq_at)?;
+    let next: u64 = ProbeRead::read(rq, curr_at)?;
+    (read_task_u32::<ProbeRead>(next, conf!(task_pid)) == next_tid).then_some(next)
+}
+
 /// A thread created while recording starts inside the kernel (returning from
 /// clone), so it is known to be in "syscall" mode from birth.
 #[inline(always)]
 fn on_fork(child_tid: u32, child_tgid: u32) {
     let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // A new task's se.sum_exec_runtime starts at 0 (__sched_fork).
     let fresh = ThreadTimes {
         tgid: child_tgid,
         parent_tgid,
-        // So do its utime and stime (copy_process).
-        flags: thread_flag::IN_SYSCALL
-            | thread_flag::BORN_DURING_RUN
-            | thread_flag::RUNTIME_KNOWN
-            | thread_flag::TICKS_KNOWN,
+        flags: thread_flag::IN_SYSCALL | thread_flag::BORN_DURING_RUN,
         ..ThreadTimes::default()
     };
     let _ = account::THREADS.insert(&child_tid, &fresh, 0);
 }
 
+/// Notes the exit in the thread's hash map entry, created if its times
+/// are all in per-CPU slots (`--cpu-split ticks`).
 #[inline(always)]
 fn on_exit() {
-    let tid = account::current_tid();
+    let id = bpf_get_current_pid_tgid();
+    let tid = id as u32;
+    if account::THREADS.get_ptr_mut(&tid).is_none() {
+        let fresh = ThreadTimes {
+            tgid: (id >> 32) as u32,
+            ..ThreadTimes::default()
+        };
+        let _ = account::THREADS.insert(&tid, &fresh, 0);
+    }
     if let Some(t) = account::THREADS.get_ptr_mut(&tid) {
         let t = unsafe { &mut *t };
         t.flags |= thread_flag::EXITED;
@@ -166,6 +258,7 @@ pub fn btf_sched_switch(ctx: BtfTracePointContext) -> i32 {
     on_switch::<BtfLoad>(
         ctx.arg(1),
         prev_state as u32 == 0,
+        Some(next),
         read_task_u32::<BtfLoad>(next, conf!(task_pid)),
     );
     0
@@ -179,6 +272,7 @@ pub fn raw_sched_switch(ctx: RawTracePointContext) -> i32 {
     on_switch::<ProbeRead>(
         ctx.arg(1),
         prev_state as u32 == 0,
+        Some(next),
         read_task_u32::<ProbeRead>(next, conf!(task_pid)),
     );
     0
@@ -189,7 +283,8 @@ pub fn tp_sched_switch(ctx: TracePointContext) -> i32 {
     count_run!("sched_switch");
     let prev_state: i64 = unsafe { ctx.read_at(conf!(tp_switch_prev_state) as usize) }.unwrap_or(1);
     let next_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_next_pid) as usize) }.unwrap_or(0);
-    on_switch::<ProbeRead>(unsafe { bpf_get_current_task() }, prev_state == 0, next_tid);
+    let prev = unsafe { bpf_get_current_task() };
+    on_switch::<ProbeRead>(prev, prev_state == 0, runqueue_current(prev, next_tid), next_tid);
     0
 }
 

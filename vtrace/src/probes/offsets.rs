@@ -29,6 +29,16 @@ pub fn resolve(caps: &Capabilities) -> Config {
         };
         o.task_utime = m("task_struct", "utime");
         o.task_stime = m("task_struct", "stime");
+        o.task_start_time = m("task_struct", "start_time");
+        o.task_cfs_rq = match (
+            member_offset(btf, "task_struct", "se"),
+            member_offset(btf, "sched_entity", "cfs_rq"),
+        ) {
+            (Some(se), Some(cfs_rq)) => se + cfs_rq,
+            _ => 0,
+        };
+        o.cfs_rq_rq = m("cfs_rq", "rq");
+        o.rq_curr = m("rq", "curr");
         o.skb_len = m("sk_buff", "len");
         o.skb_dev = m("sk_buff", "dev");
         o.skb_head = m("sk_buff", "head");

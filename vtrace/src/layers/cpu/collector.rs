@@ -14,7 +14,9 @@ use aya::{
     Ebpf,
     maps::{HashMap, MapData, PerCpuArray},
 };
-use vtrace_common::{CpuState, IRQ_SLOTS, IrqStat, NO_SOFTIRQ, OVERFLOW_TID, ThreadTimes, state, thread_flag};
+use vtrace_common::{
+    CpuState, IRQ_SLOTS, IrqStat, NO_SOFTIRQ, OVERFLOW_TID, THREAD_SLOTS, ThreadSlot, ThreadTimes, state, thread_flag,
+};
 
 use crate::{Error, Result, collectors::maps::take};
 
@@ -57,6 +59,8 @@ impl CpuSplit {
 
 pub struct CpuCollector {
     threads: HashMap<MapData, u32, ThreadTimes>,
+    /// Per-CPU thread slots (`--cpu-split ticks`), summed into the threads.
+    thread_slots: PerCpuArray<MapData, ThreadSlot>,
     cpu_state: PerCpuArray<MapData, CpuState>,
     irqs: PerCpuArray<MapData, IrqStat>,
     /// Totals of exited threads removed from the kernel map to keep it small.
@@ -83,6 +87,7 @@ impl CpuCollector {
             .map_err(map_err)?;
         Ok(CpuCollector {
             threads,
+            thread_slots: take(ebpf, "THREAD_SLOT_TIMES")?,
             cpu_state: take(ebpf, "CPU_STATE")?,
             irqs: take(ebpf, "IRQS")?,
             retired: Vec::new(),
@@ -163,10 +168,9 @@ impl CpuCollector {
             }
         }
         let mut threads: Vec<(u32, ThreadTimes)> = self.retired.clone();
-        threads.extend(
-            live.into_iter()
-                .filter(|(_, t)| t.ns.iter().any(|&n| n > 0) || t.unsplit_ns > 0 || t.switches > 0),
-        );
+        threads.extend(live);
+        self.add_slots(&mut threads)?;
+        threads.retain(|(_, t)| t.ns.iter().any(|&n| n > 0) || t.unsplit_ns > 0 || t.switches > 0);
         if self.split == CpuSplit::Ticks {
             split_by_ticks(&mut threads);
         }
@@ -176,6 +180,51 @@ impl CpuCollector {
             cpus,
             irqs,
         })
+    }
+}
+
+impl CpuCollector {
+    /// Adds each thread's per-CPU slots to its entry (the last one of that
+    /// tid: a live thread comes after the retired ones), or a new one.
+    fn add_slots(&self, threads: &mut Vec<(u32, ThreadTimes)>) -> Result<()> {
+        let mut by_tid: StdHashMap<u32, usize> = StdHashMap::new();
+        for (i, (tid, _)) in threads.iter().enumerate() {
+            by_tid.insert(*tid, i);
+        }
+        for index in 0..THREAD_SLOTS {
+            let per_cpu = self.thread_slots.get(&index, 0).map_err(map_err)?;
+            for slot in per_cpu.iter().filter(|s| s.tid != 0) {
+                let i = *by_tid.entry(slot.tid).or_insert_with(|| {
+                    threads.push((slot.tid, ThreadTimes::default()));
+                    threads.len() - 1
+                });
+                add_thread_times(&mut threads[i].1, &slot.times);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sums `part` (one CPU's slot of a thread) into `total`; identity from the
+/// part where the total has none yet.
+fn add_thread_times(total: &mut ThreadTimes, part: &ThreadTimes) {
+    for s in 0..state::REPORTED {
+        total.ns[s] += part.ns[s];
+    }
+    total.switches += part.switches;
+    total.sched_adjust_ns += part.sched_adjust_ns;
+    total.unsplit_ns += part.unsplit_ns;
+    total.user_tick_ns += part.user_tick_ns;
+    total.system_tick_ns += part.system_tick_ns;
+    total.flags |= part.flags & !thread_flag::IN_SYSCALL;
+    if total.comm[0] == 0 {
+        total.comm = part.comm;
+    }
+    if total.cgroup_id == 0 {
+        total.cgroup_id = part.cgroup_id;
+    }
+    if total.tgid == 0 {
+        total.tgid = part.tgid;
     }
 }
 
