@@ -42,14 +42,14 @@ enum Command {
         #[arg(long = "uprobe")]
         uprobes: Vec<String>,
         /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer;
-        /// implies --hops). Cost: redis GET/SET over loopback kept 0.79 of its untraced throughput
-        /// (default: 0.95), tracing cost 13.1 % of capacity (default: 4.3 %); docs/overhead.md.
+        /// implies --hops). Cost: redis GET/SET over loopback kept 0.82 of its untraced throughput
+        /// (default: 0.98), tracing cost 13.4 % of capacity (default: 3.7 %); docs/overhead.md.
         #[arg(long)]
         events: bool,
         /// Count every hop (queue, start_xmit, rx, gro), NAPI polls, and follow each packet from hop to
         /// hop for per-hop latency (net_latency). The default counts only the two hops that match the
-        /// devices' own counters (xmit, receive). Cost: redis over loopback 0.86 of untraced
-        /// throughput (default 0.95), tracing cost 8.6 % of capacity (default 4.3 %).
+        /// devices' own counters (xmit, receive). Cost: redis over loopback 0.87 of untraced
+        /// throughput (default 0.98), tracing cost 8.2 % of capacity (default 3.7 %).
         #[arg(long)]
         hops: bool,
         /// Time the VMM's handling of each KVM user-space exit (until the vCPU's next KVM_RUN) even
@@ -62,7 +62,8 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
         layers: Vec<String>,
         /// Sample stacks at this frequency (Hz) on every CPU, for flamegraphs (`report --folded`); 0 = off.
-        /// Cost at 99 Hz: redis over loopback 0.93 of untraced throughput (default 0.95).
+        /// Cost at 99 Hz: redis over loopback 0.96 of untraced throughput (default 0.98), tracing cost
+        /// 7.0 % of capacity (default 3.7 %).
         #[arg(long, default_value_t = 0)]
         sample: u64,
         /// When the kernel's BPF statistics (vtrace's own cost per program) are on: sampled windows
@@ -72,8 +73,8 @@ enum Command {
         self_stats: SelfStats,
         /// How user and system time are told apart: by the kernel's tick-sampled utime/stime (the
         /// default: no syscall hooks, totals still exact), or exactly at every syscall (a program on
-        /// every syscall of every process: redis over loopback kept 0.75 of untraced throughput, tracing
-        /// cost 9.9 % of capacity, against 0.95 and 4.3 % by default).
+        /// every syscall of every process: redis over loopback kept 0.78 of untraced throughput, tracing
+        /// cost 9.8 % of capacity, against 0.98 and 3.7 % by default).
         #[arg(long, value_enum, default_value_t = CpuSplit::Ticks)]
         cpu_split: CpuSplit,
         /// Select this process and its descendants (repeatable).

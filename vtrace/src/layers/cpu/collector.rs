@@ -184,24 +184,31 @@ impl CpuCollector {
 }
 
 impl CpuCollector {
-    /// Adds each thread's per-CPU slots to its entry (the last one of that
-    /// tid: a live thread comes after the retired ones), or a new one.
+    /// Adds the per-CPU thread slots to the threads.
     fn add_slots(&self, threads: &mut Vec<(u32, ThreadTimes)>) -> Result<()> {
-        let mut by_tid: StdHashMap<u32, usize> = StdHashMap::new();
-        for (i, (tid, _)) in threads.iter().enumerate() {
-            by_tid.insert(*tid, i);
-        }
+        let mut slots = Vec::new();
         for index in 0..THREAD_SLOTS {
             let per_cpu = self.thread_slots.get(&index, 0).map_err(map_err)?;
-            for slot in per_cpu.iter().filter(|s| s.tid != 0) {
-                let i = *by_tid.entry(slot.tid).or_insert_with(|| {
-                    threads.push((slot.tid, ThreadTimes::default()));
-                    threads.len() - 1
-                });
-                add_thread_times(&mut threads[i].1, &slot.times);
-            }
+            slots.extend(per_cpu.iter().filter(|s| s.tid != 0).copied());
         }
+        merge_slots(threads, &slots);
         Ok(())
+    }
+}
+
+/// Adds each slot to its thread's entry (the last one of that tid: a live
+/// thread comes after the retired ones), or to a new one.
+fn merge_slots(threads: &mut Vec<(u32, ThreadTimes)>, slots: &[ThreadSlot]) {
+    let mut by_tid: StdHashMap<u32, usize> = StdHashMap::new();
+    for (i, (tid, _)) in threads.iter().enumerate() {
+        by_tid.insert(*tid, i);
+    }
+    for slot in slots {
+        let i = *by_tid.entry(slot.tid).or_insert_with(|| {
+            threads.push((slot.tid, ThreadTimes::default()));
+            threads.len() - 1
+        });
+        add_thread_times(&mut threads[i].1, &slot.times);
     }
 }
 
@@ -410,6 +417,51 @@ mod tests {
         // Its 4 ms in the guest explain half its user ticks.
         assert_eq!(us(4), (500, 500));
         assert!(threads.iter().all(|(_, t)| t.unsplit_ns == 0));
+    }
+
+    #[test]
+    fn slots_add_up_with_the_hash_entry_of_their_thread() {
+        let named = |comm: &[u8], cgroup: u64, flags: u32, user: u64, switches: u64| {
+            let mut t = ThreadTimes {
+                cgroup_id: cgroup,
+                flags,
+                switches,
+                ..ThreadTimes::default()
+            };
+            t.comm[..comm.len()].copy_from_slice(comm);
+            t.ns[state::USER] = user;
+            t
+        };
+        let slot = |tid: u32, times: ThreadTimes| ThreadSlot {
+            tid,
+            times,
+            ..ThreadSlot::default()
+        };
+        // Thread 7 exited: its hash entry (birth, exit) was retired, its
+        // times are in two CPUs' slots. Thread 9 lives in one slot only.
+        let mut threads = vec![(
+            7,
+            named(b"", 0, thread_flag::BORN_DURING_RUN | thread_flag::EXITED, 0, 0),
+        )];
+        merge_slots(
+            &mut threads,
+            &[
+                slot(7, named(b"worker", 42, thread_flag::IN_SYSCALL, 300, 3)),
+                slot(9, named(b"other", 5, thread_flag::KTHREAD, 50, 1)),
+                slot(7, named(b"worker", 43, thread_flag::GUEST_TRACED, 200, 2)),
+            ],
+        );
+        assert_eq!(threads.len(), 2);
+        let (tid, t) = &threads[0];
+        assert_eq!((*tid, t.ns[state::USER], t.switches), (7, 500, 5));
+        assert_eq!(&t.comm[..6], b"worker");
+        assert_eq!(t.cgroup_id, 42, "identity from the first slot that has one");
+        assert_eq!(
+            t.flags,
+            thread_flag::BORN_DURING_RUN | thread_flag::EXITED | thread_flag::GUEST_TRACED,
+            "a slot's mode at switch-out is not the thread's"
+        );
+        assert_eq!((threads[1].0, threads[1].1.ns[state::USER]), (9, 50));
     }
 
     #[test]
