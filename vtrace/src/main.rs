@@ -111,6 +111,9 @@ enum Command {
         /// any table of the recording by its name, e.g. net_hops, kvm_events, intervals).
         #[arg(long)]
         table: Option<String>,
+        /// Write the report to this file instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
     },
     /// List the platform instances running now: processes, threads, roles and devices.
     Platforms {
@@ -218,13 +221,21 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             format,
             top,
             table,
+            output,
         } => {
             let rec = recording::read(&path)?;
-            if let Some(name) = table {
+            let text = if let Some(name) = table {
                 anyhow::ensure!(format == Format::Csv, "--table goes with --format csv");
-                print!("{}", report::csv::table(&rec, &name)?);
+                report::csv::table(&rec, &name)?
             } else {
-                print!("{}", report::render(&rec, &ReportOptions { format, top }));
+                report::render(&rec, &ReportOptions { format, top })
+            };
+            match output {
+                Some(file) => {
+                    std::fs::write(&file, text).with_context(|| format!("write the report to {}", file.display()))?;
+                    eprintln!("vtrace: report written to {}", file.display());
+                }
+                None => print!("{text}"),
             }
             Ok(0)
         }
@@ -307,7 +318,20 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                 )
             );
+            let html_path = outcome.path.with_extension("html");
+            let html = report::render(
+                &outcome.recording,
+                &ReportOptions {
+                    format: Format::Html,
+                    top: 15,
+                },
+            );
+            std::fs::write(&html_path, html).with_context(|| format!("write {}", html_path.display()))?;
             eprintln!("vtrace: recording kept in {}", outcome.path.display());
+            eprintln!(
+                "vtrace: the report with its figures: {} (open it in a browser; it needs no network)",
+                html_path.display()
+            );
             Ok(outcome.exit_code)
         }
     }

@@ -3,8 +3,10 @@
 //! know no layer (`model.rs` is the typed report they share).
 
 pub mod csv;
+mod html;
 mod json;
 pub mod model;
+pub mod plot;
 pub mod run;
 mod text;
 
@@ -18,6 +20,8 @@ pub enum Format {
     /// Sampled stacks folded per line (`comm;frame;...;frame count`), the
     /// input of flamegraph.pl and inferno-flamegraph.
     Folded,
+    /// One self-contained HTML file: every section with its figures (inline SVG).
+    Html,
 }
 
 pub struct ReportOptions {
@@ -43,6 +47,16 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
         }
         Format::Csv => csv::threads(&CpuBreakdown::of(rec)),
         Format::Folded => folded(rec),
+        Format::Html => html::render(&title(rec), &sections(rec, opts.top)),
+    }
+}
+
+/// What a recording is of, in a few words: its workload's command line,
+/// or vtrace's own.
+fn title(rec: &Recording) -> String {
+    match &rec.meta.workload {
+        Some(w) => w.command.join(" "),
+        None => rec.meta.command_line.join(" "),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The typed report: what each layer (and the recording itself) has to say,
-//! as sections of tables, text lines, metrics and JSON fields. The text,
-//! JSON and CSV renderers render any section the same way, so a new layer
-//! adds its section in its own `summary.rs` without touching them.
+//! as sections of tables, text lines, figures, metrics and JSON fields. The
+//! text, JSON, CSV and HTML renderers render any section the same way, so a
+//! new layer adds its section in its own `summary.rs` without touching them.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -11,6 +11,8 @@ use serde_json::Value;
 pub struct Section {
     /// Stable name (the layer's, or `run`, `probes`, `overhead`).
     pub id: &'static str,
+    /// Heading where a renderer shows one (HTML).
+    pub title: &'static str,
     /// What the text report shows, in order.
     pub blocks: Vec<Block>,
     /// Fields of the JSON report, under their documented names
@@ -22,11 +24,17 @@ pub struct Section {
 }
 
 impl Section {
-    pub fn new(id: &'static str) -> Self {
+    pub fn new(id: &'static str, title: &'static str) -> Self {
         Section {
             id,
+            title,
             ..Default::default()
         }
+    }
+
+    /// A figure, drawn where the format can (HTML); nothing in text.
+    pub fn figure(&mut self, figure: Figure) {
+        self.blocks.push(Block::Figure(figure));
     }
 
     pub fn lines(&mut self, lines: impl IntoIterator<Item = String>) {
@@ -57,6 +65,50 @@ pub enum Block {
     Table(Table),
     /// Lines as they are ("" for a blank line).
     Lines(Vec<String>),
+    Figure(Figure),
+}
+
+/// A plot, described by what it shows; `report/plot.rs` draws it. Series
+/// are coloured by name (`plot::color_of`), so a state, role or platform
+/// has the same colour in every figure.
+#[derive(Clone, Debug)]
+pub struct Figure {
+    pub title: String,
+    /// What the values are, with their unit: "CPU time (s)".
+    pub value_label: String,
+    pub kind: FigureKind,
+}
+
+#[derive(Clone, Debug)]
+pub enum FigureKind {
+    /// A horizontal bar per category, the series stacked along it.
+    StackedBars {
+        categories: Vec<String>,
+        series: Vec<Series>,
+    },
+    /// Counts per bucket; buckets after `marked_from` are drawn apart and
+    /// the legend says why (e.g. larger than a full frame).
+    Histogram {
+        bucket_label: String,
+        buckets: Vec<String>,
+        counts: Vec<f64>,
+        marked_from: Option<(usize, String)>,
+    },
+    /// A line per series over a numeric x axis.
+    Lines { x_label: String, series: Vec<LineSeries> },
+}
+
+/// Values of one series, one per category.
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub name: String,
+    pub values: Vec<f64>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LineSeries {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{
     calibrated_ns_per_event,
-    model::{Section, Table, col, left, secs},
+    model::{Figure, FigureKind, Section, Series, Table, col, left, secs},
     ns_per_event, whole_run_time_ns,
 };
 use crate::recording::{ProgramRow, Recording};
@@ -14,7 +14,7 @@ use crate::recording::{ProgramRow, Recording};
 pub fn header(rec: &Recording) -> Section {
     let m = &rec.meta;
     let cap = m.wall_ns * m.host.cpus as u64;
-    let mut s = Section::new("run");
+    let mut s = Section::new("run", "Run");
     let mut second = format!(
         "wall {} s (capacity {} CPU-s) | stopped by: {}",
         secs(m.wall_ns),
@@ -89,7 +89,7 @@ pub fn header(rec: &Recording) -> Section {
 
 /// Every probe: the method it attached with, or why it could not.
 pub fn probes(rec: &Recording) -> Section {
-    let mut s = Section::new("probes");
+    let mut s = Section::new("probes", "Probes");
     let runs = |id: &str| rec.rows::<ProgramRow>().iter().find(|r| r.probe == id);
     let mut t = Table::new(
         "Probes",
@@ -127,7 +127,7 @@ pub fn probes(rec: &Recording) -> Section {
 /// vtrace's own cost: eBPF run time per program, its process, its losses.
 pub fn overhead(rec: &Recording) -> Section {
     let ov = &rec.meta.overhead;
-    let mut s = Section::new("overhead");
+    let mut s = Section::new("overhead", "vtrace's own cost");
     // Recordings before the calibration have no floor: their table stays as it was.
     let floor = ov.bpf_stats_floor_ns;
     let calibrated = floor > 0.0;
@@ -195,6 +195,21 @@ pub fn overhead(rec: &Recording) -> Section {
         );
     }
     s.table(t);
+    const SHOWN: usize = 12;
+    let shown: Vec<&ProgramRow> = progs.iter().filter(|p| p.events > 0).take(SHOWN).collect();
+    if !shown.is_empty() {
+        s.figure(Figure {
+            title: format!("eBPF run time of the {} costliest programs", shown.len()),
+            value_label: "run time over the recording (ms)".into(),
+            kind: FigureKind::StackedBars {
+                categories: shown.iter().map(|p| p.program.clone()).collect(),
+                series: vec![Series {
+                    name: "eBPF run time".into(),
+                    values: shown.iter().map(|p| whole_run_time_ns(p, ov) as f64 / 1e6).collect(),
+                }],
+            },
+        });
+    }
     s.metric("bpf_cpu_fraction", ov.bpf_cpu_fraction, "fraction", &[]);
     let programs: Vec<Value> = rec
         .rows::<ProgramRow>()
@@ -232,7 +247,7 @@ pub fn overhead(rec: &Recording) -> Section {
 
 /// Caveats of the recording and of reading it.
 pub fn notes(rec: &Recording) -> Section {
-    let mut s = Section::new("notes");
+    let mut s = Section::new("notes", "Notes");
     let notes: Vec<&String> = rec.meta.notes.iter().chain(&rec.read_notes).collect();
     s.lines(notes.iter().flat_map(|n| [String::new(), format!("note: {n}")]));
     s.json("notes", notes);

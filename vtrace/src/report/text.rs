@@ -14,6 +14,8 @@ pub fn render(sections: &[Section]) -> String {
                     o.push('\n');
                 }
             }
+            // A terminal shows the tables the figures are drawn from.
+            Block::Figure(_) => {}
             Block::Table(t) => {
                 if let Some(title) = &t.title {
                     let _ = writeln!(o, "\n{title}");

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     recording::Recording,
-    report::model::{Column, Section, Table, col, left, pct, secs},
+    report::model::{Column, Figure, FigureKind, LineSeries, Section, Series, Table, col, left, pct, secs},
 };
 
 /// The seven state columns every CPU table ends with.
@@ -44,7 +44,7 @@ fn state_cells(t: &StateTimes, capacity: u64) -> Vec<String> {
 pub fn section(rec: &Recording, top: usize) -> Section {
     let cpu = CpuBreakdown::of(rec);
     let cap = cpu.capacity_ns();
-    let mut s = Section::new("cpu");
+    let mut s = Section::new("cpu", "CPU time");
 
     let t = &cpu.total;
     let mut lines = vec!["CPU time, all CPUs (percent of wall x CPUs)".to_string()];
@@ -95,6 +95,10 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         }
     }
     s.table(roles);
+    s.figure(roles_figure(&cpu));
+    if let Some(f) = over_time_figure(rec) {
+        s.figure(f);
+    }
 
     let mut procs = Table::new(
         "Top processes",
@@ -221,4 +225,81 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     s.json("softirq_vectors", &cpu.softirq_vectors);
     s.json("hardirqs", &cpu.hardirqs);
     s
+}
+
+/// "platform/role" (or the role alone on the host platform).
+fn role_label(platform: &str, role: &str) -> String {
+    if platform == "host" {
+        role.to_string()
+    } else {
+        format!("{platform}/{role}")
+    }
+}
+
+/// CPU seconds per platform and role, stacked by state.
+fn roles_figure(cpu: &CpuBreakdown) -> Figure {
+    let groups: Vec<_> = cpu.by_role.iter().filter(|g| g.times.busy_ns() > 0).collect();
+    let series = state::NAMES[..state::IDLE]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| Series {
+            name: name.to_string(),
+            values: groups
+                .iter()
+                .map(|g| {
+                    let t = &g.times;
+                    [t.user_ns, t.system_ns, t.softirq_ns, t.hardirq_ns, t.guest_ns][i] as f64 / 1e9
+                })
+                .collect(),
+        })
+        .collect();
+    Figure {
+        title: "CPU time by platform, role and state".into(),
+        value_label: "CPU time (s)".into(),
+        kind: FigureKind::StackedBars {
+            categories: groups.iter().map(|g| role_label(&g.platform, &g.role)).collect(),
+            series,
+        },
+    }
+}
+
+/// CPUs kept busy per role in each interval (from the `intervals` table);
+/// None with fewer than two intervals.
+fn over_time_figure(rec: &Recording) -> Option<Figure> {
+    use std::collections::{BTreeMap, HashMap};
+    let roles: HashMap<u32, String> = rec
+        .rows::<super::ThreadRow>()
+        .iter()
+        .map(|t| (t.tid, role_label(&t.platform, &t.role)))
+        .collect();
+    let mut busy: BTreeMap<String, BTreeMap<(u64, u64), u64>> = BTreeMap::new();
+    for i in rec.rows::<super::IntervalRow>() {
+        let role = roles.get(&i.tid).cloned().unwrap_or_else(|| "other".into());
+        let ns = i.user_ns + i.system_ns + i.softirq_ns + i.hardirq_ns + i.guest_ns;
+        *busy.entry(role).or_default().entry((i.start_ns, i.end_ns)).or_default() += ns;
+    }
+    let intervals = busy.values().map(|m| m.len()).max().unwrap_or(0);
+    if intervals < 2 {
+        return None;
+    }
+    let series = busy
+        .into_iter()
+        .filter(|(_, by)| by.values().any(|&ns| ns > 0))
+        .map(|(name, by)| LineSeries {
+            name,
+            points: by
+                .into_iter()
+                .filter(|((start, end), _)| end > start)
+                .map(|((start, end), ns)| (end as f64 / 1e9, ns as f64 / (end - start) as f64))
+                .collect(),
+        })
+        .collect();
+    Some(Figure {
+        title: "CPU over time by role".into(),
+        value_label: "CPUs busy".into(),
+        kind: FigureKind::Lines {
+            x_label: "time since recording started (s)".into(),
+            series,
+        },
+    })
 }

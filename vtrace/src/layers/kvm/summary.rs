@@ -47,10 +47,13 @@ fn reason_row(who: String, s: &ReasonStats) -> Vec<String> {
 }
 
 pub fn section(rec: &Recording, top: usize) -> Section {
-    let mut s = Section::new("kvm");
+    let mut s = Section::new("kvm", "KVM exits");
     let k = KvmSummary::of(rec);
     if !rec.rows::<KvmLatencyRow>().is_empty() || !rec.rows::<KvmEventRow>().is_empty() {
         text(&mut s, rec, &k, top);
+    }
+    if let Some(f) = reasons_figure(&k, top) {
+        s.figure(f);
     }
     for r in &k.total {
         s.metric(
@@ -209,5 +212,52 @@ fn json_value(rec: &Recording, kvm: &KvmSummary) -> Value {
         "fast_mmio": events("fast_mmio", "gpa", "type"),
         "interrupts": interrupts,
         "kvm_stats": kvm.stats_check,
+    })
+}
+
+/// Time spent per exit reason, all vCPUs together, stacked by kind of exit
+/// (KVM exit, user-space exit, halt); None without exits.
+fn reasons_figure(k: &KvmSummary, top: usize) -> Option<crate::report::model::Figure> {
+    use crate::report::model::{Figure, FigureKind, Series};
+    let mut reasons: Vec<(&str, u64)> = Vec::new();
+    for r in &k.total {
+        match reasons.iter_mut().find(|(name, _)| *name == r.reason) {
+            Some((_, ns)) => *ns += r.sum_ns,
+            None => reasons.push((&r.reason, r.sum_ns)),
+        }
+    }
+    reasons.retain(|(_, ns)| *ns > 0);
+    reasons.sort_by_key(|(_, ns)| std::cmp::Reverse(*ns));
+    reasons.truncate(top);
+    if reasons.is_empty() {
+        return None;
+    }
+    let mut kinds: Vec<&str> = k.total.iter().map(|r| r.kind.as_str()).collect();
+    kinds.dedup();
+    kinds.sort();
+    kinds.dedup();
+    let series = kinds
+        .iter()
+        .map(|kind| Series {
+            name: kind.to_string(),
+            values: reasons
+                .iter()
+                .map(|(reason, _)| {
+                    k.total
+                        .iter()
+                        .filter(|r| r.kind == *kind && r.reason == *reason)
+                        .map(|r| r.sum_ns as f64 / 1e6)
+                        .sum()
+                })
+                .collect(),
+        })
+        .collect();
+    Some(Figure {
+        title: "Time in KVM exits by reason".into(),
+        value_label: "time (ms), all vCPUs".into(),
+        kind: FigureKind::StackedBars {
+            categories: reasons.iter().map(|(r, _)| r.to_string()).collect(),
+            series,
+        },
     })
 }

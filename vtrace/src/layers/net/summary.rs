@@ -7,7 +7,7 @@ use super::{NetDeviceRow, NetDropRow, NetHopRow, NetLatencyRow, NetSizeRow, TunI
 use crate::{
     analysis::histogram::Histogram,
     recording::Recording,
-    report::model::{Section, Table, col, left},
+    report::model::{Figure, FigureKind, Section, Table, col, left},
 };
 
 fn device(rec: &Recording, netns: u32, ifindex: u32) -> Option<&NetDeviceRow> {
@@ -30,10 +30,11 @@ fn size_hist(rec: &Recording, h: &NetHopRow) -> Vec<(u64, u64)> {
 }
 
 pub fn section(rec: &Recording) -> Section {
-    let mut s = Section::new("net");
+    let mut s = Section::new("net", "Network");
     if !rec.rows::<NetHopRow>().is_empty() {
         hops(&mut s, rec);
         against_mtu(&mut s, rec);
+        size_figures(&mut s, rec);
         latency(&mut s, rec);
         let drops: Vec<String> = rec
             .rows::<NetDropRow>()
@@ -145,6 +146,35 @@ fn against_mtu(s: &mut Section, rec: &Recording) {
         ]);
     }
     s.table(t);
+}
+
+/// Packet sizes of the busiest device hops, buckets above a full frame
+/// (GSO aggregates) drawn apart.
+fn size_figures(s: &mut Section, rec: &Recording) {
+    const SHOWN: usize = 4;
+    let mut hops: Vec<&NetHopRow> = rec.rows::<NetHopRow>().iter().filter(|h| h.packets > 0).collect();
+    hops.sort_by_key(|h| std::cmp::Reverse(h.packets));
+    for h in hops.into_iter().take(SHOWN) {
+        let hist = size_hist(rec, h);
+        let label = |le: u64| match le {
+            le if le >= u32::MAX as u64 => ">64K".to_string(),
+            le => format!("<={le}"),
+        };
+        let marked_from = (h.mtu_edge > 0)
+            .then(|| hist.iter().position(|(le, _)| *le > h.mtu_edge))
+            .flatten()
+            .map(|i| (i, format!("larger than a full frame ({} B)", h.mtu_edge)));
+        s.figure(Figure {
+            title: format!("Packet sizes: {} {}", device_name(rec, h.netns, h.ifindex), h.hop),
+            value_label: "packets".into(),
+            kind: FigureKind::Histogram {
+                bucket_label: "bytes, with the link-layer header".into(),
+                buckets: hist.iter().map(|(le, _)| label(*le)).collect(),
+                counts: hist.iter().map(|(_, c)| *c as f64).collect(),
+                marked_from,
+            },
+        });
+    }
 }
 
 fn latency(s: &mut Section, rec: &Recording) {

@@ -7,7 +7,7 @@ use crate::{
 };
 
 pub fn section(rec: &Recording, top: usize) -> Section {
-    let mut s = Section::new("sample");
+    let mut s = Section::new("sample", "Sampled stacks");
     let samples = rec.rows::<SampleRow>();
     if !samples.is_empty() {
         let total: u64 = samples.iter().map(|s| s.count).sum();

@@ -9,7 +9,7 @@ use crate::{
 };
 
 pub fn section(rec: &Recording) -> Section {
-    let mut s = Section::new("uprobe");
+    let mut s = Section::new("uprobe", "User-space probes");
     let rows = rec.rows::<UprobeRow>();
     if !rows.is_empty() {
         let mut t = Table::new(

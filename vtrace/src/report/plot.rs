@@ -1,0 +1,336 @@
+//! Figures as inline SVG, drawn with plotters: one function per
+//! [`FigureKind`], colours by series name so a state, role or platform looks
+//! the same in every figure.
+
+use plotters::{coord::ranged1d::SegmentValue, prelude::*};
+
+use super::model::{Figure, FigureKind, LineSeries as Line, Series};
+
+const WIDTH: u32 = 860;
+const FONT: &str = "sans-serif";
+
+/// The CPU states, in the order every figure stacks them.
+const STATE_COLORS: [(&str, RGBColor); 6] = [
+    ("user", RGBColor(0x4c, 0x72, 0xb0)),
+    ("system", RGBColor(0xdd, 0x84, 0x52)),
+    ("softirq", RGBColor(0x55, 0xa8, 0x68)),
+    ("hardirq", RGBColor(0xc4, 0x4e, 0x52)),
+    ("guest", RGBColor(0x81, 0x72, 0xb3)),
+    ("idle", RGBColor(0xbb, 0xbb, 0xbb)),
+];
+
+/// Colours for everything else (roles, platforms, devices), chosen by a
+/// hash of the name: the same name gets the same colour in every figure and
+/// every report.
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0xe3, 0x77, 0xc2),
+    RGBColor(0x7f, 0x7f, 0x7f),
+    RGBColor(0xbc, 0xbd, 0x22),
+    RGBColor(0x17, 0xbe, 0xcf),
+];
+
+/// The platform roles (vtrace/src/platforms/profiles.toml and the host's
+/// own), each its own colour, none a state's.
+const ROLE_COLORS: [(&str, RGBColor); 17] = [
+    ("app", RGBColor(0x1f, 0x77, 0xb4)),
+    ("vmm", RGBColor(0xff, 0x7f, 0x0e)),
+    ("vcpu", RGBColor(0x94, 0x67, 0xbd)),
+    ("vhost", RGBColor(0x2c, 0xa0, 0x2c)),
+    ("io-thread", RGBColor(0x17, 0xbe, 0xcf)),
+    ("agent", RGBColor(0x8c, 0x56, 0x4b)),
+    ("sandbox", RGBColor(0xe3, 0x77, 0xc2)),
+    ("gofer", RGBColor(0xbc, 0xbd, 0x22)),
+    ("shim", RGBColor(0x6b, 0x6e, 0xcf)),
+    ("runtime", RGBColor(0x9c, 0x9e, 0xde)),
+    ("stack", RGBColor(0xad, 0x49, 0x4a)),
+    ("api", RGBColor(0xe7, 0xba, 0x52)),
+    ("monitor", RGBColor(0x63, 0x79, 0x39)),
+    ("kernel", RGBColor(0x52, 0x54, 0xa3)),
+    ("other", RGBColor(0xd6, 0x27, 0x28)),
+    ("vtrace", RGBColor(0x33, 0x33, 0x33)),
+    ("idle", RGBColor(0xbb, 0xbb, 0xbb)),
+];
+
+pub fn color_of(name: &str) -> RGBColor {
+    if let Some((_, c)) = STATE_COLORS.iter().find(|(s, _)| *s == name) {
+        return *c;
+    }
+    // "platform/role": by its role, so a role looks the same on every platform.
+    let role = name.rsplit('/').next().unwrap_or(name);
+    if let Some((_, c)) = ROLE_COLORS.iter().find(|(r, _)| *r == role) {
+        return *c;
+    }
+    // FNV-1a: stable across runs and builds, unlike std's hasher.
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    });
+    PALETTE[(hash % PALETTE.len() as u64) as usize]
+}
+
+/// The figure as an `<svg>` element.
+pub fn svg(figure: &Figure) -> String {
+    let mut out = String::new();
+    let drawn = match &figure.kind {
+        FigureKind::StackedBars { categories, series } => stacked_bars(&mut out, figure, categories, series),
+        FigureKind::Histogram {
+            bucket_label,
+            buckets,
+            counts,
+            marked_from,
+        } => histogram(&mut out, figure, bucket_label, buckets, counts, marked_from.as_ref()),
+        FigureKind::Lines { x_label, series } => lines(&mut out, figure, x_label, series),
+    };
+    match drawn {
+        Ok(()) => out,
+        // A figure that cannot be drawn says so in its place; the tables stay.
+        Err(e) => format!("<p class=\"error\">{}: not drawn ({e})</p>", html_escape(&figure.title)),
+    }
+}
+
+type Drawn = Result<(), Box<dyn std::error::Error>>;
+
+/// An axis value: whole numbers without decimals, small ones with up to two.
+fn tick(v: &f64) -> String {
+    if v.abs() >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+fn max_or_one(v: f64) -> f64 {
+    if v.is_finite() && v > 0.0 { v * 1.08 } else { 1.0 }
+}
+
+fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[Series]) -> Drawn {
+    let n = categories.len().max(1);
+    let height = 90 + 28 * n as u32;
+    let max = (0..categories.len())
+        .map(|i| {
+            series
+                .iter()
+                .map(|s| s.values.get(i).copied().unwrap_or(0.0))
+                .sum::<f64>()
+        })
+        .fold(0.0, f64::max);
+    let longest = categories.iter().map(|c| c.len()).max().unwrap_or(4) as u32;
+    let root = SVGBackend::with_string(out, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&f.title, (FONT, 18))
+        .margin(10)
+        .x_label_area_size(36)
+        .y_label_area_size((longest * 7 + 10).clamp(60, 260))
+        .build_cartesian_2d(0.0..max_or_one(max), (0..n).into_segmented())?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .x_desc(&f.value_label)
+        .x_label_formatter(&tick)
+        .y_labels(n)
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => categories.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .draw()?;
+    let mut start = vec![0.0; n];
+    for s in series {
+        let color = color_of(&s.name);
+        let bars: Vec<_> = s
+            .values
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| **v > 0.0)
+            .map(|(i, v)| {
+                let x0 = start[i];
+                start[i] += v;
+                Rectangle::new(
+                    [(x0, SegmentValue::Exact(i)), (x0 + v, SegmentValue::Exact(i + 1))],
+                    color.filled(),
+                )
+            })
+            .collect();
+        chart
+            .draw_series(bars)?
+            .label(&s.name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn histogram(
+    out: &mut String,
+    f: &Figure,
+    bucket_label: &str,
+    buckets: &[String],
+    counts: &[f64],
+    marked_from: Option<&(usize, String)>,
+) -> Drawn {
+    let n = buckets.len().max(1);
+    let max = counts.iter().copied().fold(0.0, f64::max);
+    let root = SVGBackend::with_string(out, (WIDTH, 320)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&f.title, (FONT, 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d((0..n).into_segmented(), 0.0..max_or_one(max))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc(bucket_label)
+        .y_desc(&f.value_label)
+        .y_label_formatter(&tick)
+        .x_labels(n)
+        .x_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => buckets.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .draw()?;
+    let split = marked_from.map_or(n, |(i, _)| *i);
+    let within = RGBColor(0x4c, 0x72, 0xb0);
+    let beyond = RGBColor(0xc4, 0x4e, 0x52);
+    let bar = |i: usize, c: f64, color: RGBColor| {
+        Rectangle::new(
+            [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), c)],
+            color.filled(),
+        )
+    };
+    let (first, rest) = counts.split_at(split.min(counts.len()));
+    chart
+        .draw_series(first.iter().enumerate().map(|(i, c)| bar(i, *c, within)))?
+        .label(if marked_from.is_some() { "within" } else { "packets" })
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], within.filled()));
+    if let Some((_, why)) = marked_from {
+        chart
+            .draw_series(rest.iter().enumerate().map(|(i, c)| bar(split + i, *c, beyond)))?
+            .label(why)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], beyond.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+fn lines(out: &mut String, f: &Figure, x_label: &str, series: &[Line]) -> Drawn {
+    let points = || series.iter().flat_map(|s| s.points.iter());
+    let x_max = points().map(|p| p.0).fold(0.0, f64::max);
+    let y_max = points().map(|p| p.1).fold(0.0, f64::max);
+    let root = SVGBackend::with_string(out, (WIDTH, 340)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&f.title, (FONT, 18))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max_or_one(x_max), 0.0..max_or_one(y_max))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(&f.value_label)
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
+        .draw()?;
+    for s in series {
+        let color = color_of(&s.name);
+        chart
+            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))?
+            .label(&s.name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+pub fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::{LineSeries, Series};
+
+    fn figure(kind: FigureKind) -> Figure {
+        Figure {
+            title: "t".into(),
+            value_label: "v".into(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn every_kind_draws_its_series_with_their_names() {
+        let bars = svg(&figure(FigureKind::StackedBars {
+            categories: vec!["host/app".into(), "kata/vmm".into()],
+            series: vec![
+                Series {
+                    name: "user".into(),
+                    values: vec![1.0, 2.0],
+                },
+                Series {
+                    name: "system".into(),
+                    values: vec![0.5, 0.0],
+                },
+            ],
+        }));
+        assert!(bars.starts_with("<svg") && bars.contains("kata/vmm") && bars.contains(">\nsystem\n<"));
+        assert!(bars.contains("#4C72B0"), "user in its colour");
+        let hist = svg(&figure(FigureKind::Histogram {
+            bucket_label: "bytes".into(),
+            buckets: vec!["<=64".into(), "<=1514".into(), "<=65536".into()],
+            counts: vec![10.0, 5.0, 2.0],
+            marked_from: Some((2, "larger than a full frame".into())),
+        }));
+        assert!(hist.contains("&lt;=1514") && hist.contains("larger than a full frame"));
+        assert!(hist.contains("#C44E52"), "the marked buckets drawn apart");
+        let lines = svg(&figure(FigureKind::Lines {
+            x_label: "s".into(),
+            series: vec![LineSeries {
+                name: "vhost".into(),
+                points: vec![(1.0, 0.5), (2.0, 0.7)],
+            }],
+        }));
+        assert!(lines.contains(">\nvhost\n<") && lines.contains("<polyline"));
+    }
+
+    #[test]
+    fn roles_and_states_keep_distinct_colours() {
+        let mut seen: Vec<RGBColor> = STATE_COLORS[..5].iter().map(|(_, c)| *c).collect();
+        for (role, c) in ROLE_COLORS.iter().filter(|(r, _)| *r != "idle") {
+            assert!(!seen.contains(c), "{role} shares a colour");
+            seen.push(*c);
+        }
+        assert_eq!(color_of("kata/vmm"), color_of("vmm"));
+        assert_eq!(color_of("eth0"), color_of("eth0"));
+    }
+}
