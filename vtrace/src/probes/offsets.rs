@@ -17,26 +17,20 @@ pub fn resolve(caps: &Capabilities) -> Config {
     let mut o = Config::default();
     if let Ok(btf) = &caps.btf {
         let m = |s: &str, f: &str| member_offset(btf, s, f).unwrap_or(0);
+        // A member of a struct embedded in another: 0 unless both are known.
+        let nested = |s: &str, f: &str, inner: &str, g: &str| {
+            member_offset(btf, s, f)
+                .zip(member_offset(btf, inner, g))
+                .map_or(0, |(a, b)| a + b)
+        };
         o.task_pid = m("task_struct", "pid");
         o.task_tgid = m("task_struct", "tgid");
         o.task_flags = m("task_struct", "flags");
-        o.task_runtime = match (
-            member_offset(btf, "task_struct", "se"),
-            member_offset(btf, "sched_entity", "sum_exec_runtime"),
-        ) {
-            (Some(se), Some(rt)) => se + rt,
-            _ => 0,
-        };
+        o.task_runtime = nested("task_struct", "se", "sched_entity", "sum_exec_runtime");
         o.task_utime = m("task_struct", "utime");
         o.task_stime = m("task_struct", "stime");
         o.task_start_time = m("task_struct", "start_time");
-        o.task_cfs_rq = match (
-            member_offset(btf, "task_struct", "se"),
-            member_offset(btf, "sched_entity", "cfs_rq"),
-        ) {
-            (Some(se), Some(cfs_rq)) => se + cfs_rq,
-            _ => 0,
-        };
+        o.task_cfs_rq = nested("task_struct", "se", "sched_entity", "cfs_rq");
         o.cfs_rq_rq = m("cfs_rq", "rq");
         o.rq_curr = m("rq", "curr");
         o.skb_len = m("sk_buff", "len");
@@ -51,7 +45,7 @@ pub fn resolve(caps: &Capabilities) -> Config {
         o.dev_nd_net = m("net_device", "nd_net");
         o.dev_mtu = m("net_device", "mtu");
         o.dev_hard_header_len = m("net_device", "hard_header_len");
-        o.net_ns_inum = m("net", "ns") + m("ns_common", "inum");
+        o.net_ns_inum = nested("net", "ns", "ns_common", "inum");
         o.napi_dev = m("napi_struct", "dev");
         o.pt_regs_di = m("pt_regs", "di");
     }

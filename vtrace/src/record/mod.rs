@@ -540,7 +540,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     let busy_ns: u64 = tables
         .rows::<layers::cpu::CpuRow>()
         .iter()
-        .map(|c| c.user_ns + c.system_ns + c.softirq_ns + c.hardirq_ns + c.guest_ns)
+        .map(|c| layers::cpu::analysis::StateTimes::of_cpu(c).busy_ns())
         .sum();
     overhead.set_self_cost(wall_ns * cpus.max(1) as u64, busy_ns);
     tables.put(programs);

@@ -10,7 +10,7 @@ pub fn threads(cpu: &CpuBreakdown) -> String {
         "pid,tid,comm,platform,role,selected,user_ns,system_ns,softirq_ns,hardirq_ns,guest_ns,idle_ns,total_ns,guest_source\n",
     );
     for t in &cpu.threads {
-        let total = t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns + t.guest_ns;
+        let total = crate::layers::cpu::analysis::StateTimes::of_thread(t).busy_ns();
         out.push_str(&format!(
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             t.pid,

@@ -109,6 +109,42 @@ fn max_or_one(v: f64) -> f64 {
     if v.is_finite() && v > 0.0 { v * 1.08 } else { 1.0 }
 }
 
+/// A white canvas of the report's width, and a chart on it titled as the
+/// figure with room for the axis labels.
+fn chart_on<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    f: &Figure,
+    x_label_area: u32,
+    y_label_area: u32,
+) -> Result<ChartBuilder<'a, 'b, SVGBackend<'b>>, Box<dyn std::error::Error>> {
+    root.fill(&WHITE)?;
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(&f.title, (FONT, 18))
+        .margin(10)
+        .x_label_area_size(x_label_area)
+        .y_label_area_size(y_label_area);
+    Ok(builder)
+}
+
+/// A legend entry's coloured square.
+fn swatch(color: RGBColor) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
+    move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+}
+
+fn draw_legend<'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    position: SeriesLabelPosition,
+) -> Drawn {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[Series]) -> Drawn {
     let n = categories.len().max(1);
     let height = 90 + 28 * n as u32;
@@ -122,12 +158,7 @@ fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[S
         .fold(0.0, f64::max);
     let longest = categories.iter().map(|c| c.len()).max().unwrap_or(4) as u32;
     let root = SVGBackend::with_string(out, (WIDTH, height)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&f.title, (FONT, 18))
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size((longest * 7 + 10).clamp(60, 260))
+    let mut chart = chart_on(&root, f, 36, (longest * 7 + 10).clamp(60, 260))?
         .build_cartesian_2d(0.0..max_or_one(max), (0..n).into_segmented())?;
     chart
         .configure_mesh()
@@ -157,17 +188,9 @@ fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[S
                 )
             })
             .collect();
-        chart
-            .draw_series(bars)?
-            .label(&s.name)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+        chart.draw_series(bars)?.label(&s.name).legend(swatch(color));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present()?;
     Ok(())
 }
@@ -183,13 +206,7 @@ fn histogram(
     let n = buckets.len().max(1);
     let max = counts.iter().copied().fold(0.0, f64::max);
     let root = SVGBackend::with_string(out, (WIDTH, 320)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&f.title, (FONT, 18))
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d((0..n).into_segmented(), 0.0..max_or_one(max))?;
+    let mut chart = chart_on(&root, f, 40, 70)?.build_cartesian_2d((0..n).into_segmented(), 0.0..max_or_one(max))?;
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -203,8 +220,8 @@ fn histogram(
         })
         .draw()?;
     let split = marked_from.map_or(n, |(i, _)| *i);
-    let within = RGBColor(0x4c, 0x72, 0xb0);
-    let beyond = RGBColor(0xc4, 0x4e, 0x52);
+    // Within: the first state's blue; beyond: the hardirq red.
+    let (within, beyond) = (STATE_COLORS[0].1, STATE_COLORS[3].1);
     let bar = |i: usize, c: f64, color: RGBColor| {
         Rectangle::new(
             [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), c)],
@@ -214,20 +231,19 @@ fn histogram(
     let (first, rest) = counts.split_at(split.min(counts.len()));
     chart
         .draw_series(first.iter().enumerate().map(|(i, c)| bar(i, *c, within)))?
-        .label(if marked_from.is_some() { "within" } else { "packets" })
-        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], within.filled()));
+        .label(if marked_from.is_some() {
+            "within"
+        } else {
+            f.value_label.as_str()
+        })
+        .legend(swatch(within));
     if let Some((_, why)) = marked_from {
         chart
             .draw_series(rest.iter().enumerate().map(|(i, c)| bar(split + i, *c, beyond)))?
             .label(why)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], beyond.filled()));
+            .legend(swatch(beyond));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
@@ -237,13 +253,7 @@ fn lines(out: &mut String, f: &Figure, x_label: &str, series: &[Line]) -> Drawn 
     let x_max = points().map(|p| p.0).fold(0.0, f64::max);
     let y_max = points().map(|p| p.1).fold(0.0, f64::max);
     let root = SVGBackend::with_string(out, (WIDTH, 340)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&f.title, (FONT, 18))
-        .margin(10)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..max_or_one(x_max), 0.0..max_or_one(y_max))?;
+    let mut chart = chart_on(&root, f, 40, 70)?.build_cartesian_2d(0.0..max_or_one(x_max), 0.0..max_or_one(y_max))?;
     chart
         .configure_mesh()
         .x_desc(x_label)
@@ -258,12 +268,7 @@ fn lines(out: &mut String, f: &Figure, x_label: &str, series: &[Line]) -> Drawn 
             .label(&s.name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 14, y)], color.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }

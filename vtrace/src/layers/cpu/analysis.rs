@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::tables::{CpuRow, ThreadRow};
+use super::tables::{CpuRow, IntervalRow, ThreadRow};
 use crate::recording::Recording;
 
 /// Nanoseconds per state. `busy_ns` excludes idle.
@@ -39,6 +39,16 @@ impl StateTimes {
             hardirq_ns: c.hardirq_ns,
             guest_ns: c.guest_ns,
             idle_ns: c.idle_ns,
+        }
+    }
+    pub fn of_interval(i: &IntervalRow) -> Self {
+        StateTimes {
+            user_ns: i.user_ns,
+            system_ns: i.system_ns,
+            softirq_ns: i.softirq_ns,
+            hardirq_ns: i.hardirq_ns,
+            guest_ns: i.guest_ns,
+            idle_ns: i.idle_ns,
         }
     }
     pub fn of_thread(t: &ThreadRow) -> Self {

@@ -212,7 +212,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                 "selected": t.selected, "kthread": t.kthread, "exited": t.exited,
                 "user_ns": t.user_ns, "system_ns": t.system_ns, "softirq_ns": t.softirq_ns,
                 "hardirq_ns": t.hardirq_ns, "guest_ns": t.guest_ns, "idle_ns": t.idle_ns,
-                "total_ns": t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns + t.guest_ns,
+                "total_ns": StateTimes::of_thread(t).busy_ns(),
                 "guest_source": t.guest_source, "switches": t.switches,
             })
         })
@@ -275,7 +275,7 @@ fn over_time_figure(rec: &Recording) -> Option<Figure> {
     let mut busy: BTreeMap<String, BTreeMap<(u64, u64), u64>> = BTreeMap::new();
     for i in rec.rows::<super::IntervalRow>() {
         let role = roles.get(&i.tid).cloned().unwrap_or_else(|| "other".into());
-        let ns = i.user_ns + i.system_ns + i.softirq_ns + i.hardirq_ns + i.guest_ns;
+        let ns = StateTimes::of_interval(i).busy_ns();
         *busy.entry(role).or_default().entry((i.start_ns, i.end_ns)).or_default() += ns;
     }
     let intervals = busy.values().map(|m| m.len()).max().unwrap_or(0);
