@@ -8,7 +8,8 @@
 //! one's /proc/self/task/<tid>/schedstat (exact while it sleeps) and the
 //! kernel's tick-sampled utime/stime from .../stat, prints them as JSON, and exits the process with the workers still parked.
 //!
-//! Usage: cpu-mix [--seconds S] [--out FILE]
+//! Usage: cpu-mix [--seconds S] [--out FILE] [--only spin,syscall,net]
+//! (`--only`: just those workers; `net` is the rx/tx pair).
 
 use std::{
     io::{Read, Write},
@@ -62,11 +63,18 @@ fn main() {
         .unwrap_or(3.0);
     let out = arg("--out");
     let run_for = Duration::from_secs_f64(seconds);
+    let only = arg("--only");
+    let wanted = |kind: &str| only.as_deref().is_none_or(|o| o.split(',').any(|k| k == kind));
+    let workers = [("spin", 1), ("syscall", 1), ("net", 2)]
+        .iter()
+        .filter(|(k, _)| wanted(k))
+        .map(|(_, n)| n)
+        .sum::<usize>();
 
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let addr = listener.local_addr().unwrap();
     // done: every worker reports its tid and parks; release: main lets them exit.
-    let release = Arc::new(Barrier::new(5));
+    let release = Arc::new(Barrier::new(workers + 1));
     let (done_tx, done_rx) = mpsc::channel::<(&'static str, u32, u64)>();
 
     let worker = |name: &'static str, work: Box<dyn FnOnce(Instant) -> u64 + Send>| {
@@ -85,8 +93,9 @@ fn main() {
             .expect("spawn worker")
     };
 
-    let handles = vec![
-        worker(
+    let mut handles = Vec::new();
+    if wanted("spin") {
+        handles.push(worker(
             "mix-spin",
             Box::new(|until| {
                 let mut x: u64 = 0;
@@ -97,8 +106,10 @@ fn main() {
                 }
                 std::hint::black_box(x)
             }),
-        ),
-        worker(
+        ));
+    }
+    if wanted("syscall") {
+        handles.push(worker(
             "mix-syscall",
             Box::new(|until| {
                 let mut f = std::fs::File::open("/dev/zero").unwrap();
@@ -110,8 +121,10 @@ fn main() {
                 }
                 reads
             }),
-        ),
-        worker(
+        ));
+    }
+    if wanted("net") {
+        handles.push(worker(
             "mix-rx",
             Box::new(move |_until| {
                 let (mut s, _) = listener.accept().unwrap();
@@ -124,8 +137,8 @@ fn main() {
                     }
                 }
             }),
-        ),
-        worker(
+        ));
+        handles.push(worker(
             "mix-tx",
             Box::new(move |until| {
                 let mut s = TcpStream::connect(addr).unwrap();
@@ -141,12 +154,12 @@ fn main() {
                 }
                 total
             }),
-        ),
-    ];
+        ));
+    }
     drop(done_tx);
 
     let mut rows = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..workers {
         let (name, tid, units) = done_rx.recv().expect("worker finished");
         rows.push((name, tid, units));
     }

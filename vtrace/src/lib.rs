@@ -8,10 +8,13 @@
 //! (vtrace's own cost, /proc), `analysis` the shared histogram. `record`
 //! runs the layers through one generic loop and [`record::Recorder`] lets
 //! another program do so; `platforms` says which threads and devices belong
-//! to which platform instance; `workload` holds the embedded default run.
+//! to which platform instance; `workload` holds the embedded default run and
+//! reads a workload's count of operations; `compare` puts recordings side
+//! by side and explains their difference per operation.
 
 pub mod analysis;
 pub mod collectors;
+pub mod compare;
 pub mod ebpf;
 pub mod error;
 pub mod lab;

@@ -77,6 +77,10 @@ enum Command {
         /// cost 9.8 % of capacity, against 0.98 and 3.7 % by default).
         #[arg(long, value_enum, default_value_t = CpuSplit::Ticks)]
         cpu_split: CpuSplit,
+        /// The work the command did, for per-operation figures, when its own output does not say
+        /// (redis-benchmark, iperf3, fio and ping are read from their output, kept in workload.out).
+        #[arg(long)]
+        ops: Option<f64>,
         /// Select this process and its descendants (repeatable).
         #[arg(long = "pid")]
         pids: Vec<u32>,
@@ -112,6 +116,35 @@ enum Command {
         #[arg(long)]
         table: Option<String>,
         /// Write the report to this file instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Divide by this many operations for per-operation figures (replaces what the recording says).
+        #[arg(long)]
+        ops: Option<f64>,
+    },
+    /// Recordings (or bench cells: directories of repetitions) side by side, per operation where
+    /// each knows its work, with the differences against the first.
+    Compare {
+        #[arg(required = true, num_args = 2..)]
+        recordings: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// Rows per table.
+        #[arg(long, default_value_t = 15)]
+        top: usize,
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Why B costs more or less than A per operation: the difference in CPU time split by role and
+    /// state, ranked, the terms summing to the total; then the finer figures behind it.
+    Explain {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// Terms shown before "the rest".
+        #[arg(long, default_value_t = 12)]
+        top: usize,
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
@@ -164,6 +197,27 @@ fn main() -> ExitCode {
     }
 }
 
+/// The report to `output`, or to standard output.
+fn emit(text: &str, output: Option<&std::path::Path>) -> anyhow::Result<i32> {
+    match output {
+        Some(file) => {
+            std::fs::write(file, text).with_context(|| format!("write the report to {}", file.display()))?;
+            eprintln!("vtrace: report written to {}", file.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(0)
+}
+
+/// Sections of several recordings: text, JSON or HTML.
+fn render_many(sections: &[report::model::Section], format: Format, title: &str) -> anyhow::Result<String> {
+    anyhow::ensure!(
+        matches!(format, Format::Text | Format::Json | Format::Html),
+        "this command writes text, json or html (csv and folded are of one recording: `vtrace report`)"
+    );
+    Ok(report::render_sections(sections, format, title))
+}
+
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Record {
@@ -178,6 +232,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             sample,
             self_stats,
             cpu_split,
+            ops,
             pids,
             comms,
             cgroups,
@@ -205,6 +260,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 sample_hz: sample,
                 self_stats,
                 cpu_split,
+                ops,
             };
             let outcome = record(&opts)?;
             eprintln!(
@@ -222,22 +278,43 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             top,
             table,
             output,
+            ops,
         } => {
-            let rec = recording::read(&path)?;
+            let mut rec = recording::read(&path)?;
+            if let Some(n) = ops {
+                rec.set_ops(vtrace::workload::ops::Operations::given(n));
+            }
             let text = if let Some(name) = table {
                 anyhow::ensure!(format == Format::Csv, "--table goes with --format csv");
                 report::csv::table(&rec, &name)?
             } else {
                 report::render(&rec, &ReportOptions { format, top })
             };
-            match output {
-                Some(file) => {
-                    std::fs::write(&file, text).with_context(|| format!("write the report to {}", file.display()))?;
-                    eprintln!("vtrace: report written to {}", file.display());
-                }
-                None => print!("{text}"),
-            }
-            Ok(0)
+            emit(&text, output.as_deref())
+        }
+        Command::Compare {
+            recordings,
+            format,
+            top,
+            output,
+        } => {
+            let subjects = recordings
+                .iter()
+                .map(|p| vtrace::compare::Subject::load(p))
+                .collect::<Result<Vec<_>, _>>()?;
+            let sections = vtrace::compare::compare(&subjects, top);
+            emit(&render_many(&sections, format, "vtrace compare")?, output.as_deref())
+        }
+        Command::Explain {
+            a,
+            b,
+            format,
+            top,
+            output,
+        } => {
+            let (a, b) = (vtrace::compare::Subject::load(&a)?, vtrace::compare::Subject::load(&b)?);
+            let sections = vtrace::compare::explain::explain(&a, &b, top);
+            emit(&render_many(&sections, format, "vtrace explain")?, output.as_deref())
         }
         Command::Platforms { json, platform_file } => {
             let profiles = vtrace::platforms::profiles(platform_file.as_deref())?;

@@ -26,6 +26,7 @@ use crate::{
     recording::{
         self, FORMAT_NAME, Host, Metadata, OutputSlot, Overhead, Recording, SCHEMA_VERSION, Selectors, TableSet,
     },
+    workload::ops::Operations,
 };
 
 /// What to record and how. `RecordOptions::default()` is a plain `vtrace
@@ -64,6 +65,9 @@ pub struct RecordOptions {
     pub self_stats: SelfStats,
     /// How user and system time are told apart (`--cpu-split`).
     pub cpu_split: CpuSplit,
+    /// The work done (`--ops N`), when the workload's output does not say
+    /// or says something else than what should be counted.
+    pub ops: Option<f64>,
 }
 
 impl Default for RecordOptions {
@@ -87,6 +91,7 @@ impl Default for RecordOptions {
             sample_hz: 0,
             self_stats: SelfStats::Sampled,
             cpu_split: CpuSplit::Ticks,
+            ops: None,
         }
     }
 }
@@ -176,6 +181,11 @@ impl RecordOptions {
         self.kvm_run = on;
         self
     }
+    pub fn ops(mut self, count: Option<f64>) -> Self {
+        self.ops = count;
+        self
+    }
+
     pub fn uprobe(mut self, spec: impl Into<String>) -> Self {
         self.uprobes.push(spec.into());
         self
@@ -429,7 +439,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     // vtrace's own CPU is counted from here: loading, verifying and
     // attaching happened before the workload started.
     let usage_at_start = self_usage();
-    let (mut child, mut stop) = WorkloadChild::spawn(&opts.command);
+    let (mut child, mut stop) = WorkloadChild::spawn(&opts.command, slot.staging());
     let deadline = match (&child.child, opts.duration) {
         (None, Some(d)) => Some(tokio::time::Instant::now() + d),
         _ => None,
@@ -458,6 +468,13 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     let stop = stop.expect("the loop ends with a stop");
     let bpf_stats_coverage = stats.finish();
     let exit_code = child.finish(&stop).await;
+    let output = child.output(slot.staging()).await;
+    if let Some(w) = child.workload.as_mut() {
+        w.ops = match opts.ops {
+            Some(n) => Some(Operations::given(n)),
+            None => crate::workload::ops::parse(&w.command, &output),
+        };
+    }
 
     // A workload's last packets (TCP close) land before anything is read.
     let workload_ran = child.child.is_some();

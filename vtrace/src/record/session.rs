@@ -1,11 +1,19 @@
 //! Session plumbing: the workload child, signals, external stop requests,
 //! and why a recording stopped.
 
-use std::time::Duration;
+use std::{
+    io::Write,
+    path::Path,
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use tokio::{
+    io::{AsyncRead, AsyncReadExt},
     process::Child,
     signal::unix::{Signal, SignalKind, signal},
+    task::JoinHandle,
 };
 
 use crate::{Result, recording::Workload};
@@ -59,27 +67,52 @@ impl Signals {
     }
 }
 
+/// The file of a recording that keeps its workload's output.
+pub const OUTPUT_FILE: &str = "workload.out";
+
 /// The `-- CMD` child, if any.
 #[derive(Default)]
 pub struct WorkloadChild {
     pub child: Option<Child>,
     pub workload: Option<Workload>,
+    /// Copies of its stdout and stderr into [`OUTPUT_FILE`], passed on as they come.
+    copies: Vec<JoinHandle<()>>,
 }
 
 impl WorkloadChild {
-    /// Starts `command`; a command that cannot start stops the recording at once.
-    pub fn spawn(command: &[String]) -> (WorkloadChild, Option<Stop>) {
+    /// Starts `command` with its stdout and stderr passed through and also
+    /// kept in `dir`/[`OUTPUT_FILE`] (its count of operations is read from
+    /// there); a command that cannot start stops the recording at once.
+    pub fn spawn(command: &[String], dir: &Path) -> (WorkloadChild, Option<Stop>) {
         let Some((program, args)) = command.split_first() else {
             return (WorkloadChild::default(), None);
         };
-        match tokio::process::Command::new(program).args(args).spawn() {
-            Ok(c) => (
+        let kept = match std::fs::File::create(dir.join(OUTPUT_FILE)) {
+            Ok(f) => Arc::new(Mutex::new(f)),
+            Err(e) => {
+                return (
+                    WorkloadChild::default(),
+                    Some(Stop::WorkloadFailedToStart(format!("cannot keep its output: {e}"))),
+                );
+            }
+        };
+        let spawned = tokio::process::Command::new(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        match spawned {
+            Ok(mut c) => (
                 WorkloadChild {
                     workload: Some(Workload {
                         command: command.to_vec(),
                         pid: c.id().unwrap_or(0),
                         ..Default::default()
                     }),
+                    copies: vec![
+                        tokio::spawn(pass_on(c.stdout.take(), std::io::stdout, kept.clone())),
+                        tokio::spawn(pass_on(c.stderr.take(), std::io::stderr, kept)),
+                    ],
                     child: Some(c),
                 },
                 None,
@@ -100,6 +133,17 @@ impl WorkloadChild {
             },
             None => std::future::pending().await,
         }
+    }
+
+    /// The output kept once the child has exited: what it wrote until its
+    /// pipes closed, or for at most 2 s more (a daemon it started may hold them).
+    pub async fn output(&mut self, dir: &Path) -> String {
+        for copy in self.copies.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(2), copy).await;
+        }
+        std::fs::read(dir.join(OUTPUT_FILE))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
     }
 
     /// After the stop: interrupted while a command runs, the signal is passed
@@ -139,6 +183,23 @@ impl WorkloadChild {
             }
             (_, Some(s)) => exit_code_of(s),
             (_, None) => 0,
+        }
+    }
+}
+
+/// Copies `from` to this process's `to` (stdout or stderr) and to `kept`, as it comes.
+async fn pass_on<R: AsyncRead + Unpin, W: Write>(from: Option<R>, to: fn() -> W, kept: Arc<Mutex<std::fs::File>>) {
+    let Some(mut from) = from else { return };
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Ok(n) = from.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        let mut out = to();
+        let _ = out.write_all(&buf[..n]);
+        let _ = out.flush();
+        if let Ok(mut f) = kept.lock() {
+            let _ = f.write_all(&buf[..n]);
         }
     }
 }

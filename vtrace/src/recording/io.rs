@@ -13,7 +13,8 @@ use polars_io::{
 use super::{FORMAT_NAME, Metadata, OLDEST_READABLE_SCHEMA, Recording, SCHEMA_VERSION, StoredTable, TableSet};
 use crate::{Error, Result};
 
-const META: &str = "meta.json";
+/// The file whose presence marks a complete recording.
+pub const META: &str = "meta.json";
 
 /// The tables every schema-5 recording has (it had no manifest).
 const SCHEMA5_TABLES: &[&str] = &[

@@ -12,7 +12,7 @@ mod schema;
 pub mod table;
 
 pub use events::{CHUNK_ROWS, EventRow, NetEventWriter, NetEvents};
-pub use io::{OutputSlot, read, write};
+pub use io::{META, OutputSlot, read, write};
 pub use schema::*;
 pub(crate) use table::table;
 pub use table::{StoredTable, Table, TableKind, TableSet};

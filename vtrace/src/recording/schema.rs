@@ -50,6 +50,10 @@ pub struct Workload {
     pub exit_code: Option<i32>,
     /// Signal number, when a signal ended it.
     pub signal: Option<i32>,
+    /// The work it reported (its own output, kept in `workload.out`), or
+    /// `record --ops N`: what per-operation figures divide by.
+    #[serde(default)]
+    pub ops: Option<crate::workload::ops::Operations>,
 }
 
 fn full_coverage() -> f64 {
@@ -188,5 +192,15 @@ impl Recording {
     /// The rows of table `T`; empty when the recording has none.
     pub fn rows<T: super::Table>(&self) -> &[T] {
         self.tables.rows::<T>()
+    }
+
+    /// The work done, when known: what per-operation figures divide by.
+    pub fn ops(&self) -> Option<&crate::workload::ops::Operations> {
+        self.meta.workload.as_ref()?.ops.as_ref().filter(|o| o.count > 0.0)
+    }
+
+    /// Sets the work done (`--ops N`), also for a recording without a command.
+    pub fn set_ops(&mut self, ops: crate::workload::ops::Operations) {
+        self.meta.workload.get_or_insert_with(Default::default).ops = Some(ops);
     }
 }

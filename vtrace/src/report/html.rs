@@ -59,7 +59,7 @@ pub fn render(title: &str, sections: &[Section]) -> String {
                     }
                     o.push_str("<thead><tr>");
                     for c in &t.columns {
-                        let _ = write!(o, "<th>{}</th>", html_escape(c.name));
+                        let _ = write!(o, "<th>{}</th>", html_escape(&c.name));
                     }
                     o.push_str("</tr></thead><tbody>\n");
                     for row in &t.rows {

@@ -1,11 +1,13 @@
-//! Reports: every layer's section (`layers/<name>/summary.rs`) and the
-//! run's own (`run.rs`), rendered as text, JSON or CSV by renderers that
+//! Reports: every layer's section (`layers/<name>/summary.rs`), the
+//! run's own (`run.rs`) and, when the work done is known, every figure per
+//! operation (`per_op.rs`), rendered as text, JSON or CSV by renderers that
 //! know no layer (`model.rs` is the typed report they share).
 
 pub mod csv;
 mod html;
 mod json;
 pub mod model;
+mod per_op;
 pub mod plot;
 pub mod run;
 mod text;
@@ -35,19 +37,32 @@ pub struct ReportOptions {
 pub fn sections(rec: &Recording, top: usize) -> Vec<model::Section> {
     let mut sections = vec![run::header(rec)];
     sections.extend(layers::REGISTRY.iter().map(|l| l.summarize(rec, top)));
-    sections.extend([run::probes(rec), run::overhead(rec), run::notes(rec)]);
+    sections.extend([run::probes(rec), run::overhead(rec)]);
+    if let Some(ops) = rec.ops() {
+        per_op::divide(&mut sections, ops.count);
+        sections.push(per_op::section(ops, &sections, top));
+    }
+    sections.push(run::notes(rec));
     sections
 }
 
 pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
     match opts.format {
-        Format::Text => text::render(&sections(rec, opts.top)),
-        Format::Json => {
-            serde_json::to_string_pretty(&json::document(&sections(rec, usize::MAX))).expect("report serializes")
-        }
         Format::Csv => csv::threads(&CpuBreakdown::of(rec)),
         Format::Folded => folded(rec),
-        Format::Html => html::render(&title(rec), &sections(rec, opts.top)),
+        Format::Json => render_sections(&sections(rec, usize::MAX), Format::Json, &title(rec)),
+        format => render_sections(&sections(rec, opts.top), format, &title(rec)),
+    }
+}
+
+/// Sections as text, JSON or HTML (a page titled `title`); the formats that
+/// are of one recording only (CSV, folded) render nothing here.
+pub fn render_sections(sections: &[model::Section], format: Format, title: &str) -> String {
+    match format {
+        Format::Text => text::render(sections),
+        Format::Json => serde_json::to_string_pretty(&json::document(sections)).expect("report serializes"),
+        Format::Html => html::render(title, sections),
+        Format::Csv | Format::Folded => String::new(),
     }
 }
 

@@ -56,6 +56,7 @@ impl Section {
             value,
             unit,
             dims: dims.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            per_op: None,
         });
     }
 }
@@ -120,25 +121,25 @@ pub enum Align {
 /// A column: its header, width, alignment, and the spaces before it.
 #[derive(Clone, Debug)]
 pub struct Column {
-    pub name: &'static str,
+    pub name: std::borrow::Cow<'static, str>,
     pub width: usize,
     pub align: Align,
     pub gap: usize,
 }
 
 /// `col("pid", 8)`: right-aligned (numbers); `left("comm", 16)`: text.
-pub fn col(name: &'static str, width: usize) -> Column {
+pub fn col(name: impl Into<std::borrow::Cow<'static, str>>, width: usize) -> Column {
     Column {
-        name,
+        name: name.into(),
         width,
         align: Align::Right,
         gap: 0,
     }
 }
 
-pub fn left(name: &'static str, width: usize) -> Column {
+pub fn left(name: impl Into<std::borrow::Cow<'static, str>>, width: usize) -> Column {
     Column {
-        name,
+        name: name.into(),
         width,
         align: Align::Left,
         gap: 0,
@@ -192,6 +193,10 @@ pub struct Metric {
     pub value: f64,
     pub unit: &'static str,
     pub dims: std::collections::BTreeMap<String, String>,
+    /// `value` per operation of the workload, when its work is known
+    /// (`Recording::ops`); a fraction has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_op: Option<f64>,
 }
 
 /// `secs(ns)`: seconds with three decimals, as every text table shows time.
@@ -211,4 +216,18 @@ pub fn pct(ns: u64, of: u64) -> String {
 /// Microseconds with two decimals.
 pub fn us(ns: u64) -> String {
     format!("{:.2}", ns as f64 / 1e3)
+}
+
+/// An amount that may be small (per operation): whole numbers from 100 on,
+/// two decimals from 1, four below.
+pub fn amount(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
+    }
 }

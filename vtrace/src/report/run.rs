@@ -32,6 +32,13 @@ pub fn header(rec: &Recording) -> Section {
             w.command.join(" "),
             w.pid
         ));
+        if let Some(ops) = rec.ops() {
+            let rate = ops.per_second.map_or(String::new(), |r| format!(", {r:.0}/s"));
+            second.push_str(&format!(
+                " | work: {:.0} {}s ({}{rate})",
+                ops.count, ops.unit, ops.source
+            ));
+        }
     }
     let mut lines = vec![
         format!(

@@ -1,5 +1,7 @@
 //! Workloads vtrace can set up itself. `netns` builds isolated network
-//! namespaces; `demo` is the embedded default run of `vtrace demo`.
+//! namespaces; `demo` is the embedded default run of `vtrace demo`; `ops`
+//! reads how much work a workload did from its own output.
 
 pub mod demo;
 pub mod netns;
+pub mod ops;

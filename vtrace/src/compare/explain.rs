@@ -1,0 +1,237 @@
+//! `vtrace explain A B`: why B costs more (or less) than A per operation.
+//! The difference in CPU time per operation is split into terms by role and
+//! CPU state, ranked by size; the terms add up to the whole difference by
+//! construction (every CPU ns of the recordings is in exactly one role and
+//! state). Finer figures that overlap those terms (softirq vectors, KVM exit
+//! reasons, packets per hop) follow as the "where", ranked likewise.
+
+use serde_json::json;
+
+use super::{MetricId, Subject, dims_text};
+use crate::report::model::{Section, Table, amount, col, left};
+
+/// vtrace's own CPU is not the workload's cost: it is left out of the terms.
+const LEFT_OUT_ROLE: &str = "vtrace";
+/// Finer differences shown per metric key.
+const DETAILS_PER_KEY: usize = 3;
+
+/// One term: the difference in one role and state.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Term {
+    pub role: String,
+    pub state: String,
+    pub a_ns: f64,
+    pub b_ns: f64,
+    pub diff_ns: f64,
+}
+
+/// The terms of B - A, largest first, and the two totals.
+pub fn terms(a: &Subject, b: &Subject, per_op: bool) -> (Vec<Term>, f64, f64) {
+    let mut ids: Vec<&MetricId> = a
+        .metrics
+        .keys()
+        .chain(b.metrics.keys())
+        .filter(|(k, _)| k == "cpu_ns")
+        .collect();
+    ids.sort();
+    ids.dedup();
+    let dim = |id: &MetricId, name: &str| {
+        id.1.iter()
+            .find(|(k, _)| k == name)
+            .map_or(String::new(), |(_, v)| v.clone())
+    };
+    let mut terms: Vec<Term> = ids
+        .into_iter()
+        .filter(|id| dim(id, "role") != LEFT_OUT_ROLE)
+        .map(|id| {
+            let (a_ns, b_ns) = (a.get(id, per_op), b.get(id, per_op));
+            Term {
+                role: dim(id, "role"),
+                state: dim(id, "state"),
+                a_ns,
+                b_ns,
+                diff_ns: b_ns - a_ns,
+            }
+        })
+        .filter(|t| t.a_ns != 0.0 || t.b_ns != 0.0)
+        .collect();
+    terms.sort_by(|x, y| y.diff_ns.abs().total_cmp(&x.diff_ns.abs()));
+    let total_a = terms.iter().map(|t| t.a_ns).sum();
+    let total_b = terms.iter().map(|t| t.b_ns).sum();
+    (terms, total_a, total_b)
+}
+
+/// The report of `explain`: the headline, the ranked terms, the where.
+pub fn explain(a: &Subject, b: &Subject, top: usize) -> Vec<Section> {
+    let unit = Subject::common_unit([a, b]);
+    let per_op = unit.is_some();
+    let per = unit
+        .as_deref()
+        .map_or("per recording".to_string(), |u| format!("per {u}"));
+    let (terms, total_a, total_b) = terms(a, b, per_op);
+    let total = total_b - total_a;
+    let mut s = Section::new("explain", "Explain");
+    let mut lines = vec![
+        format!("A: {} ({})", a.name, a.platform),
+        format!("B: {} ({})", b.name, b.platform),
+        String::new(),
+        format!(
+            "B spends {} CPU {per} {} A ({} against {}; vtrace's own CPU left out)",
+            time(total.abs()),
+            if total >= 0.0 { "more than" } else { "less than" },
+            time(total_b),
+            time(total_a),
+        ),
+    ];
+    if !per_op {
+        lines.push(
+            "note: not per operation: a recording does not know its work (record or report with --ops N), \
+             so a faster run that did more work looks costlier"
+                .into(),
+        );
+    }
+    s.lines(lines);
+    let mut t = Table::new(
+        format!(
+            "The difference by role and CPU state, largest first (the terms sum to {})",
+            signed_time(total)
+        ),
+        vec![
+            col("B - A", 12),
+            col("share", 8),
+            left("role", 10).gap(2),
+            left("state", 8),
+            col("A", 12),
+            col("B", 12),
+        ],
+    );
+    for term in terms.iter().filter(|t| t.diff_ns != 0.0).take(top) {
+        t.row(vec![
+            signed_time(term.diff_ns),
+            share(term.diff_ns, total),
+            term.role.clone(),
+            term.state.clone(),
+            time(term.a_ns),
+            time(term.b_ns),
+        ]);
+    }
+    let rest: f64 = terms
+        .iter()
+        .filter(|t| t.diff_ns != 0.0)
+        .skip(top)
+        .map(|t| t.diff_ns)
+        .sum();
+    if rest != 0.0 {
+        t.row(vec![
+            signed_time(rest),
+            share(rest, total),
+            "the rest".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ]);
+    }
+    s.table(t);
+
+    // The where: finer metrics that overlap the terms, largest differences first.
+    let mut details = Vec::new();
+    let mut keys: Vec<&String> = Vec::new();
+    for key in a.keys.iter().chain(&b.keys) {
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let mut w = Table::new(
+        format!("Where, in finer detail ({per}; these overlap the terms above)"),
+        vec![col("B - A", 14), left("what", 60).gap(2), col("A", 12), col("B", 12)],
+    );
+    for key in keys.into_iter().filter(|k| *k != "cpu_ns" && *k != "bpf_run_ns") {
+        let mut ids: Vec<&MetricId> = a
+            .metrics
+            .keys()
+            .chain(b.metrics.keys())
+            .filter(|(k, _)| k == key)
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids.retain(|id| {
+            a.metrics
+                .get(*id)
+                .or(b.metrics.get(*id))
+                .is_some_and(|v| v.unit != "fraction")
+        });
+        ids.sort_by(|x, y| {
+            let d = |id: &MetricId| (b.get(id, per_op) - a.get(id, per_op)).abs();
+            d(y).total_cmp(&d(x))
+        });
+        for id in ids.into_iter().take(DETAILS_PER_KEY) {
+            let unit = a.metrics.get(id).or(b.metrics.get(id)).map_or("", |v| v.unit);
+            let (va, vb) = (a.get(id, per_op), b.get(id, per_op));
+            if va == vb {
+                continue;
+            }
+            let show = |v: f64| {
+                if unit == "ns" {
+                    time(v)
+                } else {
+                    format!("{} {unit}", amount(v))
+                }
+            };
+            let diff = if unit == "ns" {
+                signed_time(vb - va)
+            } else {
+                format!("{}{} {unit}", if vb >= va { "+" } else { "-" }, amount((vb - va).abs()))
+            };
+            w.row(vec![diff, format!("{key} {}", dims_text(id)), show(va), show(vb)]);
+            details.push(
+                json!({"key": key, "dims": id.1.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+                                "unit": unit, "a": va, "b": vb, "diff": vb - va}),
+            );
+        }
+    }
+    if !w.rows.is_empty() {
+        s.table(w);
+    }
+    s.json(
+        "explain",
+        json!({
+            "a": a, "b": b, "per_op_unit": unit,
+            "total_a_ns": total_a, "total_b_ns": total_b, "total_diff_ns": total,
+            "left_out_role": LEFT_OUT_ROLE,
+            "terms": terms, "details": details,
+        }),
+    );
+    vec![s]
+}
+
+fn share(part: f64, total: f64) -> String {
+    if total == 0.0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part * 100.0 / total)
+    }
+}
+
+/// ns, µs, ms or s, three significant figures or so.
+pub fn time(ns: f64) -> String {
+    let a = ns.abs();
+    if a < 1e3 {
+        format!("{ns:.0} ns")
+    } else if a < 1e6 {
+        format!("{:.2} µs", ns / 1e3)
+    } else if a < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
+    }
+}
+
+fn signed_time(ns: f64) -> String {
+    if ns.abs() < 0.5 {
+        "0 ns".into()
+    } else if ns < 0.0 {
+        format!("-{}", time(-ns))
+    } else {
+        format!("+{}", time(ns))
+    }
+}
