@@ -10,9 +10,11 @@
 //! another program do so; `platforms` says which threads and devices belong
 //! to which platform instance; `workload` holds the embedded default run and
 //! reads a workload's count of operations; `compare` puts recordings side
-//! by side and explains their difference per operation.
+//! by side and explains their difference per operation; `bench` records a
+//! matrix of platforms x workloads x parameters and draws the studies' figures.
 
 pub mod analysis;
+pub mod bench;
 pub mod collectors;
 pub mod compare;
 pub mod ebpf;

@@ -148,6 +148,42 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Record a matrix of platforms x workloads x parameters x repetitions against lab instances
+    /// (started and stopped here, or already up), every run kept with its workload's output;
+    /// `vtrace report DIR` draws the figures. Re-running the same command resumes.
+    Bench {
+        /// Lab platforms (see `vtrace lab status`).
+        #[arg(long, value_delimiter = ',', default_value = "host,runc")]
+        platforms: Vec<String>,
+        #[arg(long = "workload", value_enum, value_delimiter = ',', default_value = "redis")]
+        workloads: Vec<vtrace::bench::Workload>,
+        /// redis value sizes (bytes).
+        #[arg(long, value_delimiter = ',', default_value = "32,64,1024,4096,16384")]
+        sizes: Vec<u32>,
+        /// iperf3 TCP window sizes (its -w).
+        #[arg(long, value_delimiter = ',', default_value = "64K,256K,1M")]
+        windows: Vec<String>,
+        /// CPU stressors (busy loops) beside the workload, one cell per count (e.g. 0,2).
+        #[arg(long, value_delimiter = ',', default_value = "0")]
+        stress: Vec<u32>,
+        /// Runs per cell.
+        #[arg(long, default_value_t = 3)]
+        repeat: u32,
+        /// redis-benchmark requests per test (GET, SET).
+        #[arg(long, default_value_t = 100_000)]
+        requests: u32,
+        /// iperf3 seconds per run.
+        #[arg(long, default_value_t = 5)]
+        seconds: u32,
+        /// ping echo requests per run (10 ms apart).
+        #[arg(long, default_value_t = 200)]
+        pings: u32,
+        /// Layers recorded in each run (as `record --layers`).
+        #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
+        layers: Vec<String>,
+        #[arg(short, long, default_value = "bench")]
+        output: PathBuf,
+    },
     /// List the platform instances running now: processes, threads, roles and devices.
     Platforms {
         #[arg(long)]
@@ -261,6 +297,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 self_stats,
                 cpu_split,
                 ops,
+                pass_output: true,
             };
             let outcome = record(&opts)?;
             eprintln!(
@@ -280,6 +317,19 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             output,
             ops,
         } => {
+            if path.join(vtrace::bench::MATRIX_FILE).is_file() {
+                anyhow::ensure!(table.is_none(), "--table is of a recording, not of a bench");
+                let (matrix, cells) = vtrace::bench::report::summarize(&path)?;
+                let text = match format {
+                    Format::Csv => vtrace::bench::report::csv(&cells),
+                    _ => render_many(
+                        &vtrace::bench::report::sections(&path, &matrix, &cells),
+                        format,
+                        &format!("vtrace bench {}", path.display()),
+                    )?,
+                };
+                return emit(&text, output.as_deref());
+            }
             let mut rec = recording::read(&path)?;
             if let Some(n) = ops {
                 rec.set_ops(vtrace::workload::ops::Operations::given(n));
@@ -291,6 +341,45 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 report::render(&rec, &ReportOptions { format, top })
             };
             emit(&text, output.as_deref())
+        }
+        Command::Bench {
+            platforms,
+            workloads,
+            sizes,
+            windows,
+            stress,
+            repeat,
+            requests,
+            seconds,
+            pings,
+            layers,
+            output,
+        } => {
+            let matrix = vtrace::bench::Matrix {
+                platforms,
+                workloads,
+                sizes,
+                windows,
+                stress,
+                repeat,
+                requests,
+                seconds,
+                pings,
+            };
+            let opts = RecordOptions::default().layers(layers);
+            let outcome = vtrace::bench::run(&matrix, &output, &opts)?;
+            eprintln!(
+                "vtrace bench: {} runs recorded, {} done before, {} failed; `vtrace report {}` draws the figures",
+                outcome.recorded,
+                outcome.done_before,
+                outcome.failed.len(),
+                output.display()
+            );
+            if outcome.interrupted {
+                eprintln!("vtrace bench: interrupted; the same command resumes with the runs not done");
+                return Ok(130);
+            }
+            Ok(0)
         }
         Command::Compare {
             recordings,

@@ -127,7 +127,7 @@ impl Subject {
     }
 }
 
-/// A recording itself, or the recordings directly under `path` (sorted).
+/// A recording itself, or the recordings (`*.vtrace`) directly under `path`, sorted.
 pub fn recordings_in(path: &Path) -> Result<Vec<PathBuf>> {
     if path.join(recording::META).is_file() || !path.is_dir() {
         return Ok(vec![path.to_path_buf()]);
@@ -136,7 +136,7 @@ pub fn recordings_in(path: &Path) -> Result<Vec<PathBuf>> {
         .map_err(crate::error::io(format!("list {}", path.display())))?
         .flatten()
         .map(|e| e.path())
-        .filter(|p| p.join(recording::META).is_file())
+        .filter(|p| p.extension().is_some_and(|e| e == "vtrace") && p.join(recording::META).is_file())
         .collect();
     found.sort();
     if found.is_empty() {

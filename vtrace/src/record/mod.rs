@@ -68,6 +68,9 @@ pub struct RecordOptions {
     /// The work done (`--ops N`), when the workload's output does not say
     /// or says something else than what should be counted.
     pub ops: Option<f64>,
+    /// Pass the command's output on to this process's (it is kept in the
+    /// recording either way); `vtrace bench` keeps it only.
+    pub pass_output: bool,
 }
 
 impl Default for RecordOptions {
@@ -92,6 +95,7 @@ impl Default for RecordOptions {
             self_stats: SelfStats::Sampled,
             cpu_split: CpuSplit::Ticks,
             ops: None,
+            pass_output: true,
         }
     }
 }
@@ -181,6 +185,11 @@ impl RecordOptions {
         self.kvm_run = on;
         self
     }
+    pub fn pass_output(mut self, on: bool) -> Self {
+        self.pass_output = on;
+        self
+    }
+
     pub fn ops(mut self, count: Option<f64>) -> Self {
         self.ops = count;
         self
@@ -335,6 +344,19 @@ impl Recorder {
         }
     }
 
+    /// Whether the recording ended by itself (its command exited, its
+    /// duration passed): [`Recorder::wait`] then returns at once.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Waits for the recording to end by itself, and returns it.
+    pub fn wait(mut self) -> Result<RecordOutcome> {
+        // Held, not dropped: a dropped sender reads as a stop request.
+        let _stop = self.stop.take();
+        self.join()
+    }
+
     /// Stops recording and writes the recording.
     pub fn stop(mut self) -> Result<RecordOutcome> {
         if let Some(tx) = self.stop.take() {
@@ -439,7 +461,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     // vtrace's own CPU is counted from here: loading, verifying and
     // attaching happened before the workload started.
     let usage_at_start = self_usage();
-    let (mut child, mut stop) = WorkloadChild::spawn(&opts.command, slot.staging());
+    let (mut child, mut stop) = WorkloadChild::spawn(&opts.command, slot.staging(), opts.pass_output);
     let deadline = match (&child.child, opts.duration) {
         (None, Some(d)) => Some(tokio::time::Instant::now() + d),
         _ => None,

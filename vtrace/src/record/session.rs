@@ -83,7 +83,7 @@ impl WorkloadChild {
     /// Starts `command` with its stdout and stderr passed through and also
     /// kept in `dir`/[`OUTPUT_FILE`] (its count of operations is read from
     /// there); a command that cannot start stops the recording at once.
-    pub fn spawn(command: &[String], dir: &Path) -> (WorkloadChild, Option<Stop>) {
+    pub fn spawn(command: &[String], dir: &Path, pass_on_output: bool) -> (WorkloadChild, Option<Stop>) {
         let Some((program, args)) = command.split_first() else {
             return (WorkloadChild::default(), None);
         };
@@ -110,8 +110,16 @@ impl WorkloadChild {
                         ..Default::default()
                     }),
                     copies: vec![
-                        tokio::spawn(pass_on(c.stdout.take(), std::io::stdout, kept.clone())),
-                        tokio::spawn(pass_on(c.stderr.take(), std::io::stderr, kept)),
+                        tokio::spawn(pass_on(
+                            c.stdout.take(),
+                            pass_on_output.then_some(std::io::stdout),
+                            kept.clone(),
+                        )),
+                        tokio::spawn(pass_on(
+                            c.stderr.take(),
+                            pass_on_output.then_some(std::io::stderr),
+                            kept,
+                        )),
                     ],
                     child: Some(c),
                 },
@@ -187,17 +195,23 @@ impl WorkloadChild {
     }
 }
 
-/// Copies `from` to this process's `to` (stdout or stderr) and to `kept`, as it comes.
-async fn pass_on<R: AsyncRead + Unpin, W: Write>(from: Option<R>, to: fn() -> W, kept: Arc<Mutex<std::fs::File>>) {
+/// Copies `from` to `kept` and, when given, to this process's `to` (stdout or stderr), as it comes.
+async fn pass_on<R: AsyncRead + Unpin, W: Write>(
+    from: Option<R>,
+    to: Option<fn() -> W>,
+    kept: Arc<Mutex<std::fs::File>>,
+) {
     let Some(mut from) = from else { return };
     let mut buf = vec![0u8; 16 * 1024];
     while let Ok(n) = from.read(&mut buf).await {
         if n == 0 {
             break;
         }
-        let mut out = to();
-        let _ = out.write_all(&buf[..n]);
-        let _ = out.flush();
+        if let Some(to) = to {
+            let mut out = to();
+            let _ = out.write_all(&buf[..n]);
+            let _ = out.flush();
+        }
         if let Ok(mut f) = kept.lock() {
             let _ = f.write_all(&buf[..n]);
         }

@@ -97,6 +97,20 @@ pub enum FigureKind {
     },
     /// A line per series over a numeric x axis.
     Lines { x_label: String, series: Vec<LineSeries> },
+    /// A horizontal bar per category and series (grouped by category),
+    /// with a whisker over each value's range (e.g. min..max of repetitions).
+    Bars {
+        categories: Vec<String>,
+        series: Vec<RangedSeries>,
+    },
+}
+
+/// Values of one series, one per category, each with its range (`None`:
+/// no bar for that category).
+#[derive(Clone, Debug)]
+pub struct RangedSeries {
+    pub name: String,
+    pub values: Vec<Option<(f64, f64, f64)>>,
 }
 
 /// Values of one series, one per category.

@@ -4,7 +4,7 @@
 
 use plotters::{coord::ranged1d::SegmentValue, prelude::*};
 
-use super::model::{Figure, FigureKind, LineSeries as Line, Series};
+use super::model::{Figure, FigureKind, LineSeries as Line, RangedSeries, Series};
 
 const WIDTH: u32 = 860;
 const FONT: &str = "sans-serif";
@@ -85,6 +85,7 @@ pub fn svg(figure: &Figure) -> String {
             marked_from,
         } => histogram(&mut out, figure, bucket_label, buckets, counts, marked_from.as_ref()),
         FigureKind::Lines { x_label, series } => lines(&mut out, figure, x_label, series),
+        FigureKind::Bars { categories, series } => ranged_bars(&mut out, figure, categories, series),
     };
     match drawn {
         Ok(()) => out,
@@ -273,6 +274,58 @@ fn lines(out: &mut String, f: &Figure, x_label: &str, series: &[Line]) -> Drawn 
     Ok(())
 }
 
+/// Rows `category series`, grouped by category; each bar its value, its
+/// whisker the range.
+fn ranged_bars(out: &mut String, f: &Figure, categories: &[String], series: &[RangedSeries]) -> Drawn {
+    let mut rows: Vec<(String, &str, (f64, f64, f64))> = Vec::new();
+    for (i, c) in categories.iter().enumerate() {
+        for s in series {
+            if let Some(Some(v)) = s.values.get(i) {
+                rows.push((format!("{c} {}", s.name), &s.name, *v));
+            }
+        }
+    }
+    let n = rows.len().max(1);
+    let max = rows.iter().map(|r| r.2.0.max(r.2.2)).fold(0.0, f64::max);
+    let longest = rows.iter().map(|r| r.0.len()).max().unwrap_or(4) as u32;
+    let root = SVGBackend::with_string(out, (WIDTH, 90 + 24 * n as u32)).into_drawing_area();
+    let mut chart = chart_on(&root, f, 36, (longest * 7 + 10).clamp(60, 260))?
+        .build_cartesian_2d(0.0..max_or_one(max), (0..n).into_segmented())?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .x_desc(&f.value_label)
+        .x_label_formatter(&tick)
+        .y_labels(n)
+        .y_label_formatter(&|v| match v {
+            SegmentValue::CenterOf(i) => rows.get(*i).map(|r| r.0.clone()).unwrap_or_default(),
+            _ => String::new(),
+        })
+        .draw()?;
+    for s in series {
+        let color = color_of(&s.name);
+        let mine = || rows.iter().enumerate().filter(|(_, r)| r.1 == s.name);
+        chart
+            .draw_series(mine().map(|(i, r)| {
+                Rectangle::new(
+                    [(0.0, SegmentValue::Exact(i)), (r.2.0, SegmentValue::Exact(i + 1))],
+                    color.filled(),
+                )
+            }))?
+            .label(&s.name)
+            .legend(swatch(color));
+        chart.draw_series(mine().map(|(i, r)| {
+            PathElement::new(
+                vec![(r.2.1, SegmentValue::CenterOf(i)), (r.2.2, SegmentValue::CenterOf(i))],
+                BLACK.stroke_width(2),
+            )
+        }))?;
+    }
+    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+    root.present()?;
+    Ok(())
+}
+
 pub fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -326,6 +379,17 @@ mod tests {
             }],
         }));
         assert!(lines.contains(">\nvhost\n<") && lines.contains("<polyline"));
+        let bars = svg(&figure(FigureKind::Bars {
+            categories: vec!["64".into(), "16384".into()],
+            series: vec![crate::report::model::RangedSeries {
+                name: "runc".into(),
+                values: vec![Some((10.0, 9.0, 11.0)), None],
+            }],
+        }));
+        assert!(
+            bars.contains("64 runc") && !bars.contains("16384 runc") && bars.contains("<polyline"),
+            "{bars}"
+        );
     }
 
     #[test]

@@ -199,6 +199,14 @@ fn ping(output: &str) -> Option<Operations> {
     })
 }
 
+/// Every reply's round-trip time (ms) in ping's output (`time=0.045 ms`).
+pub fn ping_rtts_ms(output: &str) -> Vec<f64> {
+    output
+        .lines()
+        .filter_map(|l| l.split_once(" time=")?.1.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
 /// The number after `flag` in `command` (`-n 20000`), also inside a
 /// shell's one-string command (`sh -c "redis-benchmark -n 20000"`).
 fn flag_value(command: &[String], flag: &str) -> Option<f64> {
@@ -258,6 +266,8 @@ mod tests {
             "--- 10.0.0.1 ping statistics ---\n10 packets transmitted, 9 received, 10% packet loss, time 9013ms\n";
         let ops = parse(&cmd("ping -c 10 10.0.0.1"), ping_out).unwrap();
         assert_eq!((ops.count, ops.unit.as_str()), (9.0, "reply"));
+        let replies = "64 bytes from 10.0.0.1: icmp_seq=1 ttl=64 time=0.045 ms\n64 bytes from 10.0.0.1: icmp_seq=2 ttl=64 time=1.20 ms\n";
+        assert_eq!(ping_rtts_ms(replies), vec![0.045, 1.2]);
     }
 
     #[test]

@@ -1,0 +1,172 @@
+//! `vtrace bench` on a small real matrix: two lab platforms runnable here
+//! (host, runc) and one that is not (firecracker: its runs fail with their
+//! error and the matrix goes on) x two redis value sizes x two repetitions.
+//! The bench report's JSON, CSV and HTML must carry the numbers of the
+//! cells' own recordings and of redis-benchmark's own output; running the
+//! same command again resumes without redoing a finished run.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use vtrace_tests::{TempDir, report_json, stderr, vtrace};
+
+/// Brings the bench's lab platforms down when dropped (a failed test included).
+struct LabDown;
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        for p in ["host", "runc"] {
+            let _ = vtrace(&["lab", "down", p]);
+        }
+    }
+}
+
+const REQUESTS: u32 = 4000;
+
+fn bench(out: &Path) -> std::process::Output {
+    vtrace(&[
+        "bench",
+        "--platforms",
+        "host,runc,firecracker",
+        "--sizes",
+        "64,16384",
+        "--repeat",
+        "2",
+        "--requests",
+        &REQUESTS.to_string(),
+        "--layers",
+        "cpu,net",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+}
+
+fn run_dir(out: &Path, platform: &str, size: u32, rep: u32) -> PathBuf {
+    out.join(format!("cells/{platform}/redis-{size}/rep{rep}.vtrace"))
+}
+
+/// requests/s as redis-benchmark printed it (-q: one rate per test): all
+/// its requests over the time the tests took.
+fn rate_from_output(run: &Path) -> f64 {
+    let out = std::fs::read_to_string(run.join("workload.out")).unwrap();
+    let rates: Vec<f64> = out
+        .split(['\n', '\r'])
+        .filter_map(|l| l.split_once(" requests per second")?.0.rsplit(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(rates.len(), 2, "GET and SET in {out}");
+    let seconds: f64 = rates.iter().map(|r| REQUESTS as f64 / r).sum();
+    2.0 * REQUESTS as f64 / seconds
+}
+
+#[test]
+fn a_small_matrix_records_every_cell_reports_their_numbers_and_resumes() {
+    let dir = TempDir::new("bench");
+    let out = dir.join("bench");
+    let _down = LabDown;
+    let o = bench(&out);
+    assert!(o.status.success(), "bench: {}", stderr(&o));
+    let said = stderr(&o);
+    assert!(said.contains("8 runs recorded, 0 done before, 4 failed"), "{said}");
+    for size in [64, 16384] {
+        for rep in [1, 2] {
+            let why =
+                std::fs::read_to_string(out.join(format!("cells/firecracker/redis-{size}/rep{rep}.error"))).unwrap();
+            assert!(why.contains("firecracker"), "{why}");
+        }
+    }
+    // The lab instances the bench started are down again.
+    assert!(!Path::new("/run/vtrace-lab/host.json").exists() && !Path::new("/run/vtrace-lab/runc.json").exists());
+
+    let o = vtrace(&["report", out.to_str().unwrap(), "--format", "json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cells = report["bench"]["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 6);
+    let csv = String::from_utf8(vtrace(&["report", out.to_str().unwrap(), "--format", "csv"]).stdout).unwrap();
+    let html = String::from_utf8(vtrace(&["report", out.to_str().unwrap(), "--format", "html"]).stdout).unwrap();
+    assert!(html.matches("<svg").count() >= 2, "throughput and CPU figures drawn");
+    let mut bytes_per_packet = std::collections::HashMap::new();
+    for c in cells.iter().filter(|c| c["platform"] != "firecracker") {
+        let (platform, size) = (
+            c["platform"].as_str().unwrap(),
+            c["param"].as_str().unwrap().parse::<u32>().unwrap(),
+        );
+        assert_eq!(c["runs"], 2, "{c}");
+        let runs = [run_dir(&out, platform, size, 1), run_dir(&out, platform, size, 2)];
+        // Throughput: redis-benchmark's own rates, the mean and range of the two runs.
+        let rates = runs.each_ref().map(|r| rate_from_output(r));
+        let spread = &c["ops_per_s"];
+        let mean = (rates[0] + rates[1]) / 2.0;
+        assert!(
+            (spread["mean"].as_f64().unwrap() - mean).abs() < 1e-6 * mean,
+            "{c} vs {rates:?}"
+        );
+        assert!(
+            (spread["min"].as_f64().unwrap() - rates[0].min(rates[1])).abs() < 1e-6 * mean,
+            "{c}"
+        );
+        assert!(
+            (spread["max"].as_f64().unwrap() - rates[0].max(rates[1])).abs() < 1e-6 * mean,
+            "{c}"
+        );
+        // CPU per request: the cells' own recordings, summed over both runs.
+        let reports = runs.each_ref().map(|r| report_json(r));
+        let cpu: f64 = reports
+            .iter()
+            .flat_map(|r| r["metrics"].as_array().unwrap().iter())
+            .filter(|m| m["key"] == "cpu_ns" && m["dims"]["role"] != "vtrace")
+            .map(|m| m["value"].as_f64().unwrap())
+            .sum();
+        let requests: f64 = reports
+            .iter()
+            .map(|r| r["workload"]["ops"]["count"].as_f64().unwrap())
+            .sum();
+        assert_eq!(requests, 4.0 * REQUESTS as f64);
+        let per_op = c["cpu_ns_per_op_total"].as_f64().unwrap();
+        assert!(
+            (per_op - cpu / requests).abs() < 1e-6 * per_op,
+            "{per_op} vs {}",
+            cpu / requests
+        );
+        // The same numbers in CSV and HTML.
+        let line = format!(
+            "{platform},redis,{size},0,2,request,{},",
+            spread["mean"].as_f64().unwrap()
+        );
+        assert!(csv.contains(&line), "{line} in {csv}");
+        assert!(
+            html.contains(&format!("<td class=\"r\">{:.0}</td>", spread["mean"].as_f64().unwrap())),
+            "mean in the HTML"
+        );
+        let busiest = &c["hops"][0];
+        bytes_per_packet.insert(
+            (platform.to_string(), size),
+            busiest["bytes_per_packet"].as_f64().unwrap(),
+        );
+    }
+    // 16 KB values travel in larger packets than 64 B ones, on every platform.
+    for p in ["host", "runc"] {
+        assert!(
+            bytes_per_packet[&(p.to_string(), 16384)] > 4.0 * bytes_per_packet[&(p.to_string(), 64)],
+            "{bytes_per_packet:?}"
+        );
+    }
+
+    // Again: nothing done twice, the failed runs tried again.
+    let before = std::fs::metadata(run_dir(&out, "host", 64, 1).join("meta.json"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    let o = bench(&out);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("0 runs recorded, 8 done before, 4 failed"),
+        "{}",
+        stderr(&o)
+    );
+    let after = std::fs::metadata(run_dir(&out, "host", 64, 1).join("meta.json"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert_eq!(before, after, "a finished run is not redone");
+}

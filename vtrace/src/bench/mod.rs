@@ -1,0 +1,360 @@
+//! `vtrace bench`: a matrix of platforms x workloads x parameters x
+//! repetitions, each cell recorded against a lab instance (started and
+//! stopped by the bench, or one already up), every run kept with its
+//! workload's output. `report.rs` draws the studies' figures from it.
+//!
+//! On disk (`-o DIR`): `bench.json` (the matrix), and per cell
+//! `cells/<platform>/<workload>-<param>/rep<N>.vtrace` (a recording) or
+//! `rep<N>.error` (why it failed; the recording of a workload that failed
+//! is kept as `rep<N>.failed`). A cell with a recording is done: running
+//! the same command again resumes with the cells not yet done (failed ones
+//! are tried again). Ctrl-C discards only the cell being recorded.
+
+pub mod report;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Error, Result, lab,
+    record::{RecordOptions, Recorder},
+};
+
+/// The matrix, as given on the command line (`bench.json`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Matrix {
+    pub platforms: Vec<String>,
+    pub workloads: Vec<Workload>,
+    /// redis-benchmark value sizes (bytes).
+    pub sizes: Vec<u32>,
+    /// iperf3 TCP window sizes (`-w`: 64K, 1M, ...).
+    pub windows: Vec<String>,
+    /// CPU stressors beside the workload (busy loops), one cell each.
+    pub stress: Vec<u32>,
+    pub repeat: u32,
+    /// redis-benchmark requests per test (GET and SET).
+    pub requests: u32,
+    /// iperf3 seconds per run.
+    pub seconds: u32,
+    /// ping echo requests per run.
+    pub pings: u32,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    Redis,
+    Iperf3,
+    Ping,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Redis => "redis",
+            Workload::Iperf3 => "iperf3",
+            Workload::Ping => "ping",
+        }
+    }
+}
+
+/// One configuration of the matrix; its repetitions are its runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cell {
+    pub platform: String,
+    pub workload: Workload,
+    /// The value size, the window, or "rtt".
+    pub param: String,
+    pub stress: u32,
+}
+
+impl Cell {
+    /// `redis-64`, `iperf3-64K+stress2`.
+    pub fn name(&self) -> String {
+        let stress = if self.stress > 0 {
+            format!("+stress{}", self.stress)
+        } else {
+            String::new()
+        };
+        format!("{}-{}{stress}", self.workload.name(), self.param)
+    }
+
+    pub fn dir(&self, root: &Path) -> PathBuf {
+        root.join("cells").join(&self.platform).join(self.name())
+    }
+
+    /// The command that drives the instance at `addr`.
+    fn command(&self, m: &Matrix, addr: &str) -> Vec<String> {
+        let words = match self.workload {
+            Workload::Redis => format!(
+                "redis-benchmark -h {addr} -t get,set -d {} -n {} -q",
+                self.param, m.requests
+            ),
+            Workload::Iperf3 => format!("iperf3 -c {addr} -t {} -w {}", m.seconds, self.param),
+            Workload::Ping => format!("ping -c {} -i 0.01 {addr}", m.pings),
+        };
+        words.split_whitespace().map(String::from).collect()
+    }
+}
+
+impl Matrix {
+    pub fn cells(&self) -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for platform in &self.platforms {
+            for &workload in &self.workloads {
+                let params: Vec<String> = match workload {
+                    Workload::Redis => self.sizes.iter().map(u32::to_string).collect(),
+                    Workload::Iperf3 => self.windows.clone(),
+                    Workload::Ping => vec!["rtt".into()],
+                };
+                for param in params {
+                    for &stress in &self.stress {
+                        cells.push(Cell {
+                            platform: platform.clone(),
+                            workload,
+                            param: param.clone(),
+                            stress,
+                        });
+                    }
+                }
+            }
+        }
+        cells
+    }
+
+    pub fn load(root: &Path) -> Result<Matrix> {
+        let path = root.join(MATRIX_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| Error::NotARecording {
+            path: root.to_path_buf(),
+            reason: format!("not a bench directory ({MATRIX_FILE}: {e})"),
+        })?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::NotARecording {
+            path: path.clone(),
+            reason: format!("unreadable bench matrix: {e}"),
+        })
+    }
+}
+
+pub const MATRIX_FILE: &str = "bench.json";
+
+/// A run of a cell: its recording, or the error that stopped it.
+pub fn run_path(cell_dir: &Path, rep: u32) -> PathBuf {
+    cell_dir.join(format!("rep{rep}.vtrace"))
+}
+
+pub fn error_path(cell_dir: &Path, rep: u32) -> PathBuf {
+    cell_dir.join(format!("rep{rep}.error"))
+}
+
+/// Set by SIGINT/SIGTERM while a bench runs.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// What a bench did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub done_before: usize,
+    pub recorded: usize,
+    pub failed: Vec<String>,
+    pub interrupted: bool,
+}
+
+/// Runs every run of `m` not done yet under `root`.
+pub fn run(m: &Matrix, root: &Path, opts: &RecordOptions) -> Result<Outcome> {
+    crate::privileges::check()?;
+    std::fs::create_dir_all(root).map_err(crate::error::io(format!("create {}", root.display())))?;
+    if let Ok(earlier) = Matrix::load(root)
+        && earlier != *m
+    {
+        return Err(Error::BadArgument(format!(
+            "{} holds a bench of another matrix ({}): give another -o, or the same options to resume",
+            root.display(),
+            MATRIX_FILE
+        )));
+    }
+    let json = serde_json::to_vec_pretty(m).expect("matrix serializes");
+    std::fs::write(root.join(MATRIX_FILE), json).map_err(crate::error::io("write bench.json"))?;
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let cells = m.cells();
+    let runs: Vec<(usize, u32)> = (0..cells.len())
+        .flat_map(|c| (1..=m.repeat).map(move |r| (c, r)))
+        .collect();
+    let mut out = Outcome::default();
+    let todo: Vec<(usize, u32)> = runs
+        .iter()
+        .copied()
+        .filter(|&(c, r)| !run_path(&cells[c].dir(root), r).join(crate::recording::META).is_file())
+        .collect();
+    out.done_before = runs.len() - todo.len();
+    let bar = progress(todo.len() as u64);
+    bar.suspend(|| {
+        eprintln!(
+            "vtrace bench: {} runs ({} cells x {} repetitions), {} done before, {} to run",
+            runs.len(),
+            cells.len(),
+            m.repeat,
+            out.done_before,
+            todo.len()
+        )
+    });
+    for platform in &m.platforms {
+        let mine: Vec<(usize, u32)> = todo
+            .iter()
+            .copied()
+            .filter(|&(c, _)| &cells[c].platform == platform)
+            .collect();
+        if mine.is_empty() || INTERRUPTED.load(Ordering::SeqCst) {
+            continue;
+        }
+        // An instance already up is used and left up; one started here is stopped here.
+        let was_up = lab::Ledger::load(platform).is_some_and(|l| l.ready);
+        bar.set_message(format!("{platform}: starting the lab instance"));
+        let instance = lab::up(platform);
+        for (c, rep) in mine {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                break;
+            }
+            let cell = &cells[c];
+            let dir = cell.dir(root);
+            bar.set_message(format!("{platform} {} rep {rep}", cell.name()));
+            let result = match &instance {
+                Ok(ledger) => record_run(m, cell, ledger, &dir, rep, opts),
+                Err(e) => Err(format!("the {platform} lab instance did not start: {e}")),
+            };
+            let _ = std::fs::remove_file(error_path(&dir, rep));
+            match result {
+                _ if INTERRUPTED.load(Ordering::SeqCst) => {
+                    // The run was cut short: not a result, redone on resume.
+                    let _ = std::fs::remove_dir_all(run_path(&dir, rep));
+                }
+                Ok(()) => out.recorded += 1,
+                Err(why) => {
+                    let _ = std::fs::create_dir_all(&dir);
+                    let _ = std::fs::write(error_path(&dir, rep), format!("{why}\n"));
+                    bar.suspend(|| eprintln!("vtrace bench: {platform} {} rep {rep} failed: {why}", cell.name()));
+                    out.failed.push(format!("{platform} {} rep {rep}: {why}", cell.name()));
+                }
+            }
+            bar.inc(1);
+        }
+        if instance.is_ok() && !was_up {
+            bar.set_message(format!("{platform}: stopping the lab instance"));
+            if let Err(e) = lab::down(platform) {
+                bar.suspend(|| eprintln!("vtrace bench: lab down {platform}: {e}"));
+            }
+        }
+    }
+    bar.finish_and_clear();
+    out.interrupted = INTERRUPTED.load(Ordering::SeqCst);
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+    }
+    Ok(out)
+}
+
+fn progress(len: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} runs, {elapsed} gone, ETA {eta} | {msg}")
+            .expect("valid template"),
+    );
+    bar.enable_steady_tick(Duration::from_millis(500));
+    bar
+}
+
+/// One run: stressors up, the workload recorded, stressors down.
+fn record_run(
+    m: &Matrix,
+    cell: &Cell,
+    ledger: &lab::Ledger,
+    dir: &Path,
+    rep: u32,
+    opts: &RecordOptions,
+) -> std::result::Result<(), String> {
+    if cell.workload == Workload::Iperf3 && cell.platform == "lwip" {
+        return Err("the lwip instance serves redis only (no iperf3 server)".into());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let mut o = opts.clone();
+    o.output = run_path(dir, rep);
+    o.command = cell.command(m, &ledger.address);
+    o.duration = None;
+    o.pass_output = false;
+    if cell.platform == crate::platforms::HOST {
+        // The host instance is its processes: select them.
+        o.pids = ledger
+            .resources
+            .iter()
+            .filter_map(|r| match r {
+                lab::Resource::Process { pid, .. } => Some(*pid),
+                _ => None,
+            })
+            .collect();
+    }
+    o.platform = cell.platform.clone();
+    let stressors = Stressors::start(cell.stress).map_err(|e| format!("start the CPU stressors: {e}"))?;
+    let outcome = Recorder::start(o).and_then(|r| {
+        while !r.is_finished() {
+            if INTERRUPTED.load(Ordering::SeqCst) {
+                return r.stop();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        r.wait()
+    });
+    drop(stressors);
+    let outcome = outcome.map_err(|e| e.to_string())?;
+    match outcome.exit_code {
+        0 => Ok(()),
+        code => {
+            let out = std::fs::read_to_string(outcome.path.join("workload.out")).unwrap_or_default();
+            let last = out.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+            // Kept for a look, under a name that is not a result.
+            let kept = dir.join(format!("rep{rep}.failed"));
+            let _ = std::fs::remove_dir_all(&kept);
+            let _ = std::fs::rename(&outcome.path, &kept);
+            Err(format!(
+                "`{}` exited with {code}: {last}",
+                cell.command(m, &ledger.address).join(" ")
+            ))
+        }
+    }
+}
+
+/// Busy loops beside the workload (`--stress N`), stopped when dropped.
+struct Stressors(Vec<std::process::Child>);
+
+impl Stressors {
+    fn start(n: u32) -> std::io::Result<Stressors> {
+        let mut children = Vec::new();
+        for _ in 0..n {
+            children.push(
+                std::process::Command::new("sh")
+                    .args(["-c", "while :; do :; done"])
+                    .spawn()?,
+            );
+        }
+        Ok(Stressors(children))
+    }
+}
+
+impl Drop for Stressors {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

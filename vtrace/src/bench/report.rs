@@ -1,0 +1,437 @@
+//! `vtrace report BENCH_DIR`: the studies' figures from a bench matrix.
+//! Throughput per platform and parameter (mean, min..max over the
+//! repetitions), CPU per operation by role, packets and bytes per hop per
+//! operation, round-trip times; each as tables, figures, JSON and CSV with
+//! the same numbers, all computed from the cells' recordings.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::{Cell, Matrix, Workload, error_path, run_path};
+use crate::{
+    Result,
+    compare::{MetricId, Subject},
+    recording,
+    report::model::{Figure, FigureKind, RangedSeries, Section, Series, Table, amount, col, left},
+};
+
+/// Mean and range over a cell's repetitions.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct Spread {
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Option<Spread> {
+        if values.is_empty() {
+            return None;
+        }
+        Some(Spread {
+            mean: values.iter().sum::<f64>() / values.len() as f64,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// A packet hop per operation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Hop {
+    pub device: String,
+    pub hop: String,
+    pub packets_per_op: f64,
+    pub bytes_per_packet: f64,
+}
+
+/// Everything the report says of one cell.
+#[derive(Clone, Debug, Serialize)]
+pub struct CellSummary {
+    pub platform: String,
+    pub workload: String,
+    pub param: String,
+    pub stress: u32,
+    pub runs: usize,
+    pub errors: Vec<String>,
+    /// What one operation is (request, MiB, reply).
+    pub unit: Option<String>,
+    /// Operations per second as the workload measured them.
+    pub ops_per_s: Option<Spread>,
+    /// CPU ns per operation by role (vtrace's own left out), largest first.
+    pub cpu_ns_per_op: Vec<(String, f64)>,
+    pub cpu_ns_per_op_total: f64,
+    pub hops: Vec<Hop>,
+    /// ping round-trip times over every reply of every run (µs).
+    pub rtt_us: Option<Rtt>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Rtt {
+    pub replies: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+/// Reads every cell of the bench under `root`.
+pub fn summarize(root: &Path) -> Result<(Matrix, Vec<CellSummary>)> {
+    let m = Matrix::load(root)?;
+    let mut cells = Vec::new();
+    for cell in m.cells() {
+        cells.push(summarize_cell(root, &m, &cell)?);
+    }
+    Ok((m, cells))
+}
+
+fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
+    let dir = cell.dir(root);
+    let mut recs = Vec::new();
+    let mut outputs = Vec::new();
+    let mut errors = Vec::new();
+    for rep in 1..=m.repeat {
+        let path = run_path(&dir, rep);
+        if path.join(recording::META).is_file() {
+            outputs.push(std::fs::read_to_string(path.join("workload.out")).unwrap_or_default());
+            recs.push(recording::read(&path)?);
+        } else if let Ok(why) = std::fs::read_to_string(error_path(&dir, rep)) {
+            errors.push(format!("rep {rep}: {}", why.trim()));
+        }
+    }
+    let subject = Subject::of(cell.name(), &recs);
+    let rates: Vec<f64> = recs.iter().filter_map(|r| r.ops()?.per_second).collect();
+    let per_op = |id: &MetricId| subject.metrics.get(id).and_then(|v| v.per_op).unwrap_or(0.0);
+    let dim = |id: &MetricId, name: &str| id.1.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+
+    let mut roles: Vec<(String, f64)> = Vec::new();
+    for id in subject.metrics.keys().filter(|(k, _)| k == "cpu_ns") {
+        let role = dim(id, "role").unwrap_or_default();
+        if role == "vtrace" {
+            continue;
+        }
+        match roles.iter_mut().find(|(r, _)| *r == role) {
+            Some(e) => e.1 += per_op(id),
+            None => roles.push((role, per_op(id))),
+        }
+    }
+    roles.retain(|(_, ns)| *ns > 0.0);
+    roles.sort_by(|a, b| b.1.total_cmp(&a.1));
+
+    let mut hops: Vec<Hop> = subject
+        .metrics
+        .keys()
+        .filter(|(k, _)| k == "packets")
+        .map(|id| {
+            let bytes_id = ("bytes".to_string(), id.1.clone());
+            let packets = subject.metrics[id].value;
+            Hop {
+                device: dim(id, "device").unwrap_or_default(),
+                hop: dim(id, "hop").unwrap_or_default(),
+                packets_per_op: per_op(id),
+                bytes_per_packet: subject.metrics.get(&bytes_id).map_or(0.0, |b| b.value) / packets.max(1.0),
+            }
+        })
+        .filter(|h| h.packets_per_op > 0.0)
+        .collect();
+    hops.sort_by(|a, b| b.packets_per_op.total_cmp(&a.packets_per_op));
+
+    let rtt_us = (cell.workload == Workload::Ping)
+        .then(|| {
+            let mut all: Vec<f64> = outputs
+                .iter()
+                .flat_map(|o| crate::workload::ops::ping_rtts_ms(o))
+                .collect();
+            all.sort_by(f64::total_cmp);
+            let q = |p: f64| all[((all.len() - 1) as f64 * p).round() as usize] * 1e3;
+            (!all.is_empty()).then(|| Rtt {
+                replies: all.len(),
+                p50: q(0.5),
+                p99: q(0.99),
+                mean: all.iter().sum::<f64>() / all.len() as f64 * 1e3,
+                max: q(1.0),
+            })
+        })
+        .flatten();
+    Ok(CellSummary {
+        platform: cell.platform.clone(),
+        workload: cell.workload.name().into(),
+        param: cell.param.clone(),
+        stress: cell.stress,
+        runs: recs.len(),
+        errors,
+        unit: subject.ops.as_ref().map(|o| o.unit.clone()),
+        ops_per_s: Spread::of(&rates),
+        // + 0.0: an empty sum is -0.0.
+        cpu_ns_per_op_total: roles.iter().map(|(_, ns)| ns).sum::<f64>() + 0.0,
+        cpu_ns_per_op: roles,
+        hops,
+        rtt_us,
+    })
+}
+
+/// The cell's parameter as its figures label it.
+fn label(c: &CellSummary) -> String {
+    let param = match c.workload.as_str() {
+        "redis" => format!("{} B", c.param),
+        "iperf3" => format!("window {}", c.param),
+        _ => c.param.clone(),
+    };
+    if c.stress > 0 {
+        format!("{param} +{} stressors", c.stress)
+    } else {
+        param
+    }
+}
+
+/// The report's sections.
+pub fn sections(root: &Path, m: &Matrix, cells: &[CellSummary]) -> Vec<Section> {
+    let mut head = Section::new("bench", "Bench");
+    let runs: usize = cells.iter().map(|c| c.runs).sum();
+    let failed: Vec<String> = cells
+        .iter()
+        .flat_map(|c| {
+            c.errors
+                .iter()
+                .map(move |e| format!("{} {}: {e}", c.platform, label(c)))
+        })
+        .collect();
+    let mut lines = vec![
+        format!(
+            "bench {} | platforms {} | workloads {} | {} repetitions | {} runs recorded, {} failed",
+            root.display(),
+            m.platforms.join(","),
+            m.workloads.iter().map(|w| w.name()).collect::<Vec<_>>().join(","),
+            m.repeat,
+            runs,
+            failed.len()
+        ),
+        "Every figure: the mean over the repetitions, [min, max] where shown; per operation as each workload counts it."
+            .into(),
+    ];
+    lines.extend(failed.iter().map(|f| format!("failed: {f}")));
+    head.lines(lines);
+    head.json(
+        "bench",
+        json!({"dir": root.display().to_string(), "matrix": m, "cells": cells}),
+    );
+    let mut sections = vec![head];
+    for w in &m.workloads {
+        let mine: Vec<&CellSummary> = cells.iter().filter(|c| c.workload == w.name()).collect();
+        if !mine.is_empty() {
+            sections.push(workload_section(*w, m, &mine));
+        }
+    }
+    sections
+}
+
+fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section {
+    let (id, title) = match w {
+        Workload::Redis => ("bench_redis", "redis GET/SET by value size"),
+        Workload::Iperf3 => ("bench_iperf3", "iperf3 by TCP window"),
+        Workload::Ping => ("bench_ping", "ping round trips"),
+    };
+    let mut s = Section::new(id, title);
+    let unit = cells.iter().find_map(|c| c.unit.clone()).unwrap_or_else(|| "op".into());
+    let mut labels: Vec<String> = Vec::new();
+    for c in cells {
+        if !labels.contains(&label(c)) {
+            labels.push(label(c));
+        }
+    }
+
+    // Throughput.
+    let mut t = Table::new(
+        format!("{}s per second (mean [min, max] over the runs)", unit),
+        vec![
+            left("platform", 12),
+            left("parameter", 24),
+            col("runs", 5),
+            col("mean", 12),
+            col("min", 12),
+            col("max", 12),
+        ],
+    );
+    for c in cells {
+        let (mean, min, max) = c.ops_per_s.map_or(("-".into(), "-".into(), "-".into()), |r| {
+            (
+                format!("{:.0}", r.mean),
+                format!("{:.0}", r.min),
+                format!("{:.0}", r.max),
+            )
+        });
+        t.row(vec![c.platform.clone(), label(c), c.runs.to_string(), mean, min, max]);
+    }
+    s.table(t);
+    if w != Workload::Ping {
+        s.figure(Figure {
+            title: format!("{title}: {unit}s per second"),
+            value_label: format!(
+                "{unit}s per second (bars: mean; whiskers: min..max over {} runs)",
+                m.repeat
+            ),
+            kind: FigureKind::Bars {
+                categories: labels.clone(),
+                series: m
+                    .platforms
+                    .iter()
+                    .map(|p| RangedSeries {
+                        name: p.clone(),
+                        values: labels
+                            .iter()
+                            .map(|l| {
+                                cells
+                                    .iter()
+                                    .find(|c| &c.platform == p && &label(c) == l)
+                                    .and_then(|c| c.ops_per_s)
+                                    .map(|r| (r.mean, r.min, r.max))
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            },
+        });
+    }
+
+    // CPU per operation by role.
+    let mut roles: Vec<String> = Vec::new();
+    for c in cells {
+        for (r, _) in &c.cpu_ns_per_op {
+            if !roles.contains(r) {
+                roles.push(r.clone());
+            }
+        }
+    }
+    let mut columns = vec![left("platform", 12), left("parameter", 24), col("total", 10)];
+    columns.extend(roles.iter().map(|r| col(r.clone(), 10)));
+    let mut t = Table::new(format!("CPU ns per {unit} by role (vtrace's own left out)"), columns);
+    let role_ns = |c: &CellSummary, r: &str| c.cpu_ns_per_op.iter().find(|(x, _)| x == r).map_or(0.0, |(_, ns)| *ns);
+    for c in cells {
+        let mut cells_row = vec![c.platform.clone(), label(c), amount(c.cpu_ns_per_op_total)];
+        cells_row.extend(roles.iter().map(|r| amount(role_ns(c, r))));
+        t.row(cells_row);
+    }
+    s.table(t);
+    s.figure(Figure {
+        title: format!("CPU time per {unit} by platform and role"),
+        value_label: format!("CPU µs per {unit}"),
+        kind: FigureKind::StackedBars {
+            categories: cells.iter().map(|c| format!("{} {}", c.platform, label(c))).collect(),
+            series: roles
+                .iter()
+                .map(|r| Series {
+                    name: r.clone(),
+                    values: cells.iter().map(|c| role_ns(c, r) / 1e3).collect(),
+                })
+                .collect(),
+        },
+    });
+
+    // Packets per hop.
+    let mut t = Table::new(
+        format!("Packets per {unit} and their mean size, per device and hop"),
+        vec![
+            left("platform", 12),
+            left("parameter", 24),
+            left("device", 16),
+            left("hop", 10),
+            col(format!("packets/{unit}"), 16),
+            col("bytes/packet", 14),
+        ],
+    );
+    for c in cells {
+        for h in c.hops.iter().take(6) {
+            t.row(vec![
+                c.platform.clone(),
+                label(c),
+                h.device.clone(),
+                h.hop.clone(),
+                amount(h.packets_per_op),
+                format!("{:.0}", h.bytes_per_packet),
+            ]);
+        }
+    }
+    s.table(t);
+
+    if w == Workload::Ping {
+        let mut t = Table::new(
+            "Round-trip time (µs) over every reply of every run",
+            vec![
+                left("platform", 12),
+                left("parameter", 24),
+                col("replies", 8),
+                col("p50", 10),
+                col("p99", 10),
+                col("mean", 10),
+                col("max", 10),
+            ],
+        );
+        for c in cells {
+            if let Some(r) = c.rtt_us {
+                t.row(vec![
+                    c.platform.clone(),
+                    label(c),
+                    r.replies.to_string(),
+                    format!("{:.1}", r.p50),
+                    format!("{:.1}", r.p99),
+                    format!("{:.1}", r.mean),
+                    format!("{:.1}", r.max),
+                ]);
+            }
+        }
+        s.table(t);
+        s.figure(Figure {
+            title: "Round-trip time by platform (bars: p50; whiskers: p50..p99)".into(),
+            value_label: "round-trip time (µs)".into(),
+            kind: FigureKind::Bars {
+                categories: labels.clone(),
+                series: m
+                    .platforms
+                    .iter()
+                    .map(|p| RangedSeries {
+                        name: p.clone(),
+                        values: labels
+                            .iter()
+                            .map(|l| {
+                                cells
+                                    .iter()
+                                    .find(|c| &c.platform == p && &label(c) == l)
+                                    .and_then(|c| c.rtt_us)
+                                    .map(|r| (r.p50, r.p50, r.p99))
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            },
+        });
+    }
+    s
+}
+
+/// One CSV line per cell: the numbers of the tables above.
+pub fn csv(cells: &[CellSummary]) -> String {
+    let mut out = String::from(
+        "platform,workload,param,stress,runs,unit,ops_per_s_mean,ops_per_s_min,ops_per_s_max,cpu_ns_per_op,rtt_p50_us,rtt_p99_us\n",
+    );
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
+    for c in cells {
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            c.platform,
+            c.workload,
+            c.param,
+            c.stress,
+            c.runs,
+            c.unit.clone().unwrap_or_default(),
+            opt(c.ops_per_s.map(|r| r.mean)),
+            opt(c.ops_per_s.map(|r| r.min)),
+            opt(c.ops_per_s.map(|r| r.max)),
+            c.cpu_ns_per_op_total,
+            opt(c.rtt_us.map(|r| r.p50)),
+            opt(c.rtt_us.map(|r| r.p99)),
+        ));
+    }
+    out
+}
