@@ -50,6 +50,16 @@ fn utime_stime(tid: u32) -> (u64, u64) {
     (f.first().copied().unwrap_or(0), f.get(1).copied().unwrap_or(0))
 }
 
+/// The spinning thread's work: a function of its own (not inlined), so a
+/// flamegraph of cpu-mix has a known hot function.
+#[inline(never)]
+fn spin_hot(mut x: u64) -> u64 {
+    for i in 0..10_000u64 {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+    }
+    x
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |flag: &str| {
@@ -100,9 +110,7 @@ fn main() {
             Box::new(|until| {
                 let mut x: u64 = 0;
                 while Instant::now() < until {
-                    for i in 0..10_000u64 {
-                        x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
-                    }
+                    x = spin_hot(x);
                 }
                 std::hint::black_box(x)
             }),

@@ -334,6 +334,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             if let Some(n) = ops {
                 rec.set_ops(vtrace::workload::ops::Operations::given(n));
             }
+            if format == Format::Flamegraph {
+                let svg = layers::sample::flamegraph::svg(&rec, &report::title(&rec)).map_err(anyhow::Error::msg)?;
+                return emit(&svg, output.as_deref());
+            }
             let text = if let Some(name) = table {
                 anyhow::ensure!(format == Format::Csv, "--table goes with --format csv");
                 report::csv::table(&rec, &name)?

@@ -75,6 +75,11 @@ pub fn render(title: &str, sections: &[Section]) -> String {
                 Block::Figure(f) => {
                     let _ = writeln!(o, "<figure class=\"plot\">{}</figure>", plot::svg(f));
                 }
+                Block::Picture(svg) => {
+                    // Past the XML prolog and doctype: an inline <svg> element.
+                    let at = svg.find("<svg").unwrap_or(0);
+                    let _ = writeln!(o, "<figure class=\"plot\">{}</figure>", &svg[at..]);
+                }
             }
         }
         o.push_str("</section>\n");

@@ -11,6 +11,7 @@ mod per_op;
 pub mod plot;
 pub mod run;
 mod text;
+mod trace;
 
 use crate::{layers, layers::cpu::analysis::CpuBreakdown, recording::Recording};
 
@@ -24,6 +25,12 @@ pub enum Format {
     Folded,
     /// One self-contained HTML file: every section with its figures (inline SVG).
     Html,
+    /// An interactive flamegraph (SVG) of the sampled stacks, rooted at
+    /// platform/role, instance and thread, coloured by role.
+    Flamegraph,
+    /// The Chrome trace event format (ui.perfetto.dev, chrome://tracing): CPU
+    /// counters per role and state per interval, packet spans hop to hop.
+    Trace,
 }
 
 pub struct ReportOptions {
@@ -50,6 +57,8 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
     match opts.format {
         Format::Csv => csv::threads(&CpuBreakdown::of(rec)),
         Format::Folded => folded(rec),
+        Format::Trace => trace::render(rec),
+        Format::Flamegraph => layers::sample::flamegraph::svg(rec, &title(rec)).unwrap_or_default(),
         Format::Json => render_sections(&sections(rec, usize::MAX), Format::Json, &title(rec)),
         format => render_sections(&sections(rec, opts.top), format, &title(rec)),
     }
@@ -62,13 +71,13 @@ pub fn render_sections(sections: &[model::Section], format: Format, title: &str)
         Format::Text => text::render(sections),
         Format::Json => serde_json::to_string_pretty(&json::document(sections)).expect("report serializes"),
         Format::Html => html::render(title, sections),
-        Format::Csv | Format::Folded => String::new(),
+        Format::Csv | Format::Folded | Format::Trace | Format::Flamegraph => String::new(),
     }
 }
 
 /// What a recording is of, in a few words: its workload's command line,
 /// or vtrace's own.
-fn title(rec: &Recording) -> String {
+pub fn title(rec: &Recording) -> String {
     match &rec.meta.workload {
         Some(w) => w.command.join(" "),
         None => rec.meta.command_line.join(" "),

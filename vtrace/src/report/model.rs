@@ -41,6 +41,10 @@ impl Section {
         self.blocks.push(Block::Lines(lines.into_iter().collect()));
     }
 
+    pub fn picture(&mut self, svg: String) {
+        self.blocks.push(Block::Picture(svg));
+    }
+
     pub fn table(&mut self, table: Table) {
         self.blocks.push(Block::Table(table));
     }
@@ -67,6 +71,9 @@ pub enum Block {
     /// Lines as they are ("" for a blank line).
     Lines(Vec<String>),
     Figure(Figure),
+    /// An SVG drawn elsewhere (the flamegraph), shown as it is where a
+    /// format can (HTML): it must hold no script.
+    Picture(String),
 }
 
 /// A plot, described by what it shows; `report/plot.rs` draws it. Series

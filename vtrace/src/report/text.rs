@@ -15,7 +15,7 @@ pub fn render(sections: &[Section]) -> String {
                 }
             }
             // A terminal shows the tables the figures are drawn from.
-            Block::Figure(_) => {}
+            Block::Figure(_) | Block::Picture(_) => {}
             Block::Table(t) => {
                 if let Some(title) = &t.title {
                     let _ = writeln!(o, "\n{title}");

@@ -3,6 +3,7 @@
 //! and symbolized at the end (vtrace-ebpf/src/sample.rs).
 
 pub mod collector;
+pub mod flamegraph;
 pub mod summary;
 pub mod tables;
 

@@ -13,7 +13,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         let total: u64 = samples.iter().map(|s| s.count).sum();
         let mut t = Table::new(
             format!(
-                "Sampled stacks ({} Hz, {total} samples; `report --format folded` for a flamegraph)",
+                "Sampled stacks ({} Hz, {total} samples; `report --format flamegraph` draws them)",
                 rec.meta.overhead.sample_hz
             ),
             vec![
@@ -37,6 +37,9 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             ]);
         }
         s.table(t);
+        if let Ok(svg) = super::flamegraph::svg(rec, &crate::report::title(rec)) {
+            s.picture(super::flamegraph::without_script(&svg));
+        }
     }
     s.json("samples", samples);
     s

@@ -1,0 +1,169 @@
+//! Exports of one recording for other tools: the flamegraph (inferno SVG)
+//! and the Chrome/Perfetto trace. cpu-mix's spinning thread spends its time
+//! in one function of its own (`spin_hot`), the known hot function.
+
+use serde_json::Value;
+use vtrace_tests::{TempDir, bin, stderr, vtrace};
+
+fn record(dir: &TempDir, args: &[&str]) -> std::path::PathBuf {
+    let rec = dir.join("run.vtrace");
+    let cpu_mix = bin("cpu-mix");
+    let mut full = vec!["record", "-o", rec.to_str().unwrap()];
+    full.extend_from_slice(args);
+    full.extend_from_slice(&["--", cpu_mix.to_str().unwrap(), "--seconds", "2"]);
+    let o = vtrace(&full);
+    assert!(o.status.success(), "record: {}", stderr(&o));
+    rec
+}
+
+/// (title, fg:x, fg:w, fill) of every frame in an inferno SVG.
+fn frames(svg: &str) -> Vec<(String, u64, u64, String)> {
+    let attr = |e: &str, n: &str| {
+        let at = e.find(&format!(" {n}=\""))? + n.len() + 3;
+        Some(e[at..at + e[at..].find('"')?].to_string())
+    };
+    svg.split("<g><title>")
+        .skip(1)
+        .filter_map(|g| {
+            let title = g[..g.find("</title>")?].to_string();
+            let rect = &g[g.find("<rect")?..];
+            Some((
+                title,
+                attr(rect, "fg:x")?.parse().ok()?,
+                attr(rect, "fg:w")?.parse().ok()?,
+                attr(rect, "fill")?,
+            ))
+        })
+        .collect()
+}
+
+fn samples_of(title: &str) -> u64 {
+    let n = title.rsplit_once(" (").unwrap().1.split(' ').next().unwrap();
+    n.replace(',', "").parse().unwrap()
+}
+
+#[test]
+fn flamegraph_shows_the_hot_function_under_its_role() {
+    let dir = TempDir::new("flamegraph");
+    let rec = record(&dir, &["--sample", "99", "--layers", "cpu,sample"]);
+    let svg_path = dir.join("fg.svg");
+    let o = vtrace(&[
+        "report",
+        rec.to_str().unwrap(),
+        "--format",
+        "flamegraph",
+        "-o",
+        svg_path.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    assert!(svg.contains("<script"), "interactive: inferno's own script");
+    let frames = frames(&svg);
+    let role = frames
+        .iter()
+        .find(|f| f.0.starts_with("host/app ("))
+        .expect("a host/app root frame");
+    let thread = frames
+        .iter()
+        .find(|f| f.0.starts_with("mix-spin ("))
+        .expect("the spinning thread's frame");
+    let hot: Vec<_> = frames.iter().filter(|f| f.0.contains("spin_hot")).collect();
+    assert!(!hot.is_empty(), "spin_hot in the graph");
+    let in_thread: u64 = hot
+        .iter()
+        .filter(|f| f.1 >= thread.1 && f.1 < thread.1 + thread.2)
+        .map(|f| samples_of(&f.0))
+        .sum();
+    assert!(
+        thread.1 >= role.1 && thread.1 + thread.2 <= role.1 + role.2,
+        "mix-spin stands on host/app"
+    );
+    assert!(
+        in_thread * 2 >= samples_of(&thread.0),
+        "spin_hot has {in_thread} of mix-spin's {} samples",
+        samples_of(&thread.0)
+    );
+    // Coloured by role: the thread's frame and its hot function share the role's hue.
+    assert_eq!(role.3, "rgb(31,119,180)", "host/app in the app colour");
+    assert_ne!(hot[0].3, "", "{:?}", hot[0]);
+    // The HTML report embeds it without script (its policy forbids scripts).
+    let o = vtrace(&["report", rec.to_str().unwrap(), "--format", "html"]);
+    let html = String::from_utf8_lossy(&o.stdout);
+    assert!(html.contains("spin_hot") && !html.contains("<script") && !html.contains(" onload="));
+}
+
+#[test]
+fn trace_export_parses_and_its_counters_sum_to_the_recording() {
+    let dir = TempDir::new("trace");
+    let rec = record(&dir, &["--layers", "cpu,net", "--events"]);
+    let o = vtrace(&["report", rec.to_str().unwrap(), "--format", "trace"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let trace: Value = serde_json::from_slice(&o.stdout).expect("the trace is JSON");
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    for e in events {
+        assert!(["M", "C", "X", "i"].contains(&e["ph"].as_str().unwrap()), "{e}");
+        assert!(e["pid"].is_u64(), "{e}");
+        if e["ph"] != "M" {
+            assert!(e["ts"].as_f64().unwrap() >= 0.0, "{e}");
+        }
+    }
+    // Counters per role track sum to the threads table's totals of that role:
+    // the CPU time exactly, and each state but user and system exactly (the
+    // tick-sampled split of a running thread can shift between intervals).
+    let o = vtrace(&["report", rec.to_str().unwrap(), "--format", "csv", "--table", "threads"]);
+    let csv = String::from_utf8(o.stdout).unwrap();
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let tracks: std::collections::HashMap<u64, String> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let mut roles_checked = 0;
+    for role in tracks.values().filter(|r| !r.starts_with("packets")) {
+        for state in ["user+system", "softirq", "hardirq", "guest"] {
+            let truth: u64 = csv
+                .lines()
+                .skip(1)
+                .map(|l| l.split(',').collect::<Vec<_>>())
+                .filter(|c| format!("{}/{}", c[column("platform")], c[column("role")]) == *role)
+                .map(|c| {
+                    state
+                        .split('+')
+                        .map(|s| c[column(&format!("{s}_ns"))].parse::<u64>().unwrap())
+                        .sum::<u64>()
+                })
+                .sum();
+            let counted: u64 = events
+                .iter()
+                .filter(|e| e["ph"] == "C" && tracks.get(&e["pid"].as_u64().unwrap()) == Some(role))
+                .map(|e| state.split('+').map(|s| e["args"][s].as_u64().unwrap()).sum::<u64>())
+                .sum();
+            assert_eq!(counted, truth, "{role} {state}");
+        }
+        roles_checked += 1;
+    }
+    assert!(roles_checked >= 3, "app, kernel, idle at least: {tracks:?}");
+    // Tracks are named by role, threads by comm; packets hop to hop on loopback.
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"host/app") && names.contains(&"packets (hop to hop)"),
+        "{names:?}"
+    );
+    let spans: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(spans.len() > 1000, "{} packet spans", spans.len());
+    assert!(
+        spans
+            .iter()
+            .all(|s| s["dur"].as_f64().unwrap() >= 0.0 && s["name"].as_str().unwrap().contains("lo"))
+    );
+}

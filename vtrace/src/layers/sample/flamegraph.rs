@@ -1,0 +1,140 @@
+//! Flamegraphs of the sampled stacks (inferno): each stack rooted at its
+//! thread's `platform/role`, then its instance and thread, so one graph
+//! shows who burns what; every frame coloured by the role it is under (the
+//! role colours of every other figure, `report::plot::color_of`).
+
+use super::SampleRow;
+use crate::recording::Recording;
+
+/// The folded stacks, `platform/role;instance;comm;frame;...;leaf count`.
+pub fn folded_by_role(rec: &Recording) -> Vec<String> {
+    let mut merged: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for s in rec.rows::<SampleRow>() {
+        let instance = if s.instance.is_empty() {
+            "host"
+        } else {
+            s.instance.as_str()
+        };
+        let root = format!("{}/{};{instance};{}", s.platform, s.role, s.comm.replace(';', ":"));
+        *merged.entry(format!("{root};{}", s.stack)).or_default() += s.count;
+    }
+    merged.into_iter().map(|(stack, n)| format!("{stack} {n}")).collect()
+}
+
+/// The interactive SVG (inferno's own script: zoom, search), or why none.
+pub fn svg(rec: &Recording, title: &str) -> Result<String, String> {
+    let lines = folded_by_role(rec);
+    if lines.is_empty() {
+        return Err("the recording has no sampled stacks: record with --sample 99".into());
+    }
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = format!("CPU samples: {title}");
+    opts.subtitle = Some("stacks rooted at platform/role, instance, thread; frames coloured by role".into());
+    opts.count_name = "samples".into();
+    let mut out = Vec::new();
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut out)
+        .map_err(|e| format!("flamegraph: {e}"))?;
+    let svg = String::from_utf8(out).map_err(|e| format!("flamegraph: {e}"))?;
+    Ok(color_by_role(&svg))
+}
+
+/// The SVG without its script and event handlers: a static picture an HTML
+/// page whose content security policy forbids scripts shows without errors.
+pub fn without_script(svg: &str) -> String {
+    let mut out = String::with_capacity(svg.len());
+    let mut rest = svg;
+    while let Some(at) = rest.find("<script") {
+        out.push_str(&rest[..at]);
+        match rest[at..].find("</script>") {
+            Some(end) => rest = &rest[at + end + "</script>".len()..],
+            None => {
+                rest = "";
+            }
+        }
+    }
+    out.push_str(rest);
+    // Inline handlers (onload="init(evt)") run as script too.
+    let mut clean = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(at) = rest.find(" on") {
+        let attr = &rest[at + 1..];
+        let name_end = attr.find('=').unwrap_or(0);
+        let is_handler = name_end > 2
+            && attr[..name_end].chars().all(|c| c.is_ascii_lowercase())
+            && attr[name_end..].starts_with("=\"");
+        if is_handler && let Some(close) = attr[name_end + 2..].find('"') {
+            clean.push_str(&rest[..at]);
+            rest = &attr[name_end + 2 + close + 1..];
+        } else {
+            clean.push_str(&rest[..at + 3]);
+            rest = &rest[at + 3..];
+        }
+    }
+    clean.push_str(rest);
+    clean
+}
+
+/// Value of `name="..."` in an element's text.
+fn attr<'a>(element: &'a str, name: &str) -> Option<&'a str> {
+    let at = element.find(&format!(" {name}=\""))? + name.len() + 3;
+    Some(&element[at..at + element[at..].find('"')?])
+}
+
+/// Every frame's fill: the colour of the role frame it stands on, lighter
+/// with height so neighbouring frames stay apart.
+fn color_by_role(svg: &str) -> String {
+    // Role frames are the ones directly above "all": the second-lowest row.
+    let frames: Vec<(usize, &str, &str)> = svg
+        .match_indices("<g><title>")
+        .filter_map(|(at, _)| {
+            let g = &svg[at..at + svg[at..].find("</g>")?];
+            let title = &g["<g><title>".len()..g.find("</title>")?];
+            let name = title.rsplit_once(" (").map_or(title, |(n, _)| n);
+            let rect = &g[g.find("<rect")?..];
+            Some((attr(rect, "y")?.parse::<usize>().ok()?, name, rect))
+        })
+        .collect();
+    let mut rows: Vec<usize> = frames.iter().map(|f| f.0).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    let Some(&role_row) = rows.iter().rev().nth(1) else {
+        return svg.to_string();
+    };
+    let samples = |rect: &str, a: &str| attr(rect, a).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let roles: Vec<(u64, u64, &str)> = frames
+        .iter()
+        .filter(|f| f.0 == role_row)
+        .map(|f| (samples(f.2, "fg:x"), samples(f.2, "fg:w"), f.1))
+        .collect();
+    let mut out = String::with_capacity(svg.len());
+    let mut rest = svg;
+    while let Some(at) = rest.find("<rect") {
+        out.push_str(&rest[..at]);
+        let end = rest[at..].find("/>").map_or(rest.len() - at, |e| e + 2);
+        let rect = &rest[at..at + end];
+        let x = samples(rect, "fg:x");
+        // Only frames carry fg:x; the background does not.
+        let role = roles
+            .iter()
+            .find(|(rx, rw, _)| x >= *rx && x < rx + rw)
+            .filter(|_| attr(rect, "fg:x").is_some());
+        match (
+            role,
+            attr(rect, "fill"),
+            attr(rect, "y").and_then(|y| y.parse::<usize>().ok()),
+        ) {
+            (Some((_, _, name)), Some(fill), Some(y)) if y <= role_row => {
+                let c = crate::report::plot::color_of(name);
+                // Up to 45 % lighter towards the top of the graph.
+                let lift = ((role_row - y) as f64 / role_row.max(1) as f64 * 0.45).min(0.45);
+                let mix = |v: u8| (v as f64 + (255.0 - v as f64) * lift).round() as u8;
+                let rgb = format!("rgb({},{},{})", mix(c.0), mix(c.1), mix(c.2));
+                out.push_str(&rect.replacen(&format!("fill=\"{fill}\""), &format!("fill=\"{rgb}\""), 1));
+            }
+            _ => out.push_str(rect),
+        }
+        rest = &rest[at + end..];
+    }
+    out.push_str(rest);
+    out
+}

@@ -1,0 +1,157 @@
+//! `report --format trace`: the Chrome trace event format (JSON), which
+//! ui.perfetto.dev and chrome://tracing open. One track ("process") per
+//! platform role, named `platform/role`, whose counters are the CPU ns of
+//! each state in each interval (they sum to the recording's totals); its
+//! threads named by their comm; with `--events`, one span per packet per
+//! hop-to-hop step on a "packets" track; KVM exits per vCPU thread as
+//! totals at the end (exits are aggregated in the kernel, not timestamped).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::{
+    layers::{
+        cpu::{IntervalRow, ThreadRow},
+        kvm::KvmLatencyRow,
+    },
+    recording::Recording,
+};
+
+/// Packet spans beyond this many are left out (the trace says how many):
+/// a viewer loads a few hundred thousand events comfortably.
+const MAX_PACKET_SPANS: usize = 200_000;
+/// The same skb address seen again after this long is another packet.
+const SAME_PACKET_NS: u64 = 1_000_000_000;
+/// Track ids that no real process has (pids stop at 2^22).
+const ROLE_TRACK_BASE: u64 = 1 << 24;
+const PACKETS_TRACK: u64 = (1 << 24) - 1;
+
+const STATES: [&str; 5] = ["user", "system", "softirq", "hardirq", "guest"];
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1e3
+}
+
+pub fn render(rec: &Recording) -> String {
+    let threads: BTreeMap<u32, &ThreadRow> = rec.rows::<ThreadRow>().iter().map(|t| (t.tid, t)).collect();
+    let role_of = |tid: u32| {
+        threads
+            .get(&tid)
+            .map_or_else(|| "host/other".to_string(), |t| format!("{}/{}", t.platform, t.role))
+    };
+    let mut roles: Vec<String> = threads.values().map(|t| format!("{}/{}", t.platform, t.role)).collect();
+    roles.sort();
+    roles.dedup();
+    let track = |role: &str| ROLE_TRACK_BASE + roles.iter().position(|r| r == role).unwrap_or(roles.len()) as u64;
+    let mut events: Vec<Value> = Vec::new();
+    for role in &roles {
+        events.push(json!({"ph": "M", "name": "process_name", "pid": track(role), "args": {"name": role}}));
+    }
+    for t in threads.values() {
+        let role = format!("{}/{}", t.platform, t.role);
+        events.push(
+            json!({"ph": "M", "name": "thread_name", "pid": track(&role), "tid": t.tid,
+                           "args": {"name": format!("{} ({})", t.comm, t.tid)}}),
+        );
+    }
+
+    // CPU ns per role, state and interval: a counter sample at each interval's start.
+    let mut per_interval: BTreeMap<(String, u64), ([u64; 5], u64)> = BTreeMap::new();
+    for r in rec.rows::<IntervalRow>() {
+        let e = per_interval.entry((role_of(r.tid), r.start_ns)).or_default();
+        for (sum, v) in
+            e.0.iter_mut()
+                .zip([r.user_ns, r.system_ns, r.softirq_ns, r.hardirq_ns, r.guest_ns])
+        {
+            *sum += v;
+        }
+        e.1 = e.1.max(r.end_ns);
+    }
+    let mut last_end: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((role, start), (ns, end)) in &per_interval {
+        let args: serde_json::Map<String, Value> =
+            STATES.iter().zip(ns).map(|(s, v)| (s.to_string(), json!(v))).collect();
+        events.push(
+            json!({"ph": "C", "name": "CPU ns per interval", "pid": track(role), "ts": us(*start), "args": args}),
+        );
+        let e = last_end.entry(role.as_str()).or_default();
+        *e = (*e).max(*end);
+    }
+    // Each counter back to zero where its last interval ends.
+    for (role, end) in last_end {
+        let zeros: serde_json::Map<String, Value> = STATES.iter().map(|s| (s.to_string(), json!(0))).collect();
+        events
+            .push(json!({"ph": "C", "name": "CPU ns per interval", "pid": track(role), "ts": us(end), "args": zeros}));
+    }
+
+    // Packets: a span from each hop to the next of the same skb.
+    let mut spans = 0usize;
+    let mut left_out = 0usize;
+    let mut last_hop: std::collections::HashMap<u64, (u64, String, (u32, u32))> = std::collections::HashMap::new();
+    // A device is its (netns, ifindex): ifindexes repeat across namespaces.
+    let mut devices: Vec<((u32, u32), String)> = rec
+        .rows::<crate::layers::net::NetDeviceRow>()
+        .iter()
+        .map(|d| ((d.netns, d.ifindex), d.name.clone()))
+        .collect();
+    fn dev_track(devices: &mut Vec<((u32, u32), String)>, key: (u32, u32)) -> usize {
+        devices.iter().position(|(k, _)| *k == key).unwrap_or_else(|| {
+            devices.push((key, format!("if{} (netns {})", key.1, key.0)));
+            devices.len() - 1
+        })
+    }
+    let walked = rec.net_events.for_each(|e| {
+        let here = dev_track(&mut devices, (e.netns, e.ifindex));
+        if let Some((ts, hop, from)) = last_hop.get(&e.skb)
+            && e.ts_ns >= *ts
+            && e.ts_ns - ts < SAME_PACKET_NS
+        {
+            if spans < MAX_PACKET_SPANS {
+                let from = dev_track(&mut devices, *from);
+                let name = format!("{} {hop} -> {} {}", devices[from].1, devices[here].1, e.hop);
+                events.push(json!({"ph": "X", "name": name,
+                                   "cat": "packet", "pid": PACKETS_TRACK, "tid": here, "ts": us(*ts),
+                                   "dur": us(e.ts_ns - ts), "args": {"skb": format!("{:#x}", e.skb), "len": e.len}}));
+                spans += 1;
+            } else {
+                left_out += 1;
+            }
+        }
+        last_hop.insert(e.skb, (e.ts_ns, e.hop.to_string(), (e.netns, e.ifindex)));
+    });
+    if spans > 0 {
+        events.push(
+            json!({"ph": "M", "name": "process_name", "pid": PACKETS_TRACK, "args": {"name": "packets (hop to hop)"}}),
+        );
+        for (i, (_, name)) in devices.iter().enumerate() {
+            events.push(
+                json!({"ph": "M", "name": "thread_name", "pid": PACKETS_TRACK, "tid": i, "args": {"name": name}}),
+            );
+        }
+    }
+
+    // KVM: per vCPU thread and exit reason, the totals, at the end.
+    let end = us(rec.meta.wall_ns);
+    for k in rec.rows::<KvmLatencyRow>() {
+        events.push(
+            json!({"ph": "i", "s": "t", "name": format!("{} {} (totals)", k.kind, k.reason_name),
+                           "pid": track(&format!("{}/{}", k.platform, k.role)), "tid": k.tid, "ts": end,
+                           "args": {"count": k.count, "sum_ns": k.sum_ns, "min_ns": k.min_ns, "max_ns": k.max_ns}}),
+        );
+    }
+
+    let doc = json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ns",
+        "otherData": {
+            "vtrace_version": rec.meta.vtrace_version,
+            "platform": rec.meta.selectors.platform,
+            "wall_ns": rec.meta.wall_ns,
+            "packet_spans": spans,
+            "packet_spans_left_out": left_out,
+            "packet_events_unreadable": walked.err(),
+        },
+    });
+    serde_json::to_string(&doc).expect("trace serializes")
+}
