@@ -43,7 +43,7 @@ impl Series {
         for tid in tids {
             let (cur, pid) = now[&tid];
             let prev = self.last.get(&tid).copied().unwrap_or_default();
-            let d = interval_deltas(&prev, &cur);
+            let d: Vec<u64> = (0..state::REPORTED).map(|s| cur[s].saturating_sub(prev[s])).collect();
             if d.iter().any(|&v| v > 0) {
                 self.rows.push(IntervalRow {
                     start_ns,
@@ -62,36 +62,6 @@ impl Series {
         }
         self.last_at = Some(snap.at_ns);
     }
-}
-
-/// A thread's time per state in an interval. The tick-sampled user/system
-/// split of a running thread can move time from one state to the other
-/// between snapshots: a state that shrank gives 0, and the others give up
-/// that much in proportion, so the interval's total is the thread's real
-/// increase and the intervals of a thread sum to its total.
-fn interval_deltas(prev: &[u64; state::REPORTED], cur: &[u64; state::REPORTED]) -> [u64; state::REPORTED] {
-    let mut d = [0u64; state::REPORTED];
-    let total = cur.iter().sum::<u64>().saturating_sub(prev.iter().sum::<u64>());
-    for s in 0..state::REPORTED {
-        d[s] = cur[s].saturating_sub(prev[s]);
-    }
-    let grown: u64 = d.iter().sum();
-    if grown > total {
-        let mut excess = grown - total;
-        for v in d.iter_mut() {
-            let cut = ((*v as u128 * (grown - total) as u128) / grown as u128) as u64;
-            let cut = cut.min(excess);
-            *v -= cut;
-            excess -= cut;
-        }
-        // Rounding leftovers from the largest.
-        if excess > 0
-            && let Some(max) = d.iter_mut().max()
-        {
-            *max -= excess.min(*max);
-        }
-    }
-    d
 }
 
 /// guest_time of every thread at the start and at its last sighting.
