@@ -152,32 +152,8 @@ enum Command {
     /// (started and stopped here, or already up), every run kept with its workload's output;
     /// `vtrace report DIR` draws the figures. Re-running the same command resumes.
     Bench {
-        /// Lab platforms (see `vtrace lab status`).
-        #[arg(long, value_delimiter = ',', default_value = "host,runc")]
-        platforms: Vec<String>,
-        #[arg(long = "workload", value_enum, value_delimiter = ',', default_value = "redis")]
-        workloads: Vec<vtrace::bench::Workload>,
-        /// redis value sizes (bytes).
-        #[arg(long, value_delimiter = ',', default_value = "32,64,1024,4096,16384")]
-        sizes: Vec<u32>,
-        /// iperf3 TCP window sizes (its -w).
-        #[arg(long, value_delimiter = ',', default_value = "64K,256K,1M")]
-        windows: Vec<String>,
-        /// CPU stressors (busy loops) beside the workload, one cell per count (e.g. 0,2).
-        #[arg(long, value_delimiter = ',', default_value = "0")]
-        stress: Vec<u32>,
-        /// Runs per cell.
-        #[arg(long, default_value_t = 3)]
-        repeat: u32,
-        /// redis-benchmark requests per test (GET, SET).
-        #[arg(long, default_value_t = 100_000)]
-        requests: u32,
-        /// iperf3 seconds per run.
-        #[arg(long, default_value_t = 5)]
-        seconds: u32,
-        /// ping echo requests per run (10 ms apart).
-        #[arg(long, default_value_t = 200)]
-        pings: u32,
+        #[command(flatten)]
+        matrix: vtrace::bench::Matrix,
         /// Layers recorded in each run (as `record --layers`).
         #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
         layers: Vec<String>,
@@ -346,30 +322,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             };
             emit(&text, output.as_deref())
         }
-        Command::Bench {
-            platforms,
-            workloads,
-            sizes,
-            windows,
-            stress,
-            repeat,
-            requests,
-            seconds,
-            pings,
-            layers,
-            output,
-        } => {
-            let matrix = vtrace::bench::Matrix {
-                platforms,
-                workloads,
-                sizes,
-                windows,
-                stress,
-                repeat,
-                requests,
-                seconds,
-                pings,
-            };
+        Command::Bench { matrix, layers, output } => {
             let opts = RecordOptions::default().layers(layers);
             let outcome = vtrace::bench::run(&matrix, &output, &opts)?;
             eprintln!(

@@ -26,22 +26,33 @@ use crate::{
 };
 
 /// The matrix, as given on the command line (`bench.json`).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 pub struct Matrix {
+    /// Lab platforms (see `vtrace lab status`).
+    #[arg(long, value_delimiter = ',', default_value = "host,runc")]
     pub platforms: Vec<String>,
+    #[arg(long = "workload", value_enum, value_delimiter = ',', default_value = "redis")]
     pub workloads: Vec<Workload>,
     /// redis-benchmark value sizes (bytes).
+    #[arg(long, value_delimiter = ',', default_value = "32,64,1024,4096,16384")]
     pub sizes: Vec<u32>,
-    /// iperf3 TCP window sizes (`-w`: 64K, 1M, ...).
+    /// iperf3 TCP window sizes (its -w: 64K, 1M, ...).
+    #[arg(long, value_delimiter = ',', default_value = "64K,256K,1M")]
     pub windows: Vec<String>,
-    /// CPU stressors beside the workload (busy loops), one cell each.
+    /// CPU stressors (busy loops) beside the workload, one cell per count (e.g. 0,2).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
     pub stress: Vec<u32>,
+    /// Runs per cell.
+    #[arg(long, default_value_t = 3)]
     pub repeat: u32,
-    /// redis-benchmark requests per test (GET and SET).
+    /// redis-benchmark requests per test (GET, SET).
+    #[arg(long, default_value_t = 100_000)]
     pub requests: u32,
     /// iperf3 seconds per run.
+    #[arg(long, default_value_t = 5)]
     pub seconds: u32,
-    /// ping echo requests per run.
+    /// ping echo requests per run (10 ms apart).
+    #[arg(long, default_value_t = 200)]
     pub pings: u32,
 }
 

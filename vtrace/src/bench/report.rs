@@ -272,26 +272,7 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
                 "{unit}s per second (bars: mean; whiskers: min..max over {} runs)",
                 m.repeat
             ),
-            kind: FigureKind::Bars {
-                categories: labels.clone(),
-                series: m
-                    .platforms
-                    .iter()
-                    .map(|p| RangedSeries {
-                        name: p.clone(),
-                        values: labels
-                            .iter()
-                            .map(|l| {
-                                cells
-                                    .iter()
-                                    .find(|c| &c.platform == p && &label(c) == l)
-                                    .and_then(|c| c.ops_per_s)
-                                    .map(|r| (r.mean, r.min, r.max))
-                            })
-                            .collect(),
-                    })
-                    .collect(),
-            },
+            kind: by_platform(m, &labels, cells, |c| c.ops_per_s.map(|r| (r.mean, r.min, r.max))),
         });
     }
 
@@ -385,29 +366,38 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
         s.figure(Figure {
             title: "Round-trip time by platform (bars: p50; whiskers: p50..p99)".into(),
             value_label: "round-trip time (µs)".into(),
-            kind: FigureKind::Bars {
-                categories: labels.clone(),
-                series: m
-                    .platforms
-                    .iter()
-                    .map(|p| RangedSeries {
-                        name: p.clone(),
-                        values: labels
-                            .iter()
-                            .map(|l| {
-                                cells
-                                    .iter()
-                                    .find(|c| &c.platform == p && &label(c) == l)
-                                    .and_then(|c| c.rtt_us)
-                                    .map(|r| (r.p50, r.p50, r.p99))
-                            })
-                            .collect(),
-                    })
-                    .collect(),
-            },
+            kind: by_platform(m, &labels, cells, |c| c.rtt_us.map(|r| (r.p50, r.p50, r.p99))),
         });
     }
     s
+}
+
+/// Bars per parameter label, one series per platform, each bar `value(cell)`.
+fn by_platform(
+    m: &Matrix,
+    labels: &[String],
+    cells: &[&CellSummary],
+    value: impl Fn(&CellSummary) -> Option<(f64, f64, f64)>,
+) -> FigureKind {
+    FigureKind::Bars {
+        categories: labels.to_vec(),
+        series: m
+            .platforms
+            .iter()
+            .map(|p| RangedSeries {
+                name: p.clone(),
+                values: labels
+                    .iter()
+                    .map(|l| {
+                        cells
+                            .iter()
+                            .find(|c| &c.platform == p && &label(c) == l)
+                            .and_then(|c| value(c))
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
 }
 
 /// One CSV line per cell: the numbers of the tables above.
