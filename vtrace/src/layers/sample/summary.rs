@@ -13,7 +13,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         let total: u64 = samples.iter().map(|s| s.count).sum();
         let mut t = Table::new(
             format!(
-                "Sampled stacks ({} Hz, {total} samples; `report --format flamegraph` draws them)",
+                "Sampled stacks ({} Hz, {total} samples; `report --format folded` for a flamegraph)",
                 rec.meta.overhead.sample_hz
             ),
             vec![
