@@ -336,7 +336,7 @@ pub fn down(name: &str) -> Result<()> {
                 if current.trim_end() == comm {
                     unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
                     let start = Instant::now();
-                    while Path::new(&format!("/proc/{pid}")).exists() && start.elapsed() < Duration::from_secs(15) {
+                    while is_alive(*pid) && start.elapsed() < Duration::from_secs(15) {
                         std::thread::sleep(Duration::from_millis(50));
                     }
                     unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
@@ -402,6 +402,17 @@ pub fn down(name: &str) -> Result<()> {
     }
 }
 
+/// Whether `pid` still runs. A process this vtrace started (`vtrace bench`
+/// brings instances up and down in one process) is reaped here; a zombie
+/// whose parent has not reaped it yet has ended all the same.
+fn is_alive(pid: u32) -> bool {
+    unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with(['Z', 'X'])))
+        .unwrap_or(false)
+}
+
 /// Processes whose command line contains `pattern`.
 fn processes_matching(pattern: &str) -> Vec<u32> {
     fs::read_dir("/proc")
@@ -434,7 +445,7 @@ pub fn leftovers(ledger: &Ledger) -> Vec<String> {
                 .then(|| format!("link {name}")),
             Resource::Process { pid, comm } => fs::read_to_string(format!("/proc/{pid}/comm"))
                 .ok()
-                .filter(|c| c.trim_end() == comm)
+                .filter(|c| c.trim_end() == comm && is_alive(*pid))
                 .map(|_| format!("process {pid} ({comm})")),
             Resource::Container { runtime, .. } if runtime == "docker" => None, // gone with its daemon
             Resource::Container { runtime, id, root } => Path::new(root)
