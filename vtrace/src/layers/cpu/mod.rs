@@ -170,7 +170,7 @@ impl Collector for CpuRecorder {
         out.tables.put(rows::cpu_rows(&snap));
         out.tables.put(rows::softirq_rows(&snap));
         out.tables.put(rows::irq_rows(&snap));
-        out.tables.put(self.series.rows);
+        out.tables.put(self.series.finish());
         Ok(())
     }
 }

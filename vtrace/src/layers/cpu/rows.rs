@@ -19,11 +19,17 @@ use crate::{
     recording::Workload,
 };
 
-/// Per-interval deltas of each thread's totals.
+/// Per-interval deltas of each thread's totals. A snapshot charges a running
+/// thread the time its CPU has pending, which the kernel side may trim when
+/// the thread switches out (the scheduler's own slice length, the tick split
+/// shifting): a total can go down between snapshots. What went down is owed
+/// and taken from that thread's next increases (its last rows, if none come),
+/// so each thread's rows sum to its final total, as the threads table says.
 #[derive(Default)]
 pub struct Series {
     last_at: Option<u64>,
     last: HashMap<u32, [u64; state::REPORTED]>,
+    owed: HashMap<u32, [u64; state::REPORTED]>,
     pub rows: Vec<IntervalRow>,
 }
 
@@ -43,7 +49,17 @@ impl Series {
         for tid in tids {
             let (cur, pid) = now[&tid];
             let prev = self.last.get(&tid).copied().unwrap_or_default();
-            let d: Vec<u64> = (0..state::REPORTED).map(|s| cur[s].saturating_sub(prev[s])).collect();
+            let owed = self.owed.entry(tid).or_default();
+            let mut d = [0u64; state::REPORTED];
+            for s in 0..state::REPORTED {
+                if cur[s] >= prev[s] {
+                    let repaid = (cur[s] - prev[s]).min(owed[s]);
+                    owed[s] -= repaid;
+                    d[s] = cur[s] - prev[s] - repaid;
+                } else {
+                    owed[s] += prev[s] - cur[s];
+                }
+            }
             if d.iter().any(|&v| v > 0) {
                 self.rows.push(IntervalRow {
                     start_ns,
@@ -61,6 +77,33 @@ impl Series {
             self.last.insert(tid, cur);
         }
         self.last_at = Some(snap.at_ns);
+    }
+
+    /// The rows, after the last snapshot: what is still owed comes off each
+    /// thread's latest rows.
+    pub fn finish(mut self) -> Vec<IntervalRow> {
+        for (tid, mut owed) in self.owed {
+            for row in self.rows.iter_mut().rev().filter(|r| r.tid == tid) {
+                for (s, value) in [
+                    (state::USER, &mut row.user_ns),
+                    (state::SYSTEM, &mut row.system_ns),
+                    (state::SOFTIRQ, &mut row.softirq_ns),
+                    (state::HARDIRQ, &mut row.hardirq_ns),
+                    (state::GUEST, &mut row.guest_ns),
+                    (state::IDLE, &mut row.idle_ns),
+                ] {
+                    let take = owed[s].min(*value);
+                    *value -= take;
+                    owed[s] -= take;
+                }
+                if owed.iter().all(|&o| o == 0) {
+                    break;
+                }
+            }
+        }
+        self.rows
+            .retain(|r| r.user_ns + r.system_ns + r.softirq_ns + r.hardirq_ns + r.guest_ns + r.idle_ns > 0);
+        self.rows
     }
 }
 
