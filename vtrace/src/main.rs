@@ -121,9 +121,13 @@ enum Command {
         /// Divide by this many operations for per-operation figures (replaces what the recording says).
         #[arg(long)]
         ops: Option<f64>,
+        /// With `--format flamegraph`: a frame per source line (where debug info has them), not per function.
+        #[arg(long)]
+        lines: bool,
     },
     /// Recordings (or bench cells: directories of repetitions) side by side, per operation where
-    /// each knows its work, with the differences against the first.
+    /// each knows its work, with the differences against the first. `--format flamegraph` with two:
+    /// the differential flamegraph of B against A.
     Compare {
         #[arg(required = true, num_args = 2..)]
         recordings: Vec<PathBuf>,
@@ -292,6 +296,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             table,
             output,
             ops,
+            lines,
         } => {
             if path.join(vtrace::bench::MATRIX_FILE).is_file() {
                 anyhow::ensure!(table.is_none(), "--table is of a recording, not of a bench");
@@ -311,7 +316,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 rec.set_ops(vtrace::workload::ops::Operations::given(n));
             }
             if format == Format::Flamegraph {
-                let svg = layers::sample::flamegraph::svg(&rec, &report::title(&rec)).map_err(anyhow::Error::msg)?;
+                let svg =
+                    layers::sample::flamegraph::svg(&rec, &report::title(&rec), lines).map_err(anyhow::Error::msg)?;
                 return emit(&svg, output.as_deref());
             }
             let text = if let Some(name) = table {
@@ -344,6 +350,21 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             top,
             output,
         } => {
+            if format == Format::Flamegraph {
+                let [a, b] = recordings.as_slice() else {
+                    anyhow::bail!("a differential flamegraph compares two: vtrace compare A B --format flamegraph");
+                };
+                let read = |p: &PathBuf| -> anyhow::Result<Vec<recording::Recording>> {
+                    vtrace::compare::recordings_in(p)?
+                        .iter()
+                        .map(|r| Ok(recording::read(r)?))
+                        .collect()
+                };
+                let title = format!("{} (B) against {} (A)", b.display(), a.display());
+                let svg = layers::sample::flamegraph::differential_svg(&read(a)?, &read(b)?, &title)
+                    .map_err(anyhow::Error::msg)?;
+                return emit(&svg, output.as_deref());
+            }
             let subjects = recordings
                 .iter()
                 .map(|p| vtrace::compare::Subject::load(p))

@@ -58,7 +58,7 @@ pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
         Format::Csv => csv::threads(&CpuBreakdown::of(rec)),
         Format::Folded => folded(rec),
         Format::Trace => trace::render(rec),
-        Format::Flamegraph => layers::sample::flamegraph::svg(rec, &title(rec)).unwrap_or_default(),
+        Format::Flamegraph => layers::sample::flamegraph::svg(rec, &title(rec), false).unwrap_or_default(),
         Format::Json => render_sections(&sections(rec, usize::MAX), Format::Json, &title(rec)),
         format => render_sections(&sections(rec, opts.top), format, &title(rec)),
     }

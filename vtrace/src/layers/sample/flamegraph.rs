@@ -3,12 +3,16 @@
 //! shows who burns what; every frame coloured by the role it is under (the
 //! role colours of every other figure, `report::plot::color_of`).
 
-use super::SampleRow;
+use std::collections::BTreeMap;
+
+use super::{SampleRow, collector::frame_location_stripped};
 use crate::recording::Recording;
 
-/// The folded stacks, `platform/role;instance;comm;frame;...;leaf count`.
-pub fn folded_by_role(rec: &Recording) -> Vec<String> {
-    let mut merged: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+/// The folded stacks, `platform/role;instance;comm;frame;...;leaf count`;
+/// frames keep their source lines with `lines`, else frames of one function
+/// merge (`collector::frame_location_stripped`).
+pub fn folded_by_role(rec: &Recording, lines: bool) -> Vec<String> {
+    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     for s in rec.rows::<SampleRow>() {
         let instance = if s.instance.is_empty() {
             "host"
@@ -16,26 +20,94 @@ pub fn folded_by_role(rec: &Recording) -> Vec<String> {
             s.instance.as_str()
         };
         let root = format!("{}/{};{instance};{}", s.platform, s.role, s.comm.replace(';', ":"));
-        *merged.entry(format!("{root};{}", s.stack)).or_default() += s.count;
+        *merged.entry(format!("{root};{}", frames(&s.stack, lines))).or_default() += s.count;
     }
     merged.into_iter().map(|(stack, n)| format!("{stack} {n}")).collect()
 }
 
+fn frames(stack: &str, lines: bool) -> String {
+    if lines {
+        return stack.to_string();
+    }
+    let frames: Vec<&str> = stack.split(';').map(frame_location_stripped).collect();
+    frames.join(";")
+}
+
 /// The interactive SVG (inferno's own script: zoom, search), or why none.
-pub fn svg(rec: &Recording, title: &str) -> Result<String, String> {
-    let lines = folded_by_role(rec);
+pub fn svg(rec: &Recording, title: &str, lines: bool) -> Result<String, String> {
+    let lines = folded_by_role(rec, lines);
     if lines.is_empty() {
-        return Err("the recording has no sampled stacks: record with --sample 99".into());
+        return Err(NO_SAMPLES.into());
     }
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = format!("CPU samples: {title}");
     opts.subtitle = Some("stacks rooted at platform/role, instance, thread; frames coloured by role".into());
     opts.count_name = "samples".into();
-    let mut out = Vec::new();
-    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut out)
-        .map_err(|e| format!("flamegraph: {e}"))?;
-    let svg = String::from_utf8(out).map_err(|e| format!("flamegraph: {e}"))?;
+    let svg = draw(&mut opts, &lines)?;
     Ok(color_by_role(&svg))
+}
+
+const NO_SAMPLES: &str = "the recording has no sampled stacks: record with --sample 99";
+
+fn draw(opts: &mut inferno::flamegraph::Options, lines: &[String]) -> Result<String, String> {
+    let mut out = Vec::new();
+    inferno::flamegraph::from_lines(opts, lines.iter().map(String::as_str), &mut out)
+        .map_err(|e| format!("flamegraph: {e}"))?;
+    String::from_utf8(out).map_err(|e| format!("flamegraph: {e}"))
+}
+
+/// Samples per stack rooted at role (platforms, instances and threads
+/// differ between the two sides of a comparison; roles are what they
+/// share), summed over `recs`, and the work they did when all know it.
+fn folded_by_role_only(recs: &[Recording]) -> (BTreeMap<String, u64>, Option<f64>) {
+    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+    for rec in recs {
+        for s in rec.rows::<SampleRow>() {
+            *merged
+                .entry(format!("{};{}", s.role, frames(&s.stack, false)))
+                .or_default() += s.count;
+        }
+    }
+    let ops: Option<Vec<f64>> = recs.iter().map(|r| r.ops().map(|o| o.count)).collect();
+    (merged, ops.map(|o| o.iter().sum()))
+}
+
+/// A differential flamegraph of B against A (each one recording or the
+/// repetitions of a bench cell): B's stacks as widths, each frame red where B
+/// takes more samples than A for the same work and blue where fewer. A is
+/// scaled to B's operations when both know their work (the fair comparison
+/// when throughputs differ), else to B's total samples.
+pub fn differential_svg(a: &[Recording], b: &[Recording], title: &str) -> Result<String, String> {
+    let (before, ops_a) = folded_by_role_only(a);
+    let (after, ops_b) = folded_by_role_only(b);
+    if before.is_empty() || after.is_empty() {
+        return Err(format!("both sides need sampled stacks: {NO_SAMPLES}"));
+    }
+    let (scale, per) = match (ops_a, ops_b) {
+        (Some(oa), Some(ob)) if oa > 0.0 && ob > 0.0 => (ob / oa, "the same work (per operation)"),
+        _ => (
+            after.values().sum::<u64>() as f64 / before.values().sum::<u64>() as f64,
+            "the same number of samples (the work is not known)",
+        ),
+    };
+    let mut stacks: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (stack, n) in &before {
+        stacks.entry(stack).or_default().0 = (*n as f64 * scale).round() as u64;
+    }
+    for (stack, n) in &after {
+        stacks.entry(stack).or_default().1 = *n;
+    }
+    let lines: Vec<String> = stacks
+        .into_iter()
+        .map(|(stack, (a, b))| format!("{stack} {a} {b}"))
+        .collect();
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = format!("Differential CPU samples: {title}");
+    opts.subtitle = Some(format!(
+        "widths: B's samples; red: B takes more than A for {per}, blue: fewer; stacks rooted at role"
+    ));
+    opts.count_name = "samples".into();
+    draw(&mut opts, &lines)
 }
 
 /// The SVG without its script and event handlers: a static picture an HTML

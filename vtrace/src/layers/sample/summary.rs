@@ -37,7 +37,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             ]);
         }
         s.table(t);
-        if let Ok(svg) = super::flamegraph::svg(rec, &crate::report::title(rec)) {
+        if let Ok(svg) = super::flamegraph::svg(rec, &crate::report::title(rec), false) {
             s.picture(super::flamegraph::without_script(&svg));
         }
     }
