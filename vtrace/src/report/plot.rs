@@ -57,6 +57,23 @@ const ROLE_COLORS: [(&str, RGBColor); 17] = [
     ("idle", RGBColor(0xbb, 0xbb, 0xbb)),
 ];
 
+/// The platforms vtrace knows (vtrace/src/platforms/profiles.toml), each its
+/// own colour: bench figures put up to all of them side by side.
+const PLATFORM_COLORS: [(&str, RGBColor); 12] = [
+    ("host", RGBColor(0x4e, 0x79, 0xa7)),
+    ("runc", RGBColor(0xf2, 0x8e, 0x2b)),
+    ("crun", RGBColor(0xed, 0xc9, 0x48)),
+    ("lxc", RGBColor(0x76, 0xb7, 0xb2)),
+    ("docker", RGBColor(0x59, 0xa1, 0x4f)),
+    ("gvisor", RGBColor(0xb0, 0x7a, 0xa1)),
+    ("linuxvm", RGBColor(0xe1, 0x57, 0x59)),
+    ("lwip", RGBColor(0x9c, 0x75, 0x5f)),
+    ("firecracker", RGBColor(0xff, 0x9d, 0xa7)),
+    ("kata", RGBColor(0x17, 0xbe, 0xcf)),
+    ("unikraft", RGBColor(0xbc, 0xbd, 0x22)),
+    ("sriov", RGBColor(0x7f, 0x7f, 0x7f)),
+];
+
 pub fn color_of(name: &str) -> RGBColor {
     if let Some((_, c)) = STATE_COLORS.iter().find(|(s, _)| *s == name) {
         return *c;
@@ -64,6 +81,9 @@ pub fn color_of(name: &str) -> RGBColor {
     // "platform/role": by its role, so a role looks the same on every platform.
     let role = name.rsplit('/').next().unwrap_or(name);
     if let Some((_, c)) = ROLE_COLORS.iter().find(|(r, _)| *r == role) {
+        return *c;
+    }
+    if let Some((_, c)) = PLATFORM_COLORS.iter().find(|(p, _)| *p == name) {
         return *c;
     }
     // FNV-1a: stable across runs and builds, unlike std's hasher.
@@ -108,6 +128,20 @@ fn tick(v: &f64) -> String {
 
 fn max_or_one(v: f64) -> f64 {
     if v.is_finite() && v > 0.0 { v * 1.08 } else { 1.0 }
+}
+
+/// The value axis of horizontal bars: room on the right for the legend,
+/// which no bar reaches.
+fn bars_axis_max(v: f64) -> f64 {
+    max_or_one(v) * 1.25
+}
+
+/// Horizontal bars are listed top down in the order given; plotters counts
+/// segments bottom up. (Its integer ranges include their end: `0..n - 1`
+/// is n segments; a range of one value draws nothing, so one row takes
+/// `0..1`, the lower of two segments.)
+fn top_down(n: usize, i: usize) -> usize {
+    n - 1 - i.min(n - 1)
 }
 
 /// A white canvas of the report's width, and a chart on it titled as the
@@ -160,7 +194,7 @@ fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[S
     let longest = categories.iter().map(|c| c.len()).max().unwrap_or(4) as u32;
     let root = SVGBackend::with_string(out, (WIDTH, height)).into_drawing_area();
     let mut chart = chart_on(&root, f, 36, (longest * 7 + 10).clamp(60, 260))?
-        .build_cartesian_2d(0.0..max_or_one(max), (0..n).into_segmented())?;
+        .build_cartesian_2d(0.0..bars_axis_max(max), (0..n.max(2) - 1).into_segmented())?;
     chart
         .configure_mesh()
         .disable_y_mesh()
@@ -168,7 +202,7 @@ fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[S
         .x_label_formatter(&tick)
         .y_labels(n)
         .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => categories.get(*i).cloned().unwrap_or_default(),
+            SegmentValue::CenterOf(i) => categories.get(top_down(n, *i)).cloned().unwrap_or_default(),
             _ => String::new(),
         })
         .draw()?;
@@ -183,15 +217,16 @@ fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[S
             .map(|(i, v)| {
                 let x0 = start[i];
                 start[i] += v;
+                let row = top_down(n, i);
                 Rectangle::new(
-                    [(x0, SegmentValue::Exact(i)), (x0 + v, SegmentValue::Exact(i + 1))],
+                    [(x0, SegmentValue::Exact(row)), (x0 + v, SegmentValue::Exact(row + 1))],
                     color.filled(),
                 )
             })
             .collect();
         chart.draw_series(bars)?.label(&s.name).legend(swatch(color));
     }
-    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
@@ -207,7 +242,8 @@ fn histogram(
     let n = buckets.len().max(1);
     let max = counts.iter().copied().fold(0.0, f64::max);
     let root = SVGBackend::with_string(out, (WIDTH, 320)).into_drawing_area();
-    let mut chart = chart_on(&root, f, 40, 70)?.build_cartesian_2d((0..n).into_segmented(), 0.0..max_or_one(max))?;
+    let mut chart =
+        chart_on(&root, f, 40, 70)?.build_cartesian_2d((0..n.max(2) - 1).into_segmented(), 0.0..max_or_one(max))?;
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -290,7 +326,7 @@ fn ranged_bars(out: &mut String, f: &Figure, categories: &[String], series: &[Ra
     let longest = rows.iter().map(|r| r.0.len()).max().unwrap_or(4) as u32;
     let root = SVGBackend::with_string(out, (WIDTH, 90 + 24 * n as u32)).into_drawing_area();
     let mut chart = chart_on(&root, f, 36, (longest * 7 + 10).clamp(60, 260))?
-        .build_cartesian_2d(0.0..max_or_one(max), (0..n).into_segmented())?;
+        .build_cartesian_2d(0.0..bars_axis_max(max), (0..n.max(2) - 1).into_segmented())?;
     chart
         .configure_mesh()
         .disable_y_mesh()
@@ -298,13 +334,18 @@ fn ranged_bars(out: &mut String, f: &Figure, categories: &[String], series: &[Ra
         .x_label_formatter(&tick)
         .y_labels(n)
         .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => rows.get(*i).map(|r| r.0.clone()).unwrap_or_default(),
+            SegmentValue::CenterOf(i) => rows.get(top_down(n, *i)).map(|r| r.0.clone()).unwrap_or_default(),
             _ => String::new(),
         })
         .draw()?;
     for s in series {
         let color = color_of(&s.name);
-        let mine = || rows.iter().enumerate().filter(|(_, r)| r.1 == s.name);
+        let mine = || {
+            rows.iter()
+                .enumerate()
+                .filter(|(_, r)| r.1 == s.name)
+                .map(|(i, r)| (top_down(n, i), r))
+        };
         chart
             .draw_series(mine().map(|(i, r)| {
                 Rectangle::new(
@@ -321,7 +362,7 @@ fn ranged_bars(out: &mut String, f: &Figure, categories: &[String], series: &[Ra
             )
         }))?;
     }
-    draw_legend(&mut chart, SeriesLabelPosition::LowerRight)?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     root.present()?;
     Ok(())
 }
@@ -401,5 +442,23 @@ mod tests {
         }
         assert_eq!(color_of("kata/vmm"), color_of("vmm"));
         assert_eq!(color_of("eth0"), color_of("eth0"));
+    }
+
+    #[test]
+    fn platforms_keep_distinct_colours() {
+        let mut seen: Vec<RGBColor> = Vec::new();
+        for (platform, _) in PLATFORM_COLORS {
+            let c = color_of(platform);
+            assert!(!seen.contains(&c), "{platform} shares a colour");
+            seen.push(c);
+        }
+        let known = crate::platforms::profiles(None).unwrap();
+        for p in &known {
+            assert!(
+                PLATFORM_COLORS.iter().any(|(name, _)| *name == p.name),
+                "{} has a colour",
+                p.name
+            );
+        }
     }
 }

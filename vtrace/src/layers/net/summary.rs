@@ -7,7 +7,7 @@ use super::{NetDeviceRow, NetDropRow, NetHopRow, NetLatencyRow, NetSizeRow, TunI
 use crate::{
     analysis::histogram::Histogram,
     recording::Recording,
-    report::model::{Figure, FigureKind, Section, Table, col, left},
+    report::model::{Figure, FigureKind, RangedSeries, Section, Table, col, left},
 };
 
 fn device(rec: &Recording, netns: u32, ifindex: u32) -> Option<&NetDeviceRow> {
@@ -203,6 +203,36 @@ fn latency(s: &mut Section, rec: &Recording) {
         ]);
     }
     s.table(t);
+    let mut edges: Vec<&NetLatencyRow> = rec.rows::<NetLatencyRow>().iter().filter(|l| l.count > 0).collect();
+    edges.sort_by_key(|l| std::cmp::Reverse(l.count));
+    edges.truncate(12);
+    let hop = |netns, ifindex, hop: &str| format!("{}:{hop}", device_name(rec, netns, ifindex));
+    s.figure(Figure {
+        title: "Hop latency (bar: median, whisker: to p99)".into(),
+        value_label: "µs from one hop to the next of the same packet".into(),
+        kind: FigureKind::Bars {
+            categories: edges
+                .iter()
+                .map(|l| {
+                    format!(
+                        "{} → {}",
+                        hop(l.from_netns, l.from_ifindex, &l.from_hop),
+                        hop(l.to_netns, l.to_ifindex, &l.to_hop)
+                    )
+                })
+                .collect(),
+            series: vec![RangedSeries {
+                name: "p50".into(),
+                values: edges
+                    .iter()
+                    .map(|l| {
+                        let (p50, p99) = (l.p50_ns as f64 / 1e3, l.p99_ns as f64 / 1e3);
+                        Some((p50, p50, p99))
+                    })
+                    .collect(),
+            }],
+        },
+    });
     let displaced = rec.meta.overhead.skb_marks_displaced;
     if displaced > 0 {
         s.lines([format!(
