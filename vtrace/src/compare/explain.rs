@@ -143,7 +143,7 @@ pub fn explain(a: &Subject, b: &Subject, top: usize) -> Vec<Section> {
     }
     let mut w = Table::new(
         format!("Where, in finer detail ({per}; these overlap the terms above)"),
-        vec![col("B - A", 14), left("what", 60).gap(2), col("A", 12), col("B", 12)],
+        vec![col("B - A", 14), left("what", 60).gap(2), col("A", 16), col("B", 16)],
     );
     for key in keys.into_iter().filter(|k| *k != "cpu_ns" && *k != "bpf_run_ns") {
         let mut ids: Vec<&MetricId> = a
