@@ -170,3 +170,67 @@ fn a_small_matrix_records_every_cell_reports_their_numbers_and_resumes() {
         .unwrap();
     assert_eq!(before, after, "a finished run is not redone");
 }
+
+/// `--stress 1` beside ping: the busy loop runs the whole recording under
+/// the role `stress` (its own thread, named vtrace-stress), and the cost per
+/// reply leaves it out, as it leaves vtrace's own CPU out.
+#[test]
+fn stressors_run_beside_the_workload_under_their_own_role_left_out_of_the_cost() {
+    let _down = LabDown;
+    let dir = TempDir::new("bench-stress");
+    let out = dir.join("bench");
+    let o = vtrace(&[
+        "bench",
+        "--platforms",
+        "host",
+        "--workload",
+        "ping",
+        "--pings",
+        "50",
+        "--stress",
+        "1",
+        "--repeat",
+        "1",
+        "--layers",
+        "cpu",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = out.join("cells/host/ping-rtt+stress1/rep1.vtrace");
+    let report = report_json(&run);
+    let wall = report["wall_ns"].as_f64().unwrap();
+    let threads = report["threads"].as_array().unwrap();
+    let stress: Vec<&Value> = threads.iter().filter(|t| t["role"] == "stress").collect();
+    assert_eq!(stress.len(), 1, "one stressor thread");
+    assert_eq!(stress[0]["comm"], "vtrace-stress");
+    // A busy loop on one of two CPUs beside a ping every 10 ms.
+    let busy = stress[0]["total_ns"].as_f64().unwrap();
+    assert!(
+        busy > 0.6 * wall && busy <= 1.01 * wall,
+        "stressor busy {busy} ns of {wall}"
+    );
+
+    let o = vtrace(&["report", "--format", "json", out.to_str().unwrap()]);
+    let bench: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cell = &bench["bench"]["cells"][0];
+    let roles: Vec<&str> = cell["cpu_ns_per_op"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r[0].as_str().unwrap())
+        .collect();
+    assert!(!roles.contains(&"stress") && !roles.contains(&"vtrace"), "{roles:?}");
+    let counted: f64 = threads
+        .iter()
+        .filter(|t| t["role"] != "stress" && t["role"] != "vtrace")
+        .map(|t| t["total_ns"].as_f64().unwrap())
+        .sum();
+    let replies = report["workload"]["ops"]["count"].as_f64().unwrap();
+    let per_op = cell["cpu_ns_per_op_total"].as_f64().unwrap();
+    assert!(
+        (per_op - counted / replies).abs() < 1e-6 * per_op,
+        "{per_op} vs {}",
+        counted / replies
+    );
+}

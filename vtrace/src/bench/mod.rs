@@ -344,28 +344,39 @@ fn record_run(
     }
 }
 
-/// Busy loops beside the workload (`--stress N`), stopped when dropped.
-struct Stressors(Vec<std::process::Child>);
+/// Busy loops beside the workload (`--stress N`), stopped when dropped:
+/// forked processes named `platforms::STRESSOR_COMM`, so their CPU shows
+/// under the role `stress` and stays out of the cost per operation.
+struct Stressors(Vec<libc::pid_t>);
 
 impl Stressors {
     fn start(n: u32) -> std::io::Result<Stressors> {
-        let mut children = Vec::new();
+        let name = std::ffi::CString::new(crate::platforms::STRESSOR_COMM).expect("no NUL");
+        let mut pids = Stressors(Vec::new());
         for _ in 0..n {
-            children.push(
-                std::process::Command::new("sh")
-                    .args(["-c", "while :; do :; done"])
-                    .spawn()?,
-            );
+            match unsafe { libc::fork() } {
+                -1 => return Err(std::io::Error::last_os_error()),
+                0 => {
+                    // The child: only async-signal-safe calls after a fork.
+                    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+                    loop {
+                        std::hint::spin_loop();
+                    }
+                }
+                pid => pids.0.push(pid),
+            }
         }
-        Ok(Stressors(children))
+        Ok(pids)
     }
 }
 
 impl Drop for Stressors {
     fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
+        for &pid in &self.0 {
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
         }
     }
 }

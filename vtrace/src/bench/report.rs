@@ -60,7 +60,7 @@ pub struct CellSummary {
     pub unit: Option<String>,
     /// Operations per second as the workload measured them.
     pub ops_per_s: Option<Spread>,
-    /// CPU ns per operation by role (vtrace's own left out), largest first.
+    /// CPU ns per operation by role (vtrace's own and stressors' left out), largest first.
     pub cpu_ns_per_op: Vec<(String, f64)>,
     pub cpu_ns_per_op_total: f64,
     pub hops: Vec<Hop>,
@@ -109,7 +109,7 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
     let mut roles: Vec<(String, f64)> = Vec::new();
     for id in subject.metrics.keys().filter(|(k, _)| k == "cpu_ns") {
         let role = dim(id, "role").unwrap_or_default();
-        if role == "vtrace" {
+        if crate::platforms::ROLES_LEFT_OUT.contains(&role.as_str()) {
             continue;
         }
         match roles.iter_mut().find(|(r, _)| *r == role) {
@@ -235,6 +235,7 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
     };
     let mut s = Section::new(id, title);
     let unit = cells.iter().find_map(|c| c.unit.clone()).unwrap_or_else(|| "op".into());
+    let units = crate::workload::ops::plural(&unit);
     let mut labels: Vec<String> = Vec::new();
     for c in cells {
         if !labels.contains(&label(c)) {
@@ -244,7 +245,7 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
 
     // Throughput.
     let mut t = Table::new(
-        format!("{}s per second (mean [min, max] over the runs)", unit),
+        format!("{units} per second (mean [min, max] over the runs)"),
         vec![
             left("platform", 12),
             left("parameter", 24),
@@ -267,9 +268,9 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
     s.table(t);
     if w != Workload::Ping {
         s.figure(Figure {
-            title: format!("{title}: {unit}s per second"),
+            title: format!("{title}: {units} per second"),
             value_label: format!(
-                "{unit}s per second (bars: mean; whiskers: min..max over {} runs)",
+                "{units} per second (bars: mean; whiskers: min..max over {} runs)",
                 m.repeat
             ),
             kind: by_platform(m, &labels, cells, |c| c.ops_per_s.map(|r| (r.mean, r.min, r.max))),
@@ -287,7 +288,10 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
     }
     let mut columns = vec![left("platform", 12), left("parameter", 24), col("total", 10)];
     columns.extend(roles.iter().map(|r| col(r.clone(), 10)));
-    let mut t = Table::new(format!("CPU ns per {unit} by role (vtrace's own left out)"), columns);
+    let mut t = Table::new(
+        format!("CPU ns per {unit} by role (vtrace's own and stressors' left out)"),
+        columns,
+    );
     let role_ns = |c: &CellSummary, r: &str| c.cpu_ns_per_op.iter().find(|(x, _)| x == r).map_or(0.0, |(_, ns)| *ns);
     for c in cells {
         let mut cells_row = vec![c.platform.clone(), label(c), amount(c.cpu_ns_per_op_total)];

@@ -8,10 +8,12 @@
 use serde_json::json;
 
 use super::{MetricId, Subject, dims_text};
-use crate::report::model::{Section, Table, amount, col, left};
+use crate::{
+    platforms::ROLES_LEFT_OUT,
+    report::model::{Section, Table, amount, col, left},
+};
 
-/// vtrace's own CPU is not the workload's cost: it is left out of the terms.
-const LEFT_OUT_ROLE: &str = "vtrace";
+/// vtrace's own CPU and a bench's stressors are not the workload's cost: they are left out of the terms.
 /// Finer differences shown per metric key.
 const DETAILS_PER_KEY: usize = 3;
 
@@ -42,7 +44,7 @@ pub fn terms(a: &Subject, b: &Subject, per_op: bool) -> (Vec<Term>, f64, f64) {
     };
     let mut terms: Vec<Term> = ids
         .into_iter()
-        .filter(|id| dim(id, "role") != LEFT_OUT_ROLE)
+        .filter(|id| !ROLES_LEFT_OUT.contains(&dim(id, "role").as_str()))
         .map(|id| {
             let (a_ns, b_ns) = (a.get(id, per_op), b.get(id, per_op));
             Term {
@@ -76,7 +78,7 @@ pub fn explain(a: &Subject, b: &Subject, top: usize) -> Vec<Section> {
         format!("B: {} ({})", b.name, b.platform),
         String::new(),
         format!(
-            "B spends {} CPU {per} {} A ({} against {}; vtrace's own CPU left out)",
+            "B spends {} CPU {per} {} A ({} against {}; vtrace's own and stressors' CPU left out)",
             time(total.abs()),
             if total >= 0.0 { "more than" } else { "less than" },
             time(total_b),
@@ -197,7 +199,7 @@ pub fn explain(a: &Subject, b: &Subject, top: usize) -> Vec<Section> {
         json!({
             "a": a, "b": b, "per_op_unit": unit,
             "total_a_ns": total_a, "total_b_ns": total_b, "total_diff_ns": total,
-            "left_out_role": LEFT_OUT_ROLE,
+            "left_out_roles": ROLES_LEFT_OUT,
             "terms": terms, "details": details,
         }),
     );

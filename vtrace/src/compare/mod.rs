@@ -188,7 +188,7 @@ pub fn compare(subjects: &[Subject], top: usize) -> Vec<Section> {
             s.recordings.to_string(),
             s.ops
                 .as_ref()
-                .map_or("-".into(), |o| format!("{:.0} {}s", o.count, o.unit)),
+                .map_or("-".into(), |o| format!("{:.0} {}", o.count, o.units())),
             s.ops
                 .as_ref()
                 .and_then(|o| o.per_second)

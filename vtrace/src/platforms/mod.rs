@@ -19,6 +19,15 @@ use crate::{Error, Result};
 /// The platform of everything no profile claims.
 pub const HOST: &str = "host";
 
+/// The name of `vtrace bench --stress` busy loops: their threads take the
+/// role `stress`.
+pub const STRESSOR_COMM: &str = "vtrace-stress";
+
+/// Roles whose CPU is not the cost of what was measured: vtrace's own, and
+/// the stressors a bench ran beside the workload. Per-operation totals and
+/// `explain` leave them out.
+pub const ROLES_LEFT_OUT: [&str; 2] = ["vtrace", "stress"];
+
 /// Profiles: the embedded ones plus a user's file.
 pub fn profiles(platform_file: Option<&Path>) -> Result<Vec<Profile>> {
     let extra = match platform_file {

@@ -36,11 +36,14 @@ pub fn section(ops: &Operations, sections: &[Section], top: usize) -> Section {
     let mut s = Section::new("per_op", "Per operation");
     let rate = ops
         .per_second
-        .map_or(String::new(), |r| format!(", {r:.0} {}s/s as it measured", ops.unit));
+        .map_or(String::new(), |r| format!(", {r:.0} {}/s as it measured", ops.units()));
     s.lines([
         format!(
-            "Per {}: {:.0} {}s done (from {}{rate})",
-            ops.unit, ops.count, ops.unit, ops.source
+            "Per {}: {:.0} {} done (from {}{rate})",
+            ops.unit,
+            ops.count,
+            ops.units(),
+            ops.source
         ),
         String::new(),
     ]);

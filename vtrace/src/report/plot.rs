@@ -37,7 +37,7 @@ const PALETTE: [RGBColor; 10] = [
 
 /// The platform roles (vtrace/src/platforms/profiles.toml and the host's
 /// own), each its own colour, none a state's.
-const ROLE_COLORS: [(&str, RGBColor); 17] = [
+const ROLE_COLORS: [(&str, RGBColor); 18] = [
     ("app", RGBColor(0x1f, 0x77, 0xb4)),
     ("vmm", RGBColor(0xff, 0x7f, 0x0e)),
     ("vcpu", RGBColor(0x94, 0x67, 0xbd)),
@@ -54,6 +54,7 @@ const ROLE_COLORS: [(&str, RGBColor); 17] = [
     ("kernel", RGBColor(0x52, 0x54, 0xa3)),
     ("other", RGBColor(0xd6, 0x27, 0x28)),
     ("vtrace", RGBColor(0x33, 0x33, 0x33)),
+    ("stress", RGBColor(0x99, 0x99, 0x99)),
     ("idle", RGBColor(0xbb, 0xbb, 0xbb)),
 ];
 

@@ -35,8 +35,10 @@ pub fn header(rec: &Recording) -> Section {
         if let Some(ops) = rec.ops() {
             let rate = ops.per_second.map_or(String::new(), |r| format!(", {r:.0}/s"));
             second.push_str(&format!(
-                " | work: {:.0} {}s ({}{rate})",
-                ops.count, ops.unit, ops.source
+                " | work: {:.0} {} ({}{rate})",
+                ops.count,
+                ops.units(),
+                ops.source
             ));
         }
     }

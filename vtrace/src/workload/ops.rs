@@ -30,6 +30,20 @@ impl Operations {
             per_second: None,
         }
     }
+
+    /// The unit, plural.
+    pub fn units(&self) -> String {
+        plural(&self.unit)
+    }
+}
+
+/// An operation's unit, plural: "requests", "MiB", "I/Os", "replies".
+pub fn plural(unit: &str) -> String {
+    match unit {
+        "MiB" => "MiB".into(),
+        "reply" => "replies".into(),
+        unit => format!("{unit}s"),
+    }
 }
 
 /// The operations in `output` (the workload's stdout and stderr) of
@@ -266,6 +280,7 @@ mod tests {
             "--- 10.0.0.1 ping statistics ---\n10 packets transmitted, 9 received, 10% packet loss, time 9013ms\n";
         let ops = parse(&cmd("ping -c 10 10.0.0.1"), ping_out).unwrap();
         assert_eq!((ops.count, ops.unit.as_str()), (9.0, "reply"));
+        assert_eq!(ops.units(), "replies");
         let replies = "64 bytes from 10.0.0.1: icmp_seq=1 ttl=64 time=0.045 ms\n64 bytes from 10.0.0.1: icmp_seq=2 ttl=64 time=1.20 ms\n";
         assert_eq!(ping_rtts_ms(replies), vec![0.045, 1.2]);
     }

@@ -237,6 +237,8 @@ fn role_of(tid: u32, t: &ThreadTimes, selected: bool, vcpu: bool, in_vmm: bool, 
         "kernel"
     } else if vtrace {
         "vtrace"
+    } else if comm_of(t) == platforms::STRESSOR_COMM {
+        "stress"
     } else if vcpu {
         "vcpu"
     } else if in_vmm {
