@@ -246,6 +246,10 @@ fn trace_export_parses_and_its_counters_sum_to_the_recording() {
         roles_checked += 1;
     }
     assert!(roles_checked >= 3, "app, kernel, idle at least: {tracks:?}");
+    // Hop latency (timed per packet with --events) is drawn in the HTML report.
+    let o = vtrace(&["report", rec.to_str().unwrap(), "--format", "html"]);
+    let html = String::from_utf8_lossy(&o.stdout);
+    assert!(html.contains("Hop latency (bar: median, whisker: to p99)") && !html.contains("not drawn"));
     // Tracks are named by role, threads by comm; packets hop to hop on loopback.
     let names: Vec<&str> = events
         .iter()

@@ -57,6 +57,15 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
     );
     let tid = n(&truth, "vcpu_tid");
     let r = report_json(&rec);
+    // The HTML report draws the latency of the busiest user-space exits.
+    let o = vtrace(&["report", rec.to_str().unwrap(), "--format", "html"]);
+    let html = String::from_utf8_lossy(&o.stdout);
+    for reason in ["IO", "MMIO"] {
+        assert!(
+            html.contains(&format!("Latency of userspace_exit {reason}, all vCPUs")),
+            "{reason} histogram"
+        );
+    }
     let kvm = &r["kvm"];
     let of_vcpu = |list: &str| -> Vec<&Value> {
         kvm[list]
