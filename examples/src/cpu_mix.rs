@@ -5,11 +5,12 @@
 //! - `mix-tx` / `mix-rx`: a loopback TCP stream (NET_RX softirq on the way).
 //!
 //! When the time is up every worker parks; the main thread then reads each
-//! one's /proc/self/task/<tid>/schedstat (exact while it sleeps) and the
+//! one's /proc/self/task/<tid>/schedstat (run time and run-queue wait, exact while it sleeps) and the
 //! kernel's tick-sampled utime/stime from .../stat, prints them as JSON, and exits the process with the workers still parked.
 //!
-//! Usage: cpu-mix [--seconds S] [--out FILE] [--only spin,syscall,net]
-//! (`--only`: just those workers; `net` is the rx/tx pair).
+//! Usage: cpu-mix [--seconds S] [--out FILE] [--only spin,syscall,net] [--spinners N]
+//! (`--only`: just those workers; `net` is the rx/tx pair; `--spinners`:
+//! that many `mix-spin` threads, more than the CPUs to make them queue).
 
 use std::{
     io::{Read, Write},
@@ -28,11 +29,12 @@ fn set_name(name: &str) {
     unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr() as libc::c_ulong, 0, 0, 0) };
 }
 
-/// (run time ns, timeslices) from /proc/self/task/<tid>/schedstat.
-fn schedstat(tid: u32) -> (u64, u64) {
+/// (run time ns, run-queue wait ns, timeslices) from /proc/self/task/<tid>/schedstat.
+fn schedstat(tid: u32) -> (u64, u64, u64) {
     let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat")).unwrap_or_default();
     let f: Vec<u64> = s.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-    (f.first().copied().unwrap_or(0), f.get(2).copied().unwrap_or(0))
+    let field = |i: usize| f.get(i).copied().unwrap_or(0);
+    (field(0), field(1), field(2))
 }
 
 /// (utime, stime) in clock ticks from /proc/self/task/<tid>/stat: the kernel's
@@ -75,7 +77,10 @@ fn main() {
     let run_for = Duration::from_secs_f64(seconds);
     let only = arg("--only");
     let wanted = |kind: &str| only.as_deref().is_none_or(|o| o.split(',').any(|k| k == kind));
-    let workers = [("spin", 1), ("syscall", 1), ("net", 2)]
+    let spinners: usize = arg("--spinners")
+        .map(|s| s.parse().expect("--spinners takes a number"))
+        .unwrap_or(1);
+    let workers = [("spin", spinners), ("syscall", 1), ("net", 2)]
         .iter()
         .filter(|(k, _)| wanted(k))
         .map(|(_, n)| n)
@@ -104,7 +109,7 @@ fn main() {
     };
 
     let mut handles = Vec::new();
-    if wanted("spin") {
+    for _ in 0..if wanted("spin") { spinners } else { 0 } {
         handles.push(worker(
             "mix-spin",
             Box::new(|until| {
@@ -174,14 +179,14 @@ fn main() {
     // Give the last one time to reach the barrier and sleep there: a running
     // thread's schedstat lags until the scheduler next updates it.
     thread::sleep(Duration::from_millis(100));
-    // All four are parked at the barrier now: their schedstat is final.
+    // Every worker is parked at the barrier now: their schedstat is final.
     let json_rows: Vec<String> = rows
         .iter()
         .map(|(name, tid, units)| {
-            let (ns, slices) = schedstat(*tid);
+            let (ns, run_delay, slices) = schedstat(*tid);
             let (utime, stime) = utime_stime(*tid);
             format!(
-                r#"{{"name":"{name}","tid":{tid},"schedstat_ns":{ns},"timeslices":{slices},"units":{units},"utime_ticks":{utime},"stime_ticks":{stime}}}"#
+                r#"{{"name":"{name}","tid":{tid},"schedstat_ns":{ns},"run_delay_ns":{run_delay},"timeslices":{slices},"units":{units},"utime_ticks":{utime},"stime_ticks":{stime}}}"#
             )
         })
         .collect();

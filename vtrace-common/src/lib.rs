@@ -696,6 +696,29 @@ pub struct SampleKey {
     pub user_stack: i32,
 }
 
+/// A thread's longest run-queue wait (the run-queue layer), and the thread
+/// that ran on that CPU just before it got in: who ran instead.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqWorst {
+    pub ns: u64,
+    /// When the wait ended (bpf_ktime_get_ns).
+    pub at_ns: u64,
+    pub prev_tid: u32,
+    pub cpu: u32,
+}
+
+/// A thread's run-queue waits, and the start of the one under way: one map
+/// value, so one lookup per wakeup, preemption or switch-in.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqStats {
+    /// When it became runnable (bpf_ktime_get_ns); 0 while it runs or sleeps.
+    pub since: u64,
+    pub hist: LatencyHist,
+    pub worst: RunqWorst,
+}
+
 /// What userspace writes into the eBPF object at load (one `CONFIG`
 /// global, pwru-style, instead of a global per value): kernel struct member
 /// offsets from BTF and tracepoint record offsets from tracefs format files
@@ -734,6 +757,10 @@ pub struct Config {
     pub tp_switch_next_pid: u32,
     /// sched/sched_process_fork record: offset of `child_pid`.
     pub tp_fork_child_pid: u32,
+    /// sched/sched_switch record: offset of `prev_pid` (the run-queue layer).
+    pub tp_switch_prev_pid: u32,
+    /// sched/sched_wakeup and sched_wakeup_new records: offset of `pid`.
+    pub tp_wakeup_pid: u32,
     /// irq/irq_handler_entry and _exit records: offset of `irq`.
     pub tp_irq_irq: u32,
     /// irq/softirq_entry and _exit records: offset of `vec`.
@@ -819,6 +846,7 @@ mod pod {
     unsafe impl aya::Pod for super::KvmEventStats {}
     unsafe impl aya::Pod for super::VcpuPending {}
     unsafe impl aya::Pod for super::SampleKey {}
+    unsafe impl aya::Pod for super::RunqStats {}
 }
 
 /// Hooks whose programs count their own runs in the `HOOK_RUNS` per-CPU
@@ -826,7 +854,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 50] = [
+pub const COUNTED_HOOKS: [&str; 53] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exit",
@@ -877,6 +905,9 @@ pub const COUNTED_HOOKS: [&str; 50] = [
     "handle_rx",
     "handle_tx_kick",
     "handle_rx_kick",
+    "runq_switch",
+    "runq_wakeup",
+    "runq_wakeup_new",
 ];
 
 const fn same(a: &str, b: &str) -> bool {

@@ -10,15 +10,15 @@
 use crate::runs::count_run;
 use aya_ebpf::{
     macros::{map, raw_tracepoint, tracepoint},
-    maps::{Array, LruHashMap, PerCpuHashMap},
+    maps::{LruHashMap, PerCpuHashMap},
     programs::{RawTracePointContext, TracePointContext},
 };
 use vtrace_common::{
-    FINE_BUCKETS, KVM_RUN_INTERRUPTED, KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, VcpuPending,
-    fine_bucket, kvm_event, kvm_latency, state,
+    KVM_RUN_INTERRUPTED, KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, VcpuPending, kvm_event, kvm_latency,
+    state,
 };
 
-use crate::{account, config::conf};
+use crate::{account, config::conf, hist};
 
 /// What each vCPU thread is in the middle of (bounded: LRU).
 #[map]
@@ -30,17 +30,12 @@ pub static KVM_LATENCY: PerCpuHashMap<KvmLatencyKey, LatencyHist> = PerCpuHashMa
 #[map]
 pub static KVM_EVENTS: PerCpuHashMap<KvmEventKey, KvmEventStats> = PerCpuHashMap::with_max_entries(4096, 0);
 
-/// One all-zero histogram: the template for new KVM_LATENCY entries (too
-/// large to build on the 512-byte eBPF stack).
-#[map]
-pub static ZERO_HIST: Array<LatencyHist> = Array::with_max_entries(1, 0);
-
 #[inline(always)]
 fn add_latency(key: &KvmLatencyKey, ns: u64) {
     let h = match KVM_LATENCY.get_ptr_mut(key) {
         Some(h) => h,
         None => {
-            let Some(zero) = ZERO_HIST.get(0) else { return };
+            let Some(zero) = hist::ZERO_HIST.get(0) else { return };
             if KVM_LATENCY.insert(key, zero, 0).is_err() {
                 return;
             }
@@ -50,22 +45,7 @@ fn add_latency(key: &KvmLatencyKey, ns: u64) {
             }
         }
     };
-    let h = unsafe { &mut *h };
-    if h.count == 0 || ns < h.min_ns {
-        h.min_ns = ns;
-    }
-    if ns > h.max_ns {
-        h.max_ns = ns;
-    }
-    h.count += 1;
-    h.sum_ns += ns;
-    // Hidden from the optimiser, so the bound check stays as one unsigned
-    // compare the verifier can follow.
-    let b = fine_bucket(ns);
-    let b = unsafe { core::ptr::read_volatile(&b) };
-    if b < FINE_BUCKETS {
-        h.buckets[b] += 1;
-    }
+    hist::add(unsafe { &mut *h }, ns);
 }
 
 #[inline(always)]

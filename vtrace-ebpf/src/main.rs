@@ -11,10 +11,12 @@
 
 mod account;
 mod config;
+mod hist;
 mod irq;
 mod kmem;
 mod kvm;
 mod net;
+mod runq;
 mod runs;
 mod sample;
 mod sched;

@@ -28,6 +28,7 @@ use crate::{
 pub mod cpu;
 pub mod kvm;
 pub mod net;
+pub mod runq;
 pub mod sample;
 pub mod uprobe;
 
@@ -39,6 +40,7 @@ pub const REGISTRY: &[&dyn Layer] = &[
     &net::NetLayer,
     &kvm::KvmLayer,
     &uprobe::UprobeLayer,
+    &runq::RunqLayer,
     &sample::SampleLayer,
 ];
 

@@ -17,6 +17,7 @@ pub enum Layer {
     Tun,
     Net,
     Uprobe,
+    Runq,
 }
 
 impl Layer {
@@ -32,6 +33,7 @@ impl Layer {
             Layer::Tun => "tun",
             Layer::Net => "net",
             Layer::Uprobe => "uprobe",
+            Layer::Runq => "runq",
         }
     }
 }

@@ -55,6 +55,8 @@ pub fn resolve(caps: &Capabilities) -> Config {
         o.tp_switch_prev_state = f("sched", "sched_switch", "prev_state");
         o.tp_switch_next_pid = f("sched", "sched_switch", "next_pid");
         o.tp_fork_child_pid = f("sched", "sched_process_fork", "child_pid");
+        o.tp_switch_prev_pid = f("sched", "sched_switch", "prev_pid");
+        o.tp_wakeup_pid = f("sched", "sched_wakeup", "pid");
         o.tp_irq_irq = f("irq", "irq_handler_entry", "irq");
         o.tp_softirq_vec = f("irq", "softirq_entry", "vec");
         let kvm = |ev: &str, field: &str| f("kvm", ev, field);

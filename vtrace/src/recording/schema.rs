@@ -122,6 +122,9 @@ pub struct Overhead {
     /// Samples not counted because the sample map was full.
     #[serde(default)]
     pub sample_drops: u64,
+    /// Run-queue waits not kept because the per-thread map was full.
+    #[serde(default)]
+    pub runq_drops: u64,
 }
 
 impl Overhead {

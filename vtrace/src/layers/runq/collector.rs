@@ -1,0 +1,89 @@
+//! Reads the run-queue layer's maps (vtrace-ebpf/src/runq.rs) and makes its
+//! rows, attributed through the CPU layer's threads.
+
+use std::collections::BTreeMap;
+
+use aya::{
+    Ebpf,
+    maps::{HashMap, MapData, PerCpuArray},
+};
+use vtrace_common::{FINE_BUCKETS, RunqStats, fine_bucket_range};
+
+use super::tables::{RunqHistRow, RunqRow};
+use crate::{Error, Result, collectors::maps::take, layers::cpu::ThreadRow, platforms::attribute::ThreadIndex};
+
+/// The waits of every thread, with the longest of each.
+#[derive(Default)]
+pub struct RunqSnapshot {
+    pub threads: BTreeMap<u32, RunqStats>,
+    pub drops: u64,
+}
+
+pub struct RunqMaps {
+    stats: HashMap<MapData, u32, RunqStats>,
+    drops: PerCpuArray<MapData, u64>,
+}
+
+impl RunqMaps {
+    pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
+        Ok(RunqMaps {
+            stats: take(ebpf, "RUNQ_STATS")?,
+            drops: take(ebpf, "RUNQ_DROPS")?,
+        })
+    }
+
+    pub fn snapshot(&self) -> Result<RunqSnapshot> {
+        let mut snap = RunqSnapshot::default();
+        for entry in self.stats.iter() {
+            let (tid, s) = entry.map_err(|e| Error::Ebpf(format!("RUNQ_STATS: {e}")))?;
+            snap.threads.insert(tid, s);
+        }
+        snap.drops = self.drops.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0);
+        Ok(snap)
+    }
+}
+
+/// The runq and runq_hists rows of the final snapshot.
+pub fn rows(snap: &RunqSnapshot, threads: &[ThreadRow], start_mono: u64) -> (Vec<RunqRow>, Vec<RunqHistRow>) {
+    let index = ThreadIndex::new(threads);
+    let mut rows = Vec::new();
+    let mut hists = Vec::new();
+    for (&tid, stats) in &snap.threads {
+        let (h, worst) = (&stats.hist, stats.worst);
+        if h.count == 0 {
+            continue;
+        }
+        let t = index.thread(tid);
+        rows.push(RunqRow {
+            tid,
+            pid: t.map_or(0, |t| t.pid),
+            comm: t.map(|t| t.comm.clone()).unwrap_or_default(),
+            platform: t.map(|t| t.platform.clone()).unwrap_or_default(),
+            instance: t.map(|t| t.instance.clone()).unwrap_or_default(),
+            role: t.map(|t| t.role.clone()).unwrap_or_default(),
+            waits: h.count,
+            delay_ns: h.sum_ns,
+            min_ns: h.min_ns,
+            max_ns: h.max_ns,
+            worst_cpu: worst.cpu,
+            worst_at_ns: worst.at_ns.saturating_sub(start_mono),
+            worst_prev_tid: worst.prev_tid,
+            worst_prev_comm: match worst.prev_tid {
+                0 => "idle".into(),
+                prev => index.thread(prev).map(|t| t.comm.clone()).unwrap_or_default(),
+            },
+        });
+        for (i, &count) in h.buckets.iter().enumerate().take(FINE_BUCKETS) {
+            if count > 0 {
+                let (lo_ns, hi_ns) = fine_bucket_range(i);
+                hists.push(RunqHistRow {
+                    tid,
+                    lo_ns,
+                    hi_ns,
+                    count,
+                });
+            }
+        }
+    }
+    (rows, hists)
+}

@@ -1,0 +1,135 @@
+//! The run-queue layer (`--layers runq`, on whenever `--platform` names a
+//! platform): how long every thread waited runnable before it ran, as a
+//! total, a histogram and its longest wait with who ran instead
+//! (vtrace-ebpf/src/runq.rs). The answer to "is the scheduler why": a vCPU
+//! or vhost thread that waits on a run queue under CPU stress.
+
+pub mod collector;
+pub mod probes;
+pub mod summary;
+pub mod tables;
+
+use aya::Ebpf;
+use vtrace_common::Config;
+
+pub use tables::{RunqHistRow, RunqIntervalRow, RunqRow};
+
+use self::collector::{RunqMaps, RunqSnapshot};
+use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::{
+    Result,
+    layers::cpu::monotonic_ns,
+    platforms,
+    probes::ProbeSpec,
+    record::RecordOptions,
+    recording::{Overhead, TableKind},
+};
+
+pub struct RunqLayer;
+
+impl Layer for RunqLayer {
+    fn name(&self) -> &'static str {
+        "runq"
+    }
+    /// One more program on every context switch and wakeup: asked for, or
+    /// implied by naming a platform.
+    fn on_by_default(&self) -> bool {
+        false
+    }
+    fn wanted(&self, opts: &RecordOptions) -> bool {
+        opts.layers.iter().any(|l| l == self.name()) || opts.platform != platforms::HOST
+    }
+    fn catalog(&self) -> &'static [ProbeSpec] {
+        probes::RUNQ
+    }
+    fn tables(&self) -> Vec<TableKind> {
+        vec![
+            TableKind::of::<RunqRow>(),
+            TableKind::of::<RunqHistRow>(),
+            TableKind::of::<RunqIntervalRow>(),
+        ]
+    }
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+        summary::section(rec, top)
+    }
+    fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
+        Ok(Box::new(RunqRecorder {
+            maps: RunqMaps::new(ebpf)?,
+            last: RunqSnapshot::default(),
+            last_at: setup.start_mono,
+            start_mono: setup.start_mono,
+            intervals: Vec::new(),
+        }))
+    }
+}
+
+struct RunqRecorder {
+    maps: RunqMaps,
+    /// The latest snapshot (the end one after `end`).
+    last: RunqSnapshot,
+    last_at: u64,
+    start_mono: u64,
+    intervals: Vec<RunqIntervalRow>,
+}
+
+impl RunqRecorder {
+    fn push_interval(&mut self, snap: RunqSnapshot, now_mono: u64) {
+        for (&tid, s) in &snap.threads {
+            let h = &s.hist;
+            let before = self.last.threads.get(&tid).map(|b| &b.hist);
+            let waits = h.count - before.map_or(0, |b| b.count.min(h.count));
+            if waits == 0 {
+                continue;
+            }
+            self.intervals.push(RunqIntervalRow {
+                start_ns: self.last_at.saturating_sub(self.start_mono),
+                end_ns: now_mono.saturating_sub(self.start_mono),
+                tid,
+                waits,
+                delay_ns: h.sum_ns.saturating_sub(before.map_or(0, |b| b.sum_ns)),
+            });
+        }
+        self.last = snap;
+        self.last_at = now_mono;
+    }
+}
+
+impl Collector for RunqRecorder {
+    fn tick(&mut self, now_mono: u64) -> Result<()> {
+        let snap = self.maps.snapshot()?;
+        self.push_interval(snap, now_mono);
+        Ok(())
+    }
+
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        let snap = self.maps.snapshot()?;
+        self.push_interval(snap, monotonic_ns());
+        Ok(())
+    }
+
+    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+        let (rows, hists) = collector::rows(&self.last, ctx.tables.rows::<ThreadRow>(), self.start_mono);
+        overhead.runq_drops = self.last.drops;
+        out.tables.put(rows);
+        out.tables.put(hists);
+        out.tables.put(self.intervals);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_when_asked_for_or_a_platform_is_named() {
+        let layer = RunqLayer;
+        let mut opts = RecordOptions::default();
+        assert!(!layer.wanted(&opts), "not in a plain record");
+        opts.platform = "kata".into();
+        assert!(layer.wanted(&opts), "--platform kata");
+        opts.platform = platforms::HOST.into();
+        opts.layers.push("runq".into());
+        assert!(layer.wanted(&opts), "--layers ...,runq");
+    }
+}
