@@ -192,7 +192,7 @@ fn stressors_run_beside_the_workload_under_their_own_role_left_out_of_the_cost()
         "--repeat",
         "1",
         "--layers",
-        "cpu",
+        "cpu,runq",
         "-o",
         out.to_str().unwrap(),
     ]);
@@ -233,4 +233,31 @@ fn stressors_run_beside_the_workload_under_their_own_role_left_out_of_the_cost()
         "{per_op} vs {}",
         counted / replies
     );
+    // Waiting for a CPU per reply, by role: the recording's run-queue rows,
+    // the stressor's own waits left out.
+    let runq = report["runq"].as_array().expect("the runq rows");
+    let waited = |role: &str| -> f64 {
+        runq.iter()
+            .filter(|r| r["role"] == role)
+            .map(|r| r["delay_ns"].as_f64().unwrap())
+            .sum()
+    };
+    let per_role: Vec<(&str, f64)> = cell["runq_ns_per_op"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_str().unwrap(), r[1].as_f64().unwrap()))
+        .collect();
+    assert!(waited("stress") > 0.0, "the stressor waited too, sharing a CPU");
+    assert!(
+        per_role.iter().all(|(r, _)| *r != "stress" && *r != "vtrace"),
+        "{per_role:?}"
+    );
+    for (role, ns) in &per_role {
+        assert!(
+            (ns - waited(role) / replies).abs() < 1e-6 * ns,
+            "{role}: {ns} vs {}",
+            waited(role) / replies
+        );
+    }
 }

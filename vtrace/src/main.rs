@@ -158,8 +158,9 @@ enum Command {
     Bench {
         #[command(flatten)]
         matrix: vtrace::bench::Matrix,
-        /// Layers recorded in each run (as `record --layers`).
-        #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
+        /// Layers recorded in each run (as `record --layers`; the run queue too by default: how long the
+        /// workload's threads waited for a CPU, under `--stress` above all).
+        #[arg(long, value_delimiter = ',', default_values_t = vtrace::bench::default_layers())]
         layers: Vec<String>,
         #[arg(short, long, default_value = "bench")]
         output: PathBuf,

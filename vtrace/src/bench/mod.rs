@@ -153,6 +153,14 @@ impl Matrix {
 
 pub const MATRIX_FILE: &str = "bench.json";
 
+/// The layers a bench records by default: a plain record's, and the run
+/// queue (the RTT-under-stress figures need it).
+pub fn default_layers() -> Vec<String> {
+    let mut layers = crate::layers::default_names();
+    layers.push("runq".into());
+    layers
+}
+
 /// A run of a cell: its recording, or the error that stopped it.
 pub fn run_path(cell_dir: &Path, rep: u32) -> PathBuf {
     cell_dir.join(format!("rep{rep}.vtrace"))

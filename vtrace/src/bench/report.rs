@@ -66,6 +66,9 @@ pub struct CellSummary {
     pub hops: Vec<Hop>,
     /// ping round-trip times over every reply of every run (µs).
     pub rtt_us: Option<Rtt>,
+    /// Run-queue wait per operation by role (ns; the run-queue layer's,
+    /// stressors and vtrace left out), largest first; empty without it.
+    pub runq_ns_per_op: Vec<(String, f64)>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -106,19 +109,24 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
     let per_op = |id: &MetricId| subject.metrics.get(id).and_then(|v| v.per_op).unwrap_or(0.0);
     let dim = |id: &MetricId, name: &str| id.1.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
 
-    let mut roles: Vec<(String, f64)> = Vec::new();
-    for id in subject.metrics.keys().filter(|(k, _)| k == "cpu_ns") {
-        let role = dim(id, "role").unwrap_or_default();
-        if crate::platforms::ROLES_LEFT_OUT.contains(&role.as_str()) {
-            continue;
+    // A metric per operation summed by role, the roles left out left out.
+    let by_role = |key: &str| {
+        let mut roles: Vec<(String, f64)> = Vec::new();
+        for id in subject.metrics.keys().filter(|(k, _)| k == key) {
+            let role = dim(id, "role").unwrap_or_default();
+            if crate::platforms::ROLES_LEFT_OUT.contains(&role.as_str()) {
+                continue;
+            }
+            match roles.iter_mut().find(|(r, _)| *r == role) {
+                Some(e) => e.1 += per_op(id),
+                None => roles.push((role, per_op(id))),
+            }
         }
-        match roles.iter_mut().find(|(r, _)| *r == role) {
-            Some(e) => e.1 += per_op(id),
-            None => roles.push((role, per_op(id))),
-        }
-    }
-    roles.retain(|(_, ns)| *ns > 0.0);
-    roles.sort_by(|a, b| b.1.total_cmp(&a.1));
+        roles.retain(|(_, ns)| *ns > 0.0);
+        roles.sort_by(|a, b| b.1.total_cmp(&a.1));
+        roles
+    };
+    let roles = by_role("cpu_ns");
 
     let mut hops: Vec<Hop> = subject
         .metrics
@@ -169,6 +177,7 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
         cpu_ns_per_op: roles,
         hops,
         rtt_us,
+        runq_ns_per_op: by_role("runq_delay_ns"),
     })
 }
 
@@ -340,6 +349,54 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
     }
     s.table(t);
 
+    // Waiting for a CPU, per operation: what CPU stress does to each role.
+    let mut runq_roles: Vec<String> = Vec::new();
+    for c in cells {
+        for (r, _) in &c.runq_ns_per_op {
+            if !runq_roles.contains(r) {
+                runq_roles.push(r.clone());
+            }
+        }
+    }
+    if !runq_roles.is_empty() {
+        let mut columns = vec![left("platform", 12), left("parameter", 24), col("total", 10)];
+        columns.extend(runq_roles.iter().map(|r| col(r.clone(), 10)));
+        let mut t = Table::new(
+            format!("Run-queue wait per {unit} by role (µs; runnable, waiting for a CPU)"),
+            columns,
+        );
+        let role_ns = |c: &CellSummary, role: &str| {
+            c.runq_ns_per_op
+                .iter()
+                .find(|(r, _)| r == role)
+                .map_or(0.0, |(_, ns)| *ns)
+        };
+        for c in cells {
+            let mut row = vec![
+                c.platform.clone(),
+                label(c),
+                format!("{:.2}", c.runq_ns_per_op.iter().map(|(_, ns)| ns).sum::<f64>() / 1e3),
+            ];
+            row.extend(runq_roles.iter().map(|r| format!("{:.2}", role_ns(c, r) / 1e3)));
+            t.row(row);
+        }
+        s.table(t);
+        s.figure(Figure {
+            title: format!("Run-queue wait per {unit} by platform and role"),
+            value_label: format!("µs waiting for a CPU per {unit}"),
+            kind: FigureKind::StackedBars {
+                categories: cells.iter().map(|c| format!("{} {}", c.platform, label(c))).collect(),
+                series: runq_roles
+                    .iter()
+                    .map(|r| Series {
+                        name: r.clone(),
+                        values: cells.iter().map(|c| role_ns(c, r) / 1e3).collect(),
+                    })
+                    .collect(),
+            },
+        });
+    }
+
     if w == Workload::Ping {
         let mut t = Table::new(
             "Round-trip time (µs) over every reply of every run",
@@ -407,12 +464,12 @@ fn by_platform(
 /// One CSV line per cell: the numbers of the tables above.
 pub fn csv(cells: &[CellSummary]) -> String {
     let mut out = String::from(
-        "platform,workload,param,stress,runs,unit,ops_per_s_mean,ops_per_s_min,ops_per_s_max,cpu_ns_per_op,rtt_p50_us,rtt_p99_us\n",
+        "platform,workload,param,stress,runs,unit,ops_per_s_mean,ops_per_s_min,ops_per_s_max,cpu_ns_per_op,rtt_p50_us,rtt_p99_us,runq_ns_per_op\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
     for c in cells {
         out.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             c.platform,
             c.workload,
             c.param,
@@ -425,6 +482,7 @@ pub fn csv(cells: &[CellSummary]) -> String {
             c.cpu_ns_per_op_total,
             opt(c.rtt_us.map(|r| r.p50)),
             opt(c.rtt_us.map(|r| r.p99)),
+            opt((!c.runq_ns_per_op.is_empty()).then(|| c.runq_ns_per_op.iter().map(|(_, ns)| ns).sum())),
         ));
     }
     out
