@@ -54,13 +54,20 @@ pub fn rows(snap: &RunqSnapshot, threads: &[ThreadRow], start_mono: u64) -> (Vec
             continue;
         }
         let t = index.thread(tid);
+        // A thread the CPU layer has no row for (on this repository's PVM
+        // guest some threads' switch-outs are never reported, so the CPU
+        // engine cannot charge them): named from /proc, owned by no instance.
+        let (pid, comm) = match t {
+            Some(t) => (t.pid, t.comm.clone()),
+            None => proc_identity(tid),
+        };
         rows.push(RunqRow {
             tid,
-            pid: t.map_or(0, |t| t.pid),
-            comm: t.map(|t| t.comm.clone()).unwrap_or_default(),
-            platform: t.map(|t| t.platform.clone()).unwrap_or_default(),
+            pid,
+            comm,
+            platform: t.map_or(crate::platforms::HOST.to_string(), |t| t.platform.clone()),
             instance: t.map(|t| t.instance.clone()).unwrap_or_default(),
-            role: t.map(|t| t.role.clone()).unwrap_or_default(),
+            role: t.map_or("other".to_string(), |t| t.role.clone()),
             waits: h.count,
             delay_ns: h.sum_ns,
             min_ns: h.min_ns,
@@ -70,7 +77,9 @@ pub fn rows(snap: &RunqSnapshot, threads: &[ThreadRow], start_mono: u64) -> (Vec
             worst_prev_tid: worst.prev_tid,
             worst_prev_comm: match worst.prev_tid {
                 0 => "idle".into(),
-                prev => index.thread(prev).map(|t| t.comm.clone()).unwrap_or_default(),
+                prev => index
+                    .thread(prev)
+                    .map_or_else(|| proc_identity(prev).1, |t| t.comm.clone()),
             },
         });
         for (i, &count) in h.buckets.iter().enumerate().take(FINE_BUCKETS) {
@@ -86,4 +95,19 @@ pub fn rows(snap: &RunqSnapshot, threads: &[ThreadRow], start_mono: u64) -> (Vec
         }
     }
     (rows, hists)
+}
+
+/// (tgid, comm) of a live thread from /proc; (0, "") once it has gone.
+fn proc_identity(tid: u32) -> (u32, String) {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+    };
+    (
+        field("Tgid:").and_then(|v| v.parse().ok()).unwrap_or(0),
+        field("Name:").unwrap_or_default(),
+    )
 }
