@@ -24,6 +24,7 @@ if [ "$PROFILE" = all ]; then
   PKGS+=(
     iptables iputils-ping                                                      # bridge, ping
     iperf3 fio sysstat                                                         # workloads, mpstat
+    mount                                                                      # losetup: the block layer test
     bpftrace linux-perf python3                                                # benches/overhead.py, calibrate.py
     runc crun busybox-static util-linux                                        # vtrace lab containers
     qemu-system-x86 cpio                                                       # vtrace lab linuxvm

@@ -719,6 +719,73 @@ pub struct RunqStats {
     pub worst: RunqWorst,
 }
 
+/// Block requests counted per device, operation and submitting cgroup (the
+/// block layer).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockKey {
+    /// dev_t as the kernel keeps it: major << 20 | minor.
+    pub dev: u32,
+    /// [`block_op`].
+    pub op: u32,
+    pub cgroup_id: u64,
+}
+
+/// Log2 buckets of the block histograms: bucket `i` holds `[2^i, 2^(i+1))`.
+pub const BLOCK_BUCKETS: usize = 32;
+
+/// Completed requests of one [`BlockKey`]: bytes, time queued (insert ->
+/// issue, for requests that were inserted) and on the device (issue ->
+/// complete), with log2 histograms of both and of the request size.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockStats {
+    pub requests: u64,
+    pub bytes: u64,
+    /// Requests that went through the I/O scheduler's queue (insert seen).
+    pub queued: u64,
+    pub queue_ns: u64,
+    pub device_ns: u64,
+    pub queue_hist: [u64; BLOCK_BUCKETS],
+    pub device_hist: [u64; BLOCK_BUCKETS],
+    pub size_hist: [u64; BLOCK_BUCKETS],
+}
+
+impl Default for BlockStats {
+    fn default() -> Self {
+        BlockStats {
+            requests: 0,
+            bytes: 0,
+            queued: 0,
+            queue_ns: 0,
+            device_ns: 0,
+            queue_hist: [0; BLOCK_BUCKETS],
+            device_hist: [0; BLOCK_BUCKETS],
+            size_hist: [0; BLOCK_BUCKETS],
+        }
+    }
+}
+
+/// A request between its insert or issue and its completion.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockPending {
+    pub insert_ns: u64,
+    pub issue_ns: u64,
+    /// The cgroup of the task that inserted (or, without an insert, issued) it.
+    pub cgroup_id: u64,
+}
+
+/// Block operations (`REQ_OP_*`, the low byte of a request's cmd_flags).
+pub mod block_op {
+    pub const READ: u32 = 0;
+    pub const WRITE: u32 = 1;
+    pub const FLUSH: u32 = 2;
+    pub const DISCARD: u32 = 3;
+    /// Names by `REQ_OP_*` value; others read as "op<N>".
+    pub const NAMES: [&str; 4] = ["read", "write", "flush", "discard"];
+}
+
 /// What userspace writes into the eBPF object at load (one `CONFIG`
 /// global, pwru-style, instead of a global per value): kernel struct member
 /// offsets from BTF and tracepoint record offsets from tracefs format files
@@ -818,6 +885,11 @@ pub struct Config {
     /// struct net_device: `mtu` and `hard_header_len` (the size histograms' MTU edge).
     pub dev_mtu: u32,
     pub dev_hard_header_len: u32,
+    /// struct request: `cmd_flags`, `part` (its block_device); struct
+    /// block_device: `bd_dev` (the block layer).
+    pub request_cmd_flags: u32,
+    pub request_part: u32,
+    pub bdev_dev: u32,
 }
 
 #[cfg(feature = "user")]
@@ -847,6 +919,9 @@ mod pod {
     unsafe impl aya::Pod for super::VcpuPending {}
     unsafe impl aya::Pod for super::SampleKey {}
     unsafe impl aya::Pod for super::RunqStats {}
+    unsafe impl aya::Pod for super::BlockKey {}
+    unsafe impl aya::Pod for super::BlockStats {}
+    unsafe impl aya::Pod for super::BlockPending {}
 }
 
 /// Hooks whose programs count their own runs in the `HOOK_RUNS` per-CPU
@@ -854,7 +929,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 53] = [
+pub const COUNTED_HOOKS: [&str; 56] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exit",
@@ -908,6 +983,9 @@ pub const COUNTED_HOOKS: [&str; 53] = [
     "runq_switch",
     "runq_wakeup",
     "runq_wakeup_new",
+    "block_rq_insert",
+    "block_rq_issue",
+    "block_rq_complete",
 ];
 
 const fn same(a: &str, b: &str) -> bool {

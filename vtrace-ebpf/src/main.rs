@@ -10,6 +10,7 @@
 #![no_main]
 
 mod account;
+mod block;
 mod config;
 mod hist;
 mod irq;

@@ -25,6 +25,7 @@ use crate::{
     report::model::Section,
 };
 
+pub mod block;
 pub mod cpu;
 pub mod kvm;
 pub mod net;
@@ -41,6 +42,7 @@ pub const REGISTRY: &[&dyn Layer] = &[
     &kvm::KvmLayer,
     &uprobe::UprobeLayer,
     &runq::RunqLayer,
+    &block::BlockLayer,
     &sample::SampleLayer,
 ];
 

@@ -18,6 +18,7 @@ pub enum Layer {
     Net,
     Uprobe,
     Runq,
+    Block,
 }
 
 impl Layer {
@@ -34,6 +35,7 @@ impl Layer {
             Layer::Net => "net",
             Layer::Uprobe => "uprobe",
             Layer::Runq => "runq",
+            Layer::Block => "block",
         }
     }
 }

@@ -48,6 +48,9 @@ pub fn resolve(caps: &Capabilities) -> Config {
         o.net_ns_inum = nested("net", "ns", "ns_common", "inum");
         o.napi_dev = m("napi_struct", "dev");
         o.pt_regs_di = m("pt_regs", "di");
+        o.request_cmd_flags = m("request", "cmd_flags");
+        o.request_part = m("request", "part");
+        o.bdev_dev = m("block_device", "bd_dev");
     }
     if let Ok(tracefs) = &caps.tracefs {
         let f =

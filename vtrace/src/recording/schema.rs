@@ -125,6 +125,10 @@ pub struct Overhead {
     /// Run-queue waits not kept because the per-thread map was full.
     #[serde(default)]
     pub runq_drops: u64,
+    /// Block completions not counted: their request was inserted before the
+    /// layer started, or a block map was full.
+    #[serde(default)]
+    pub block_unpaired: u64,
 }
 
 impl Overhead {

@@ -1,0 +1,118 @@
+//! The block layer against a device's own counters: O_DIRECT writes and
+//! reads of known count on a loop device (mq-deadline, so requests queue in
+//! an I/O scheduler): vtrace's requests per operation equal the deltas of
+//! /sys/block/loopN/stat over the run, and the dd counts; queue and device
+//! latencies are measured and ordered.
+
+use std::process::Command;
+
+use serde_json::Value;
+use vtrace_tests::{TempDir, report_json, stderr, vtrace};
+
+/// A loop device over a file, detached when dropped (a failed test included).
+struct Loop(String);
+
+impl Loop {
+    fn new(file: &std::path::Path) -> Loop {
+        let o = Command::new("losetup")
+            .args(["-f", "--show", file.to_str().unwrap()])
+            .output()
+            .expect("losetup runs");
+        assert!(o.status.success(), "losetup: {}", String::from_utf8_lossy(&o.stderr));
+        Loop(String::from_utf8(o.stdout).unwrap().trim().to_string())
+    }
+    fn name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap()
+    }
+    fn stat(&self) -> Vec<u64> {
+        std::fs::read_to_string(format!("/sys/block/{}/stat", self.name()))
+            .unwrap()
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+const WRITES: u64 = 100;
+const READS: u64 = 200;
+
+#[test]
+fn block_requests_per_operation_equal_the_devices_own_counters() {
+    let dir = TempDir::new("block");
+    let image = dir.join("disk.img");
+    std::fs::write(&image, vec![0u8; 16 << 20]).unwrap();
+    let dev = Loop::new(&image);
+    std::fs::write(format!("/sys/block/{}/queue/scheduler", dev.name()), "mq-deadline").unwrap();
+    let before = dev.stat();
+    let rec = dir.join("block.vtrace");
+    let script = format!(
+        "dd if=/dev/zero of={d} bs=4k count={WRITES} oflag=direct status=none && \
+         dd if={d} of=/dev/null bs=4k count={READS} iflag=direct status=none",
+        d = dev.0
+    );
+    let o = vtrace(&[
+        "record",
+        "--layers",
+        "cpu,block",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(o.status.success(), "record: {}", stderr(&o));
+    let after = dev.stat();
+    // Fields 1 and 5: reads and writes completed.
+    let (reads, writes) = (after[0] - before[0], after[4] - before[4]);
+    assert_eq!((reads, writes), (READS, WRITES), "4 KiB O_DIRECT requests, one each");
+
+    let r = report_json(&rec);
+    let rows: Vec<&Value> = r["block"]
+        .as_array()
+        .expect("block rows")
+        .iter()
+        .filter(|b| b["device"] == dev.name())
+        .collect();
+    let count = |op: &str| -> u64 {
+        rows.iter()
+            .filter(|b| b["op"] == op)
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(count("read"), reads, "{rows:?}");
+    assert_eq!(count("write"), writes, "{rows:?}");
+    for b in &rows {
+        let n = b["count"].as_u64().unwrap();
+        assert_eq!(b["bytes"].as_u64().unwrap(), 4096 * n, "{b}");
+        for kind in ["queue", "device"] {
+            let (p50, p99) = (
+                b[format!("{kind}_p50_ns")].as_u64().unwrap(),
+                b[format!("{kind}_p99_ns")].as_u64().unwrap(),
+            );
+            assert!(p50 > 0 && p50 <= p99, "{kind} latency {p50} / {p99}: {b}");
+        }
+        assert_eq!(
+            b["queued"].as_u64(),
+            Some(n),
+            "every request went through mq-deadline: {b}"
+        );
+    }
+    // The device's own counters, recorded beside.
+    let device = r["block_devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["device"] == dev.name())
+        .expect("the loop device's counters");
+    assert_eq!(
+        (device["reads"].as_u64(), device["writes"].as_u64()),
+        (Some(reads), Some(writes))
+    );
+}

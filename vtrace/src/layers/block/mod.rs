@@ -1,0 +1,96 @@
+//! The block layer (`--layers block`): every block request from its insert
+//! (or issue) to its completion, per device, operation and the cgroup that
+//! submitted it (its platform instance): requests, bytes, time queued and on
+//! the device, size and latency histograms, beside each device's own
+//! counters over the same window (vtrace-ebpf/src/block.rs).
+
+pub mod collector;
+pub mod probes;
+pub mod summary;
+pub mod tables;
+
+use std::collections::BTreeMap;
+
+use aya::Ebpf;
+use vtrace_common::{BlockKey, BlockStats, Config};
+
+pub use tables::{BlockDeviceRow, BlockHistRow, BlockRow};
+
+use self::collector::{BlockMaps, DeviceStat};
+use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::{
+    Result,
+    probes::ProbeSpec,
+    recording::{Overhead, TableKind},
+};
+
+pub struct BlockLayer;
+
+impl Layer for BlockLayer {
+    fn name(&self) -> &'static str {
+        "block"
+    }
+    fn on_by_default(&self) -> bool {
+        false
+    }
+    fn catalog(&self) -> &'static [ProbeSpec] {
+        probes::BLOCK
+    }
+    fn tables(&self) -> Vec<TableKind> {
+        vec![
+            TableKind::of::<BlockRow>(),
+            TableKind::of::<BlockHistRow>(),
+            TableKind::of::<BlockDeviceRow>(),
+        ]
+    }
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+        summary::section(rec, top)
+    }
+    fn start(&self, ebpf: &mut Ebpf, _setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
+        Ok(Box::new(BlockRecorder {
+            maps: BlockMaps::new(ebpf)?,
+            start: BTreeMap::new(),
+            end: BTreeMap::new(),
+            devices_start: Vec::new(),
+            devices_end: Vec::new(),
+        }))
+    }
+}
+
+struct BlockRecorder {
+    maps: BlockMaps,
+    start: BTreeMap<BlockKey, BlockStats>,
+    end: BTreeMap<BlockKey, BlockStats>,
+    devices_start: Vec<DeviceStat>,
+    devices_end: Vec<DeviceStat>,
+}
+
+impl Collector for BlockRecorder {
+    /// The window opens: the maps' and the devices' counters now.
+    fn baseline(&mut self, _attached: &Attached) -> Result<()> {
+        self.start = self.maps.snapshot()?;
+        self.devices_start = collector::device_stats();
+        Ok(())
+    }
+
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        self.end = self.maps.snapshot()?;
+        self.devices_end = collector::device_stats();
+        Ok(())
+    }
+
+    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+        let (rows, hists, devices) = collector::rows(
+            &self.start,
+            &self.end,
+            &self.devices_start,
+            &self.devices_end,
+            ctx.tables.rows::<ThreadRow>(),
+        );
+        overhead.block_unpaired = self.maps.drops();
+        out.tables.put(rows);
+        out.tables.put(hists);
+        out.tables.put(devices);
+        Ok(())
+    }
+}

@@ -1,0 +1,54 @@
+//! The block layer's tables: requests per device, operation and owner, their
+//! histograms, the devices' own counters, the time series.
+
+use crate::recording::table;
+
+table! {
+    /// Completed block requests per device, operation and submitting
+    /// cgroup (its owner: platform and instance): bytes, time queued in the
+    /// I/O scheduler (insert -> issue; `queued` of them went through it) and
+    /// on the device (issue -> complete).
+    BlockRow = "block" {
+        device: String,
+        dev: u32,
+        op: String,
+        cgroup_id: u64,
+        platform: String,
+        instance: String,
+        requests: u64,
+        bytes: u64,
+        queued: u64,
+        queue_ns: u64,
+        device_ns: u64,
+    }
+}
+
+table! {
+    /// Histograms of block rows: `kind` "queue" or "device" (ns) or "size"
+    /// (bytes), buckets `[lo, hi)` by powers of two.
+    BlockHistRow = "block_hists" {
+        dev: u32,
+        op: String,
+        cgroup_id: u64,
+        kind: String,
+        lo: u64,
+        hi: u64,
+        count: u64,
+    }
+}
+
+table! {
+    /// Each device's own counters (/sys/block/<dev>/stat) over the
+    /// recording: requests completed and sectors per direction, the ground
+    /// truth beside the block rows.
+    BlockDeviceRow = "block_devices" {
+        device: String,
+        dev: u32,
+        reads: u64,
+        read_sectors: u64,
+        writes: u64,
+        write_sectors: u64,
+        flushes: u64,
+        discards: u64,
+    }
+}
