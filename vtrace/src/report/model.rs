@@ -112,6 +112,40 @@ pub enum FigureKind {
     },
 }
 
+impl FigureKind {
+    /// A latency histogram from power-of-two buckets (`b` holds
+    /// `[2^b, 2^(b+1))` ns): every bucket from the first to the last drawn,
+    /// each labelled by its upper bound; None when empty.
+    pub fn latency_log2(buckets: &std::collections::BTreeMap<u32, u64>) -> Option<FigureKind> {
+        let (&first, &last) = (buckets.keys().next()?, buckets.keys().next_back()?);
+        Some(FigureKind::Histogram {
+            bucket_label: "latency, power-of-two buckets".into(),
+            buckets: (first..=last)
+                .map(|b| format!("<{}", duration(1u64 << (b + 1))))
+                .collect(),
+            counts: (first..=last)
+                .map(|b| buckets.get(&b).copied().unwrap_or(0) as f64)
+                .collect(),
+            marked_from: None,
+        })
+    }
+}
+
+/// The power-of-two bucket of `ns` (0 and 1 in bucket 0).
+pub fn log2_bucket(ns: u64) -> u32 {
+    63 - ns.max(1).leading_zeros()
+}
+
+/// 2048 ns as "2.0us": a time in its natural unit.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        ns if ns < 1_000 => format!("{ns}ns"),
+        ns if ns < 1_000_000 => format!("{:.1}us", ns as f64 / 1e3),
+        ns if ns < 1_000_000_000 => format!("{:.1}ms", ns as f64 / 1e6),
+        ns => format!("{:.1}s", ns as f64 / 1e9),
+    }
+}
+
 /// Values of one series, one per category, each with its range (`None`:
 /// no bar for that category).
 #[derive(Clone, Debug)]

@@ -8,7 +8,7 @@ use super::{BlockDeviceRow, BlockHistRow, BlockRow};
 use crate::{
     analysis::histogram::Histogram,
     recording::Recording,
-    report::model::{Figure, FigureKind, Section, Table, col, left, us},
+    report::model::{Figure, FigureKind, Section, Table, col, left, log2_bucket, us},
 };
 
 pub fn section(rec: &Recording, top: usize) -> Section {
@@ -116,30 +116,18 @@ pub fn section(rec: &Recording, top: usize) -> Section {
 
     // Device latency of the busiest device and operation.
     if let Some(r) = sorted.first() {
-        let mut buckets: Vec<(u64, f64)> = hists
+        let mut buckets: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        for b in hists
             .iter()
             .filter(|b| b.dev == r.dev && b.op == r.op && b.kind == "device")
-            .fold(std::collections::BTreeMap::<u64, u64>::new(), |mut m, b| {
-                *m.entry(b.hi).or_default() += b.count;
-                m
-            })
-            .into_iter()
-            .map(|(hi, c)| (hi, c as f64))
-            .collect();
-        buckets.sort_by_key(|b| b.0);
-        if !buckets.is_empty() {
+        {
+            *buckets.entry(log2_bucket(b.lo)).or_default() += b.count;
+        }
+        if let Some(kind) = FigureKind::latency_log2(&buckets) {
             s.figure(Figure {
-                title: format!("Device time of {} {}s", r.device, r.op),
+                title: format!("Device time of {} {}s (issue -> complete)", r.device, r.op),
                 value_label: "requests".into(),
-                kind: FigureKind::Histogram {
-                    bucket_label: "issue -> complete, power-of-two buckets (µs)".into(),
-                    buckets: buckets
-                        .iter()
-                        .map(|(hi, _)| format!("<{:.0}", *hi as f64 / 1e3))
-                        .collect(),
-                    counts: buckets.iter().map(|(_, c)| *c).collect(),
-                    marked_from: None,
-                },
+                kind,
             });
         }
     }

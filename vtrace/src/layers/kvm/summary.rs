@@ -270,15 +270,14 @@ fn reasons_figure(k: &KvmSummary, top: usize) -> Option<crate::report::model::Fi
 fn latency_figures(rec: &Recording) -> Vec<crate::report::model::Figure> {
     use std::collections::BTreeMap;
 
-    use crate::report::model::{Figure, FigureKind};
+    use crate::report::model::{Figure, FigureKind, log2_bucket};
     const SHOWN: usize = 3;
     let mut by_reason: BTreeMap<(&str, &str), BTreeMap<u32, u64>> = BTreeMap::new();
     for h in rec.rows::<KvmLatencyHistRow>() {
-        let log2 = 63 - h.lo_ns.max(1).leading_zeros();
         *by_reason
             .entry((&h.kind, &h.reason_name))
             .or_default()
-            .entry(log2)
+            .entry(log2_bucket(h.lo_ns))
             .or_default() += h.count;
     }
     let mut reasons: Vec<_> = by_reason.into_iter().collect();
@@ -287,31 +286,11 @@ fn latency_figures(rec: &Recording) -> Vec<crate::report::model::Figure> {
         .into_iter()
         .take(SHOWN)
         .filter_map(|((kind, reason), buckets)| {
-            let (&first, &last) = (buckets.keys().next()?, buckets.keys().next_back()?);
             Some(Figure {
                 title: format!("Latency of {kind} {reason}, all vCPUs"),
                 value_label: "events".into(),
-                kind: FigureKind::Histogram {
-                    bucket_label: "latency, power-of-two buckets".into(),
-                    buckets: (first..=last)
-                        .map(|b| format!("<{}", duration(1u64 << (b + 1))))
-                        .collect(),
-                    counts: (first..=last)
-                        .map(|b| buckets.get(&b).copied().unwrap_or(0) as f64)
-                        .collect(),
-                    marked_from: None,
-                },
+                kind: FigureKind::latency_log2(&buckets)?,
             })
         })
         .collect()
-}
-
-/// 2048 ns as "2.0us": a bucket bound in its natural unit.
-fn duration(ns: u64) -> String {
-    match ns {
-        ns if ns < 1_000 => format!("{ns}ns"),
-        ns if ns < 1_000_000 => format!("{:.1}us", ns as f64 / 1e3),
-        ns if ns < 1_000_000_000 => format!("{:.1}ms", ns as f64 / 1e6),
-        ns => format!("{:.1}s", ns as f64 / 1e9),
-    }
 }

@@ -7,7 +7,7 @@ use super::{RunqHistRow, RunqRow};
 use crate::{
     analysis::histogram::Histogram,
     recording::Recording,
-    report::model::{Figure, FigureKind, Section, Table, col, left, us},
+    report::model::{Figure, FigureKind, Section, Table, col, left, log2_bucket, us},
 };
 
 pub fn section(rec: &Recording, top: usize) -> Section {
@@ -92,42 +92,23 @@ pub fn section(rec: &Recording, top: usize) -> Section {
 
     // Every wait of the busiest role, in power-of-two buckets.
     if let Some(((platform, role), _)) = roles.iter().max_by_key(|(_, (_, ns))| *ns) {
-        let mut buckets: BTreeMap<u32, u64> = BTreeMap::new();
         let tids: Vec<u32> = rows
             .iter()
             .filter(|r| &r.platform == platform && &r.role == role)
             .map(|r| r.tid)
             .collect();
+        let mut buckets: BTreeMap<u32, u64> = BTreeMap::new();
         for b in hists.iter().filter(|b| tids.contains(&b.tid)) {
-            *buckets.entry(63 - b.lo_ns.max(1).leading_zeros()).or_default() += b.count;
+            *buckets.entry(log2_bucket(b.lo_ns)).or_default() += b.count;
         }
-        if let (Some(&first), Some(&last)) = (buckets.keys().next(), buckets.keys().next_back()) {
+        if let Some(kind) = FigureKind::latency_log2(&buckets) {
             s.figure(Figure {
                 title: format!("Run-queue waits of {platform}/{role}"),
                 value_label: "waits".into(),
-                kind: FigureKind::Histogram {
-                    bucket_label: "wait, power-of-two buckets (µs)".into(),
-                    buckets: (first..=last)
-                        .map(|b| format!("<{}", tick_us(1u64 << (b + 1))))
-                        .collect(),
-                    counts: (first..=last)
-                        .map(|b| buckets.get(&b).copied().unwrap_or(0) as f64)
-                        .collect(),
-                    marked_from: None,
-                },
+                kind,
             });
         }
     }
     s.json("runq", rows);
     s
-}
-
-/// A bucket bound in µs, as short as it reads: 0.5, 16, 4096.
-fn tick_us(ns: u64) -> String {
-    let us = ns as f64 / 1e3;
-    if us < 10.0 {
-        format!("{us:.1}")
-    } else {
-        format!("{us:.0}")
-    }
 }
