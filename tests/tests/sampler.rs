@@ -95,7 +95,17 @@ fn samples_follow_cpu_time_and_layers_limit_the_probes() {
         .map(|s| s["count"].as_u64().unwrap())
         .sum();
     let all: u64 = spin_rows.iter().map(|s| s["count"].as_u64().unwrap()).sum();
-    assert!(kernel * 5 < all, "mix-spin: {kernel} of {all} samples in the kernel");
+    // Its kernel share is not zero: preempted by the other three on two
+    // CPUs, it spends time in the reschedule path, more the busier the
+    // machine (5 % here, 21 % in one CI run). The kernel's own tick samples
+    // of the same thread (stime against utime) are the ground truth.
+    let ticks = |name: &str| spin[name].as_f64().unwrap();
+    let stime_share = ticks("stime_ticks") / (ticks("utime_ticks") + ticks("stime_ticks"));
+    let kernel_share = kernel as f64 / all as f64;
+    assert!(
+        (kernel_share - stime_share).abs() < 0.1 && kernel_share < 0.5,
+        "mix-spin: {kernel} of {all} samples in the kernel; its stime share {stime_share:.2}"
+    );
 
     // cpu-mix is Rust: its frames read as demangled paths, without hashes.
     let frames: Vec<&str> = rows
