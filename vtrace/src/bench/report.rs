@@ -287,41 +287,17 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
     }
 
     // CPU per operation by role.
-    let mut roles: Vec<String> = Vec::new();
-    for c in cells {
-        for (r, _) in &c.cpu_ns_per_op {
-            if !roles.contains(r) {
-                roles.push(r.clone());
-            }
-        }
-    }
-    let mut columns = vec![left("platform", 12), left("parameter", 24), col("total", 10)];
-    columns.extend(roles.iter().map(|r| col(r.clone(), 10)));
-    let mut t = Table::new(
-        format!("CPU ns per {unit} by role (vtrace's own and stressors' left out)"),
-        columns,
+    per_role_figures(
+        &mut s,
+        cells,
+        |c| &c.cpu_ns_per_op,
+        &amount,
+        [
+            format!("CPU ns per {unit} by role (vtrace's own and stressors' left out)"),
+            format!("CPU time per {unit} by platform and role"),
+            format!("CPU µs per {unit}"),
+        ],
     );
-    let role_ns = |c: &CellSummary, r: &str| c.cpu_ns_per_op.iter().find(|(x, _)| x == r).map_or(0.0, |(_, ns)| *ns);
-    for c in cells {
-        let mut cells_row = vec![c.platform.clone(), label(c), amount(c.cpu_ns_per_op_total)];
-        cells_row.extend(roles.iter().map(|r| amount(role_ns(c, r))));
-        t.row(cells_row);
-    }
-    s.table(t);
-    s.figure(Figure {
-        title: format!("CPU time per {unit} by platform and role"),
-        value_label: format!("CPU µs per {unit}"),
-        kind: FigureKind::StackedBars {
-            categories: cells.iter().map(|c| format!("{} {}", c.platform, label(c))).collect(),
-            series: roles
-                .iter()
-                .map(|r| Series {
-                    name: r.clone(),
-                    values: cells.iter().map(|c| role_ns(c, r) / 1e3).collect(),
-                })
-                .collect(),
-        },
-    });
 
     // Packets per hop.
     let mut t = Table::new(
@@ -350,51 +326,18 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
     s.table(t);
 
     // Waiting for a CPU, per operation: what CPU stress does to each role.
-    let mut runq_roles: Vec<String> = Vec::new();
-    for c in cells {
-        for (r, _) in &c.runq_ns_per_op {
-            if !runq_roles.contains(r) {
-                runq_roles.push(r.clone());
-            }
-        }
-    }
-    if !runq_roles.is_empty() {
-        let mut columns = vec![left("platform", 12), left("parameter", 24), col("total", 10)];
-        columns.extend(runq_roles.iter().map(|r| col(r.clone(), 10)));
-        let mut t = Table::new(
-            format!("Run-queue wait per {unit} by role (µs; runnable, waiting for a CPU)"),
-            columns,
+    if cells.iter().any(|c| !c.runq_ns_per_op.is_empty()) {
+        per_role_figures(
+            &mut s,
+            cells,
+            |c| &c.runq_ns_per_op,
+            &|ns| format!("{:.2}", ns / 1e3),
+            [
+                format!("Run-queue wait per {unit} by role (µs; runnable, waiting for a CPU)"),
+                format!("Run-queue wait per {unit} by platform and role"),
+                format!("µs waiting for a CPU per {unit}"),
+            ],
         );
-        let role_ns = |c: &CellSummary, role: &str| {
-            c.runq_ns_per_op
-                .iter()
-                .find(|(r, _)| r == role)
-                .map_or(0.0, |(_, ns)| *ns)
-        };
-        for c in cells {
-            let mut row = vec![
-                c.platform.clone(),
-                label(c),
-                format!("{:.2}", c.runq_ns_per_op.iter().map(|(_, ns)| ns).sum::<f64>() / 1e3),
-            ];
-            row.extend(runq_roles.iter().map(|r| format!("{:.2}", role_ns(c, r) / 1e3)));
-            t.row(row);
-        }
-        s.table(t);
-        s.figure(Figure {
-            title: format!("Run-queue wait per {unit} by platform and role"),
-            value_label: format!("µs waiting for a CPU per {unit}"),
-            kind: FigureKind::StackedBars {
-                categories: cells.iter().map(|c| format!("{} {}", c.platform, label(c))).collect(),
-                series: runq_roles
-                    .iter()
-                    .map(|r| Series {
-                        name: r.clone(),
-                        values: cells.iter().map(|c| role_ns(c, r) / 1e3).collect(),
-                    })
-                    .collect(),
-            },
-        });
     }
 
     if w == Workload::Ping {
@@ -431,6 +374,52 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
         });
     }
     s
+}
+
+/// A table of `per_role(cell)` (ns per operation by role) with its total,
+/// each value shown by `show`, and its stacked bars in µs; `titles`: the
+/// table's, the figure's and its value label.
+fn per_role_figures(
+    s: &mut Section,
+    cells: &[&CellSummary],
+    per_role: impl Fn(&CellSummary) -> &[(String, f64)],
+    show: &dyn Fn(f64) -> String,
+    [table_title, figure_title, value_label]: [String; 3],
+) {
+    let mut roles: Vec<String> = Vec::new();
+    for c in cells {
+        for (r, _) in per_role(c) {
+            if !roles.contains(r) {
+                roles.push(r.clone());
+            }
+        }
+    }
+    let role_ns = |c: &CellSummary, role: &str| per_role(c).iter().find(|(r, _)| r == role).map_or(0.0, |(_, ns)| *ns);
+    let mut columns = vec![left("platform", 12), left("parameter", 24), col("total", 10)];
+    columns.extend(roles.iter().map(|r| col(r.clone(), 10)));
+    let mut t = Table::new(table_title, columns);
+    for c in cells {
+        // + 0.0: an empty sum is -0.0.
+        let total = per_role(c).iter().map(|(_, ns)| ns).sum::<f64>() + 0.0;
+        let mut row = vec![c.platform.clone(), label(c), show(total)];
+        row.extend(roles.iter().map(|r| show(role_ns(c, r))));
+        t.row(row);
+    }
+    s.table(t);
+    s.figure(Figure {
+        title: figure_title,
+        value_label,
+        kind: FigureKind::StackedBars {
+            categories: cells.iter().map(|c| format!("{} {}", c.platform, label(c))).collect(),
+            series: roles
+                .iter()
+                .map(|r| Series {
+                    name: r.clone(),
+                    values: cells.iter().map(|c| role_ns(c, r) / 1e3).collect(),
+                })
+                .collect(),
+        },
+    });
 }
 
 /// Bars per parameter label, one series per platform, each bar `value(cell)`.
