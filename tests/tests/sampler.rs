@@ -81,30 +81,41 @@ fn samples_follow_cpu_time_and_layers_limit_the_probes() {
         (got_all - want_all).abs() / want_all < 0.15,
         "{got_all} samples vs {want_all:.0}"
     );
-    // The spinning thread's samples are user code; the syscall thread's mostly kernel.
-    let spin = truth["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "mix-spin")
-        .unwrap();
-    let spin_rows: Vec<&Value> = rows.iter().filter(|s| s["tid"] == spin["tid"]).collect();
-    let kernel: u64 = spin_rows
-        .iter()
-        .filter(|s| s["stack"].as_str().unwrap().ends_with("_[k]"))
-        .map(|s| s["count"].as_u64().unwrap())
-        .sum();
-    let all: u64 = spin_rows.iter().map(|s| s["count"].as_u64().unwrap()).sum();
-    // Its kernel share is not zero: preempted by the other three on two
-    // CPUs, it spends time in the reschedule path, more the busier the
-    // machine (5 % here, 21 % in one CI run). The kernel's own tick samples
-    // of the same thread (stime against utime) are the ground truth.
-    let ticks = |name: &str| spin[name].as_f64().unwrap();
-    let stime_share = ticks("stime_ticks") / (ticks("utime_ticks") + ticks("stime_ticks"));
-    let kernel_share = kernel as f64 / all as f64;
+    // User against kernel: each thread's share of samples with a kernel leaf
+    // against the kernel's own tick split of the same thread (stime against
+    // utime). The syscall thread's kernel time is continuous, so two samplers
+    // at different phases (199 Hz here, the 250 Hz tick) agree on it within a
+    // few percent. The spinner's kernel time comes in bursts at preemption
+    // (reschedule IPI, return to user), 0-20 % of it depending on how busy the
+    // machine is, and the two samplers catch different bursts (0.04 against
+    // 0.19 in one CI run): for it, only that user code dominates.
+    let kernel_share = |name: &str| {
+        let t = truth["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap();
+        let rows: Vec<&Value> = rows.iter().filter(|s| s["tid"] == t["tid"]).collect();
+        let count = |leaf_in_kernel: bool| -> u64 {
+            rows.iter()
+                .filter(|s| s["stack"].as_str().unwrap().ends_with("_[k]") || !leaf_in_kernel)
+                .map(|s| s["count"].as_u64().unwrap())
+                .sum()
+        };
+        let ticks = |field: &str| t[field].as_f64().unwrap();
+        let stime_share = ticks("stime_ticks") / (ticks("utime_ticks") + ticks("stime_ticks"));
+        (count(true) as f64 / count(false) as f64, stime_share)
+    };
+    let (sampled, ticked) = kernel_share("mix-syscall");
     assert!(
-        (kernel_share - stime_share).abs() < 0.1 && kernel_share < 0.5,
-        "mix-spin: {kernel} of {all} samples in the kernel; its stime share {stime_share:.2}"
+        (sampled - ticked).abs() < 0.1,
+        "mix-syscall: {sampled:.2} of its samples in the kernel, its stime share {ticked:.2}"
+    );
+    let (sampled, ticked) = kernel_share("mix-spin");
+    assert!(
+        sampled < 0.5,
+        "mix-spin: {sampled:.2} of its samples in the kernel (stime share {ticked:.2}); its user loop should dominate"
     );
 
     // cpu-mix is Rust: its frames read as demangled paths, without hashes.

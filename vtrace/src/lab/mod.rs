@@ -258,10 +258,19 @@ pub fn address(p: &LabPlatform) -> (String, String) {
 
 /// Waits until `addr:port` accepts connections.
 pub fn wait_listening(addr: &str, port: u16, timeout: Duration) -> Result<()> {
+    use std::io::Read;
     let start = Instant::now();
     let sock = format!("{addr}:{port}").parse().expect("valid address");
     while start.elapsed() < timeout {
-        if std::net::TcpStream::connect_timeout(&sock, Duration::from_millis(200)).is_ok() {
+        if let Ok(mut probe) = std::net::TcpStream::connect_timeout(&sock, Duration::from_millis(200)) {
+            // The probe is closed from both sides before `lab up` returns: a
+            // recording started right after must not see its last packets
+            // (lwIP sends its FIN up to seconds late), which the devices'
+            // counters would count on one side of the window and vtrace not.
+            let _ = probe.shutdown(std::net::Shutdown::Write);
+            let _ = probe.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 256];
+            while matches!(probe.read(&mut buf), Ok(n) if n > 0) {}
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(100));
