@@ -12,6 +12,7 @@
 mod account;
 mod block;
 mod config;
+mod files;
 mod hist;
 mod irq;
 mod kmem;

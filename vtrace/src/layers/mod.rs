@@ -27,6 +27,7 @@ use crate::{
 
 pub mod block;
 pub mod cpu;
+pub mod fs;
 pub mod kvm;
 pub mod net;
 pub mod runq;
@@ -43,6 +44,7 @@ pub const REGISTRY: &[&dyn Layer] = &[
     &uprobe::UprobeLayer,
     &runq::RunqLayer,
     &block::BlockLayer,
+    &fs::FsLayer,
     &sample::SampleLayer,
 ];
 

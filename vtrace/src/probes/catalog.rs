@@ -19,6 +19,7 @@ pub enum Layer {
     Uprobe,
     Runq,
     Block,
+    Fs,
 }
 
 impl Layer {
@@ -36,6 +37,7 @@ impl Layer {
             Layer::Uprobe => "uprobe",
             Layer::Runq => "runq",
             Layer::Block => "block",
+            Layer::Fs => "fs",
         }
     }
 }

@@ -51,6 +51,19 @@ pub fn resolve(caps: &Capabilities) -> Config {
         o.request_cmd_flags = m("request", "cmd_flags");
         o.request_part = m("request", "part");
         o.bdev_dev = m("block_device", "bd_dev");
+        o.task_files = m("task_struct", "files");
+        o.task_fs = m("task_struct", "fs");
+        o.files_fdt = m("files_struct", "fdt");
+        o.fdtable_max_fds = m("fdtable", "max_fds");
+        o.fdtable_fd = m("fdtable", "fd");
+        o.file_inode = m("file", "f_inode");
+        o.inode_sb = m("inode", "i_sb");
+        o.sb_magic = m("super_block", "s_magic");
+        o.fs_pwd_dentry = nested("fs_struct", "pwd", "path", "dentry");
+        o.fs_root_dentry = nested("fs_struct", "root", "path", "dentry");
+        o.dentry_sb = m("dentry", "d_sb");
+        o.pt_regs_si = m("pt_regs", "si");
+        o.pt_regs_orig_ax = m("pt_regs", "orig_ax");
     }
     if let Ok(tracefs) = &caps.tracefs {
         let f =
@@ -60,6 +73,7 @@ pub fn resolve(caps: &Capabilities) -> Config {
         o.tp_fork_child_pid = f("sched", "sched_process_fork", "child_pid");
         o.tp_switch_prev_pid = f("sched", "sched_switch", "prev_pid");
         o.tp_wakeup_pid = f("sched", "sched_wakeup", "pid");
+        o.tp_sys_exit_id = f("raw_syscalls", "sys_exit", "id");
         o.tp_irq_irq = f("irq", "irq_handler_entry", "irq");
         o.tp_softirq_vec = f("irq", "softirq_entry", "vec");
         let kvm = |ev: &str, field: &str| f("kvm", ev, field);

@@ -129,6 +129,9 @@ pub struct Overhead {
     /// layer started, or a block map was full.
     #[serde(default)]
     pub block_unpaired: u64,
+    /// File syscalls not counted: a fs map was full.
+    #[serde(default)]
+    pub fs_dropped: u64,
 }
 
 impl Overhead {

@@ -1,0 +1,79 @@
+//! The fs layer (`--layers fs`): file syscalls (read/write, open, stat,
+//! getdents, fsync, close families) per process, call and filesystem type,
+//! with bytes, errors and latency; and overlayfs's credential switches
+//! where fentry or kprobes attach (vtrace-ebpf/src/files.rs). The overlay
+//! cost row combines them with the stack sampler (summary.rs).
+
+pub mod collector;
+pub mod probes;
+pub mod summary;
+pub mod tables;
+
+use std::collections::BTreeMap;
+
+use aya::Ebpf;
+use vtrace_common::{Config, FsKey, FsStats};
+
+pub use tables::{FsHistRow, FsRow};
+
+use self::collector::FsMaps;
+use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::{
+    Result,
+    probes::ProbeSpec,
+    recording::{Overhead, TableKind},
+};
+
+pub struct FsLayer;
+
+impl Layer for FsLayer {
+    fn name(&self) -> &'static str {
+        "fs"
+    }
+    /// Its syscall hooks put every syscall on the kernel's slow path.
+    fn on_by_default(&self) -> bool {
+        false
+    }
+    fn catalog(&self) -> &'static [ProbeSpec] {
+        probes::FS
+    }
+    fn tables(&self) -> Vec<TableKind> {
+        vec![TableKind::of::<FsRow>(), TableKind::of::<FsHistRow>()]
+    }
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+        summary::section(rec, top)
+    }
+    fn start(&self, ebpf: &mut Ebpf, _setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
+        Ok(Box::new(FsRecorder {
+            maps: FsMaps::new(ebpf)?,
+            start: BTreeMap::new(),
+            end: BTreeMap::new(),
+        }))
+    }
+}
+
+struct FsRecorder {
+    maps: FsMaps,
+    start: BTreeMap<FsKey, FsStats>,
+    end: BTreeMap<FsKey, FsStats>,
+}
+
+impl Collector for FsRecorder {
+    fn baseline(&mut self, _attached: &Attached) -> Result<()> {
+        self.start = self.maps.snapshot()?;
+        Ok(())
+    }
+
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        self.end = self.maps.snapshot()?;
+        Ok(())
+    }
+
+    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+        let (rows, hists) = collector::rows(&self.start, &self.end, ctx.tables.rows::<ThreadRow>());
+        overhead.fs_dropped = self.maps.drops();
+        out.tables.put(rows);
+        out.tables.put(hists);
+        Ok(())
+    }
+}
