@@ -115,4 +115,68 @@ fn block_requests_per_operation_equal_the_devices_own_counters() {
         (device["reads"].as_u64(), device["writes"].as_u64()),
         (Some(reads), Some(writes))
     );
+    // dd waits for each request: never more than one in flight.
+    assert_eq!(device["inflight_peak"].as_u64(), Some(1), "{device}");
+}
+
+/// fio with 8 I/Os in flight: vtrace's read requests equal fio's own I/O
+/// count (its JSON output, kept in the recording) and the device's
+/// counters, and the in-flight peak is above one and at most fio's depth.
+#[test]
+fn fio_direct_reads_equal_fios_own_count_and_queue_up_to_its_depth() {
+    let dir = TempDir::new("block-fio");
+    let image = dir.join("disk.img");
+    std::fs::write(&image, vec![0u8; 16 << 20]).unwrap();
+    let dev = Loop::new(&image);
+    std::fs::write(format!("/sys/block/{}/queue/scheduler", dev.name()), "mq-deadline").unwrap();
+    let before = dev.stat();
+    let rec = dir.join("fio.vtrace");
+    let o = vtrace(&[
+        "record",
+        "--layers",
+        "cpu,block",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        "fio",
+        "--name=depth8",
+        &format!("--filename={}", dev.0),
+        "--rw=randread",
+        "--bs=4k",
+        "--size=16M",
+        "--io_size=8M",
+        "--direct=1",
+        "--ioengine=libaio",
+        "--iodepth=8",
+        "--output-format=json",
+    ]);
+    assert!(o.status.success(), "record: {}", stderr(&o));
+    let reads = dev.stat()[0] - before[0];
+    let r = report_json(&rec);
+    let fio = &r["workload"]["fio"][0];
+    assert_eq!(
+        (fio["name"].as_str(), fio["op"].as_str()),
+        (Some("depth8"), Some("read")),
+        "{fio}"
+    );
+    let ios = fio["ios"].as_u64().unwrap();
+    assert_eq!(ios, 2048, "8 MiB of 4 KiB reads");
+    assert_eq!(r["workload"]["ops"]["count"].as_f64(), Some(ios as f64));
+    let counted: u64 = r["block"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["device"] == dev.name() && b["op"] == "read")
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    eprintln!("fio {ios} reads; vtrace {counted}; device {reads}");
+    assert_eq!((counted, reads), (ios, ios));
+    let peak = r["block_devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["device"] == dev.name())
+        .and_then(|d| d["inflight_peak"].as_u64())
+        .unwrap();
+    assert!(peak > 1 && peak <= 8, "in-flight peak {peak} with fio's iodepth 8");
 }

@@ -774,6 +774,18 @@ pub struct BlockPending {
     pub issue_ns: u64,
     /// The cgroup of the task that inserted (or, without an insert, issued) it.
     pub cgroup_id: u64,
+    /// Its device (dev_t), whose in-flight count it is part of.
+    pub dev: u32,
+    pub _pad: u32,
+}
+
+/// Requests of one device between insert (or issue) and completion, now
+/// and at most since the layer started ([`BlockPending`]s counted).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockInflight {
+    pub now: u64,
+    pub peak: u64,
 }
 
 /// Block operations (`REQ_OP_*`, the low byte of a request's cmd_flags).
@@ -1066,6 +1078,7 @@ mod pod {
     unsafe impl aya::Pod for super::BlockKey {}
     unsafe impl aya::Pod for super::BlockStats {}
     unsafe impl aya::Pod for super::BlockPending {}
+    unsafe impl aya::Pod for super::BlockInflight {}
     unsafe impl aya::Pod for super::FsKey {}
     unsafe impl aya::Pod for super::FsStats {}
     unsafe impl aya::Pod for super::FsPending {}

@@ -15,7 +15,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, RawTracePointContext},
 };
-use vtrace_common::{BLOCK_BUCKETS, BlockKey, BlockPending, BlockStats};
+use vtrace_common::{BLOCK_BUCKETS, BlockInflight, BlockKey, BlockPending, BlockStats};
 
 use crate::{
     account,
@@ -29,6 +29,11 @@ pub static BLOCK_PENDING: HashMap<u64, BlockPending> = HashMap::with_max_entries
 
 #[map]
 pub static BLOCK_STATS: PerCpuHashMap<BlockKey, BlockStats> = PerCpuHashMap::with_max_entries(1024, 0);
+
+/// Requests in flight per device, and their peak: shared by every CPU,
+/// counted with atomic adds.
+#[map]
+pub static BLOCK_INFLIGHT: HashMap<u32, BlockInflight> = HashMap::with_max_entries(256, 0);
 
 /// The template of new BLOCK_STATS entries (too large for the eBPF stack).
 #[map]
@@ -54,20 +59,50 @@ fn log2_bucket(v: u64) -> usize {
     if b < BLOCK_BUCKETS { b } else { BLOCK_BUCKETS - 1 }
 }
 
+/// One more (`delta` 1) or one fewer (`u64::MAX`, wrapping) request of
+/// `dev` in flight; the peak follows the count (a racing CPU may keep one
+/// less than the true peak, never more).
 #[inline(always)]
-fn on_insert(rq: u64) {
-    let pending = BlockPending {
-        insert_ns: account::now(),
-        issue_ns: 0,
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-    };
-    if BLOCK_PENDING.insert(&rq, &pending, 0).is_err() {
-        dropped();
+fn inflight(dev: u32, delta: u64) {
+    if BLOCK_INFLIGHT.get_ptr_mut(&dev).is_none() {
+        let _ = BLOCK_INFLIGHT.insert(&dev, &BlockInflight::default(), aya_ebpf::bindings::BPF_NOEXIST as u64);
+    }
+    if let Some(e) = BLOCK_INFLIGHT.get_ptr_mut(&dev) {
+        // The add's result is not used: the object is built for the eBPF
+        // CPU v1, whose atomic add returns nothing. The count read back
+        // right after may include another CPU's change since: a count the
+        // device really had, so the peak is never above the true one.
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                &raw mut (*e).now,
+                delta,
+            );
+            let now = core::ptr::read_volatile(&raw const (*e).now);
+            if delta == 1 && now > (*e).peak && now < 1 << 32 {
+                (*e).peak = now;
+            }
+        }
     }
 }
 
 #[inline(always)]
-fn on_issue(rq: u64) {
+fn on_insert(rq: u64, dev: u32) {
+    let pending = BlockPending {
+        insert_ns: account::now(),
+        issue_ns: 0,
+        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        dev,
+        _pad: 0,
+    };
+    if BLOCK_PENDING.insert(&rq, &pending, 0).is_err() {
+        dropped();
+    } else {
+        inflight(dev, 1);
+    }
+}
+
+#[inline(always)]
+fn on_issue(rq: u64, dev: u32) {
     let now = account::now();
     if let Some(p) = BLOCK_PENDING.get_ptr_mut(&rq) {
         unsafe { (*p).issue_ns = now };
@@ -78,9 +113,13 @@ fn on_issue(rq: u64) {
         insert_ns: 0,
         issue_ns: now,
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
+        dev,
+        _pad: 0,
     };
     if BLOCK_PENDING.insert(&rq, &pending, 0).is_err() {
         dropped();
+    } else {
+        inflight(dev, 1);
     }
 }
 
@@ -92,6 +131,7 @@ fn on_complete(rq: u64, dev: u32, cmd_flags: u32, bytes: u32) {
         return dropped();
     };
     let _ = BLOCK_PENDING.remove(&rq);
+    inflight(p.dev, u64::MAX);
     let key = BlockKey {
         dev,
         op: cmd_flags & 0xff,
@@ -142,14 +182,16 @@ fn dev_and_flags<M: KernelMem>(rq: u64) -> (u32, u32) {
 #[btf_tracepoint(function = "block_rq_insert")]
 pub fn btf_block_rq_insert(ctx: BtfTracePointContext) -> i32 {
     count_run!("block_rq_insert");
-    on_insert(ctx.arg(0));
+    let rq: u64 = ctx.arg(0);
+    on_insert(rq, dev_and_flags::<BtfLoad>(rq).0);
     0
 }
 
 #[raw_tracepoint(tracepoint = "block_rq_insert")]
 pub fn raw_block_rq_insert(ctx: RawTracePointContext) -> i32 {
     count_run!("block_rq_insert");
-    on_insert(ctx.arg(0));
+    let rq: u64 = ctx.arg(0);
+    on_insert(rq, dev_and_flags::<ProbeRead>(rq).0);
     0
 }
 
@@ -157,14 +199,16 @@ pub fn raw_block_rq_insert(ctx: RawTracePointContext) -> i32 {
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn btf_block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     count_run!("block_rq_issue");
-    on_issue(ctx.arg(0));
+    let rq: u64 = ctx.arg(0);
+    on_issue(rq, dev_and_flags::<BtfLoad>(rq).0);
     0
 }
 
 #[raw_tracepoint(tracepoint = "block_rq_issue")]
 pub fn raw_block_rq_issue(ctx: RawTracePointContext) -> i32 {
     count_run!("block_rq_issue");
-    on_issue(ctx.arg(0));
+    let rq: u64 = ctx.arg(0);
+    on_issue(rq, dev_and_flags::<ProbeRead>(rq).0);
     0
 }
 

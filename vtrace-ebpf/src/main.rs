@@ -8,6 +8,9 @@
 //! and tracepoint-record offsets arrive as load-time globals ([`config`]).
 #![no_std]
 #![no_main]
+// Atomic adds (BPF_ATOMIC) for counters every CPU shares.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
 mod account;
 mod block;

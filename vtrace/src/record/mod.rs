@@ -496,6 +496,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
             Some(n) => Some(Operations::given(n)),
             None => crate::workload::ops::parse(&w.command, &output),
         };
+        w.fio = crate::workload::fio::jobs(&output);
     }
 
     // A workload's last packets (TCP close) land before anything is read.

@@ -54,6 +54,9 @@ pub struct Workload {
     /// `record --ops N`: what per-operation figures divide by.
     #[serde(default)]
     pub ops: Option<crate::workload::ops::Operations>,
+    /// fio's own figures per job and direction, when it printed JSON.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fio: Vec<crate::workload::fio::FioJob>,
 }
 
 fn full_coverage() -> f64 {

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::{
     calibrated_ns_per_event,
-    model::{Figure, FigureKind, Section, Series, Table, col, left, secs},
+    model::{Figure, FigureKind, Section, Series, Table, col, left, secs, us},
     ns_per_event, whole_run_time_ns,
 };
 use crate::recording::{ProgramRow, Recording};
@@ -82,6 +82,34 @@ pub fn header(rec: &Recording) -> Section {
     }
     lines.push(String::new());
     s.lines(lines);
+    if let Some(w) = m.workload.as_ref().filter(|w| !w.fio.is_empty()) {
+        let mut t = Table::new(
+            "fio's own figures (its JSON output), per job and direction",
+            vec![
+                left("job", 16),
+                left("op", 6),
+                col("I/Os", 10),
+                col("MiB", 9),
+                col("IOPS", 10),
+                col("lat mean(us)", 13),
+                col("clat p50(us)", 13),
+                col("clat p99(us)", 13),
+            ],
+        );
+        for j in &w.fio {
+            t.row(vec![
+                j.name.clone(),
+                j.op.clone(),
+                j.ios.to_string(),
+                format!("{:.2}", j.bytes as f64 / (1 << 20) as f64),
+                format!("{:.0}", j.iops),
+                format!("{:.2}", j.lat_mean_ns / 1e3),
+                us(j.clat_p50_ns),
+                us(j.clat_p99_ns),
+            ]);
+        }
+        s.table(t);
+    }
     s.json("layers", &m.layers);
     s.json("schema_version", m.schema_version);
     s.json("wall_ns", m.wall_ns);

@@ -3,5 +3,6 @@
 //! reads how much work a workload did from its own output.
 
 pub mod demo;
+pub mod fio;
 pub mod netns;
 pub mod ops;

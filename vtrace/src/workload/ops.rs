@@ -161,6 +161,15 @@ fn byte_unit(unit: &str) -> Option<f64> {
 /// fio: `issued rwts: total=1234,5678,0,0 short=...` per job group: the I/Os
 /// issued; the rate from `IOPS=` lines.
 fn fio(output: &str) -> Option<Operations> {
+    let jobs = super::fio::jobs(output);
+    if !jobs.is_empty() {
+        return Some(Operations {
+            count: jobs.iter().map(|j| j.ios as f64).sum(),
+            unit: "I/O".into(),
+            source: "fio".into(),
+            per_second: Some(jobs.iter().map(|j| j.iops).sum()),
+        });
+    }
     let mut count = 0.0;
     let mut iops = 0.0;
     for line in output.lines().map(str::trim) {

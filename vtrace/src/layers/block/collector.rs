@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, PerCpuHashMap},
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
 };
-use vtrace_common::{BLOCK_BUCKETS, BlockKey, BlockStats, block_op};
+use vtrace_common::{BLOCK_BUCKETS, BlockInflight, BlockKey, BlockStats, block_op};
 
 use super::tables::{BlockDeviceRow, BlockHistRow, BlockRow};
 use crate::{
@@ -22,6 +22,7 @@ counters!(BlockStats { requests, bytes, queued, queue_ns, device_ns } [queue_his
 pub struct BlockMaps {
     stats: PerCpuHashMap<MapData, BlockKey, BlockStats>,
     drops: PerCpuArray<MapData, u64>,
+    inflight: BpfHashMap<MapData, u32, BlockInflight>,
 }
 
 impl BlockMaps {
@@ -29,11 +30,17 @@ impl BlockMaps {
         Ok(BlockMaps {
             stats: take(ebpf, "BLOCK_STATS")?,
             drops: take(ebpf, "BLOCK_DROPS")?,
+            inflight: take(ebpf, "BLOCK_INFLIGHT")?,
         })
     }
 
     pub fn snapshot(&self) -> Result<BTreeMap<BlockKey, BlockStats>> {
         sum_per_cpu(&self.stats)
+    }
+
+    /// Each device's in-flight peak since the layer started.
+    pub fn inflight_peaks(&self) -> HashMap<u32, u64> {
+        self.inflight.iter().flatten().map(|(dev, v)| (dev, v.peak)).collect()
     }
 
     pub fn drops(&self) -> u64 {
@@ -90,6 +97,7 @@ pub fn rows(
     end: &BTreeMap<BlockKey, BlockStats>,
     devices_start: &[DeviceStat],
     devices_end: &[DeviceStat],
+    inflight_peaks: &HashMap<u32, u64>,
     threads: &[ThreadRow],
 ) -> (Vec<BlockRow>, Vec<BlockHistRow>, Vec<BlockDeviceRow>) {
     let index = ThreadIndex::new(threads);
@@ -161,6 +169,7 @@ pub fn rows(
                 write_sectors: field(6),
                 discards: field(11),
                 flushes: field(15),
+                inflight_peak: inflight_peaks.get(&d.dev).copied().unwrap_or(0),
             }
         })
         .collect();

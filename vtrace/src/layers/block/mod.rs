@@ -53,6 +53,7 @@ impl Layer for BlockLayer {
             end: BTreeMap::new(),
             devices_start: Vec::new(),
             devices_end: Vec::new(),
+            inflight_peaks: Default::default(),
         }))
     }
 }
@@ -63,6 +64,7 @@ struct BlockRecorder {
     end: BTreeMap<BlockKey, BlockStats>,
     devices_start: Vec<DeviceStat>,
     devices_end: Vec<DeviceStat>,
+    inflight_peaks: std::collections::HashMap<u32, u64>,
 }
 
 impl Collector for BlockRecorder {
@@ -76,6 +78,7 @@ impl Collector for BlockRecorder {
     fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
         self.end = self.maps.snapshot()?;
         self.devices_end = collector::device_stats();
+        self.inflight_peaks = self.maps.inflight_peaks();
         Ok(())
     }
 
@@ -85,6 +88,7 @@ impl Collector for BlockRecorder {
             &self.end,
             &self.devices_start,
             &self.devices_end,
+            &self.inflight_peaks,
             ctx.tables.rows::<ThreadRow>(),
         );
         overhead.block_unpaired = self.maps.drops();

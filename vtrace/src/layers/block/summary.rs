@@ -94,6 +94,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                 col("writes", 16),
                 col("flushes", 16),
                 col("discards", 16),
+                col("in flight peak", 15),
             ],
         );
         let counted = |dev: u32, op: &str| -> u64 {
@@ -109,6 +110,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                 format!("{} / {}", counted(d.dev, "write"), d.writes),
                 format!("{} / {}", counted(d.dev, "flush"), d.flushes),
                 format!("{} / {}", counted(d.dev, "discard"), d.discards),
+                d.inflight_peak.to_string(),
             ]);
         }
         s.table(t);

@@ -41,7 +41,7 @@ table! {
     /// Each device's own counters (/sys/block/<dev>/stat) over the
     /// recording: requests completed and sectors per direction, the ground
     /// truth beside the block rows.
-    BlockDeviceRow = "block_devices" {
+    BlockDeviceRow = "block_devices" version 2 {
         device: String,
         dev: u32,
         reads: u64,
@@ -50,5 +50,8 @@ table! {
         write_sectors: u64,
         flushes: u64,
         discards: u64,
+        /// Most requests vtrace saw in flight at once (insert or issue ->
+        /// complete), from version 2 on.
+        inflight_peak: u64 [since 2],
     }
 }
