@@ -180,3 +180,71 @@ fn fio_direct_reads_equal_fios_own_count_and_queue_up_to_its_depth() {
         .unwrap();
     assert!(peak > 1 && peak <= 8, "in-flight peak {peak} with fio's iodepth 8");
 }
+
+/// `vtrace lab down` when dropped (a failed test included).
+struct LabGuard(&'static str);
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        let _ = vtrace(&["lab", "down", self.0]);
+    }
+}
+
+/// fio inside two lab containers (runc, crun), run with `vtrace lab exec`:
+/// direct 4 KiB reads of a file in the container's overlay root, each one
+/// request to the disk below, submitted from the container's cgroup. The
+/// block rows vtrace gives that instance hold exactly fio's own read count.
+#[test]
+fn fio_in_two_lab_containers_block_reads_per_instance_equal_fios_count() {
+    let dir = TempDir::new("block-lab");
+    for platform in ["runc", "crun"] {
+        let up = vtrace(&["lab", "up", platform]);
+        assert!(up.status.success(), "lab up {platform}: {}", stderr(&up));
+        let _lab = LabGuard(platform);
+        let rec = dir.join(&format!("{platform}.vtrace"));
+        let vtrace_bin = vtrace_tests::bin("vtrace");
+        let o = vtrace(&[
+            "record",
+            "--platform",
+            platform,
+            "--layers",
+            "cpu,block",
+            "-o",
+            rec.to_str().unwrap(),
+            "--",
+            vtrace_bin.to_str().unwrap(),
+            "lab",
+            "exec",
+            platform,
+            "--",
+            "fio",
+            "--name=in-container",
+            "--filename=/fio.dat",
+            "--rw=randread",
+            "--bs=4k",
+            "--size=8M",
+            "--io_size=2M",
+            "--direct=1",
+            "--output-format=json",
+        ]);
+        assert!(o.status.success(), "record: {}", stderr(&o));
+        let r = report_json(&rec);
+        let ios = r["workload"]["fio"][0]["ios"]
+            .as_u64()
+            .expect("fio's JSON in the recording");
+        assert_eq!(ios, 512, "2 MiB of 4 KiB reads");
+        let rows: Vec<&Value> = r["block"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["platform"] == platform && b["op"] == "read")
+            .collect();
+        let counted: u64 = rows.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+        eprintln!("{platform}: fio {ios} reads; vtrace's block reads of the instance {counted}: {rows:?}");
+        assert_eq!(counted, ios, "{platform}");
+        assert!(
+            rows.iter()
+                .all(|b| b["bytes"].as_u64() == Some(4096 * b["count"].as_u64().unwrap()))
+        );
+    }
+}

@@ -200,6 +200,14 @@ enum LabAction {
     Up { platform: String },
     /// Stop it and remove everything `up` made.
     Down { platform: String },
+    /// Run a command inside the running instance of PLATFORM (its runtime's
+    /// exec; the host platform's network namespace), e.g.
+    /// `vtrace record --platform runc -- vtrace lab exec runc -- fio ...`.
+    Exec {
+        platform: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
     /// What runs, what can start here, and what cannot (and why).
     Status,
 }
@@ -429,6 +437,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 LabAction::Down { platform } => {
                     vtrace::lab::down(&platform)?;
                     println!("{platform} down: nothing left behind");
+                }
+                LabAction::Exec { platform, command } => {
+                    let argv = vtrace::lab::exec_command(&platform, &command)?;
+                    let status = std::process::Command::new(&argv[0])
+                        .args(&argv[1..])
+                        .status()
+                        .with_context(|| format!("run {}", argv[0]))?;
+                    return Ok(status
+                        .code()
+                        .unwrap_or(128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)));
                 }
                 LabAction::Status => {
                     for (name, state) in vtrace::lab::status() {

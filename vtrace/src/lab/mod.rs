@@ -477,6 +477,58 @@ pub fn leftovers(ledger: &Ledger) -> Vec<String> {
         .collect()
 }
 
+/// The command line that runs `command` inside the running instance of
+/// `platform` (`vtrace lab exec`): the runtime's own exec (runc, crun, runsc,
+/// docker, lxc-attach), or `ip netns exec` for the host platform.
+pub fn exec_command(platform: &str, command: &[String]) -> Result<Vec<String>> {
+    let ledger = Ledger::load(platform)
+        .filter(|l| l.ready)
+        .ok_or_else(|| Error::LabUnavailable {
+            platform: platform.into(),
+            reason: format!("no instance is up: `vtrace lab up {platform}` first"),
+        })?;
+    let mut argv: Vec<String> = None
+        .or_else(|| {
+            ledger.resources.iter().find_map(|r| match r {
+                Resource::Container { runtime, id, root } => Some(match runtime.as_str() {
+                    "docker" => vec!["docker".into(), "-H".into(), root.clone(), "exec".into(), id.clone()],
+                    "lxc" => vec![
+                        "lxc-attach".into(),
+                        "-P".into(),
+                        root.clone(),
+                        "-n".into(),
+                        id.clone(),
+                        "--".into(),
+                    ],
+                    _ => vec![
+                        runtime.clone(),
+                        "--root".into(),
+                        root.clone(),
+                        "exec".into(),
+                        id.clone(),
+                    ],
+                }),
+                _ => None,
+            })
+        })
+        .or_else(|| {
+            (platform == "host").then(|| {
+                ledger.resources.iter().find_map(|r| match r {
+                    Resource::Netns { name } => Some(vec!["ip".into(), "netns".into(), "exec".into(), name.clone()]),
+                    _ => None,
+                })
+            })?
+        })
+        .ok_or_else(|| Error::LabUnavailable {
+            platform: platform.into(),
+            reason: "its instance runs no shell to exec in (a VM or a user-space stack): \
+                     run the workload from the host against its address"
+                .into(),
+        })?;
+    argv.extend(command.iter().cloned());
+    Ok(argv)
+}
+
 /// One line per platform: running (address), or startable, or why not.
 pub fn status() -> Vec<(String, String)> {
     let mut out = Vec::new();

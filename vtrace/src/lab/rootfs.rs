@@ -1,5 +1,5 @@
-//! A minimal root filesystem for lab containers: busybox, redis-server and
-//! iperf3 with the shared libraries `ldd` names. Built once and shared
+//! A minimal root filesystem for lab containers: busybox, redis-server,
+//! iperf3 and fio with the shared libraries `ldd` names. Built once and shared
 //! read-only (the lower layer of each container's overlayfs).
 
 use std::{
@@ -12,9 +12,9 @@ use std::{
 use super::DATA_DIR;
 use crate::{Error, Result};
 
-const BINARIES: &[&str] = &["busybox", "redis-server", "iperf3"];
+const BINARIES: &[&str] = &["busybox", "redis-server", "iperf3", "fio"];
 /// Bumped when the contents change, so an old cached tree is rebuilt.
-const VERSION: &str = "1";
+const VERSION: &str = "2";
 
 pub fn path() -> PathBuf {
     Path::new(DATA_DIR).join("rootfs")
