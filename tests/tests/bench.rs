@@ -265,3 +265,77 @@ fn stressors_run_beside_the_workload_under_their_own_role_left_out_of_the_cost()
         );
     }
 }
+
+/// `bench --workload fio --neighbour`: fio inside a runc container, alone
+/// and beside a neighbour writing from its own cgroup. Every read of fio's
+/// is a request on the disk from the instance (vtrace's block rows); with
+/// the neighbour, its writes are named on that disk; the neighbour is gone
+/// afterwards (its cgroup removed).
+#[test]
+fn a_noisy_neighbours_writes_are_named_beside_the_victims_reads() {
+    let _down = LabDown;
+    let dir = TempDir::new("bench-neighbour");
+    let out = dir.join("bench");
+    let o = vtrace(&[
+        "bench",
+        "--platforms",
+        "runc",
+        "--workload",
+        "fio",
+        "--neighbour",
+        "--seconds",
+        "2",
+        "--repeat",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = vtrace(&["report", "--format", "json", out.to_str().unwrap()]);
+    let bench: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cells = bench["bench"]["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "alone and beside the neighbour");
+    for cell in cells {
+        let neighbour = cell["neighbour"].as_bool().unwrap();
+        let name = if neighbour {
+            "fio-randread-4k+neighbour"
+        } else {
+            "fio-randread-4k"
+        };
+        let run = report_json(&out.join(format!("cells/runc/{name}/rep1.vtrace")));
+        let ios = run["workload"]["fio"][0]["ios"].as_u64().unwrap();
+        let reads: u64 = run["block"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["platform"] == "runc" && b["op"] == "read")
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum();
+        // Every read of fio's reached the disk (exactness is block.rs's
+        // test: here the exec'ed fio may also page its own binary in).
+        assert!(reads >= ios, "{name}: the victim's {reads} reads on the disk, fio's {ios}");
+        let victim = &cell["victim"];
+        let others = victim["others"].as_array().unwrap();
+        let neighbour_writes: u64 = others
+            .iter()
+            .filter(|o| o[0] == "neighbour write")
+            .map(|o| o[1].as_u64().unwrap())
+            .sum();
+        eprintln!(
+            "{name}: p50 {} us, p99 {} us, others {others:?}",
+            victim["clat_p50_us"], victim["clat_p99_us"]
+        );
+        if neighbour {
+            assert!(neighbour_writes > 100, "{name}: the neighbour's writes named: {others:?}");
+        } else {
+            assert_eq!(neighbour_writes, 0, "{name}");
+        }
+    }
+    let left = std::fs::read_dir("/sys/fs/cgroup/unified")
+        .into_iter()
+        .chain(std::fs::read_dir("/sys/fs/cgroup"))
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name() == "vtrace-neighbour");
+    assert!(!left, "the neighbour's cgroup was removed");
+}

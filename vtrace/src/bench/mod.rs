@@ -54,6 +54,11 @@ pub struct Matrix {
     /// ping echo requests per run (10 ms apart).
     #[arg(long, default_value_t = 200)]
     pub pings: u32,
+    /// fio cells also run beside a noisy neighbour: direct 1 MiB writes to
+    /// a large file on the same disk from a cgroup of their own.
+    #[arg(long)]
+    #[serde(default)]
+    pub neighbour: bool,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
@@ -62,6 +67,8 @@ pub enum Workload {
     Redis,
     Iperf3,
     Ping,
+    /// Direct random 4 KiB reads inside the instance (`vtrace lab exec`).
+    Fio,
 }
 
 impl Workload {
@@ -70,6 +77,7 @@ impl Workload {
             Workload::Redis => "redis",
             Workload::Iperf3 => "iperf3",
             Workload::Ping => "ping",
+            Workload::Fio => "fio",
         }
     }
 }
@@ -82,17 +90,20 @@ pub struct Cell {
     /// The value size, the window, or "rtt".
     pub param: String,
     pub stress: u32,
+    /// Beside a noisy neighbour (`--neighbour`, fio cells).
+    pub neighbour: bool,
 }
 
 impl Cell {
-    /// `redis-64`, `iperf3-64K+stress2`.
+    /// `redis-64`, `iperf3-64K+stress2`, `fio-randread-4k+neighbour`.
     pub fn name(&self) -> String {
         let stress = if self.stress > 0 {
             format!("+stress{}", self.stress)
         } else {
             String::new()
         };
-        format!("{}-{}{stress}", self.workload.name(), self.param)
+        let neighbour = if self.neighbour { "+neighbour" } else { "" };
+        format!("{}-{}{stress}{neighbour}", self.workload.name(), self.param)
     }
 
     pub fn dir(&self, root: &Path) -> PathBuf {
@@ -108,6 +119,21 @@ impl Cell {
             ),
             Workload::Iperf3 => format!("iperf3 -c {addr} -t {} -w {}", m.seconds, self.param),
             Workload::Ping => format!("ping -c {} -i 0.01 {addr}", m.pings),
+            Workload::Fio => {
+                // Inside the instance: a file in its own root (the host
+                // platform's processes share the host's: the lab's directory).
+                let file = if self.platform == crate::platforms::HOST {
+                    format!("{}/fio-victim.dat", lab::DATA_DIR)
+                } else {
+                    "/fio-victim.dat".into()
+                };
+                let vtrace = std::env::current_exe().map_or_else(|_| "vtrace".into(), |p| p.display().to_string());
+                format!(
+                    "{vtrace} lab exec {} -- fio --name=victim --filename={file} --rw=randread --bs=4k \
+                     --size=64M --direct=1 --time_based --runtime={} --output-format=json",
+                    self.platform, m.seconds
+                )
+            }
         };
         words.split_whitespace().map(String::from).collect()
     }
@@ -122,15 +148,24 @@ impl Matrix {
                     Workload::Redis => self.sizes.iter().map(u32::to_string).collect(),
                     Workload::Iperf3 => self.windows.clone(),
                     Workload::Ping => vec!["rtt".into()],
+                    Workload::Fio => vec!["randread-4k".into()],
+                };
+                let neighbours: &[bool] = if workload == Workload::Fio && self.neighbour {
+                    &[false, true]
+                } else {
+                    &[false]
                 };
                 for param in params {
                     for &stress in &self.stress {
-                        cells.push(Cell {
-                            platform: platform.clone(),
-                            workload,
-                            param: param.clone(),
-                            stress,
-                        });
+                        for &neighbour in neighbours {
+                            cells.push(Cell {
+                                platform: platform.clone(),
+                                workload,
+                                param: param.clone(),
+                                stress,
+                                neighbour,
+                            });
+                        }
                     }
                 }
             }
@@ -305,6 +340,12 @@ fn record_run(
     if cell.workload == Workload::Iperf3 && cell.platform == "lwip" {
         return Err("the lwip instance serves redis only (no iperf3 server)".into());
     }
+    if cell.workload == Workload::Fio && ["lwip", "linuxvm"].contains(&cell.platform.as_str()) {
+        return Err(format!(
+            "fio runs inside the instance, and {} has no shell to exec in",
+            cell.platform
+        ));
+    }
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let mut o = opts.clone();
     o.output = run_path(dir, rep);
@@ -323,6 +364,14 @@ fn record_run(
             .collect();
     }
     o.platform = cell.platform.clone();
+    if cell.workload == Workload::Fio && !o.layers.iter().any(|l| l == "block") {
+        o.layers.push("block".into());
+    }
+    let neighbour = if cell.neighbour {
+        Some(Neighbour::start(m.seconds, dir).map_err(|e| format!("start the noisy neighbour: {e}"))?)
+    } else {
+        None
+    };
     let stressors = Stressors::start(cell.stress).map_err(|e| format!("start the CPU stressors: {e}"))?;
     let outcome = Recorder::start(o).and_then(|r| {
         while !r.is_finished() {
@@ -334,6 +383,7 @@ fn record_run(
         r.wait()
     });
     drop(stressors);
+    drop(neighbour);
     let outcome = outcome.map_err(|e| e.to_string())?;
     match outcome.exit_code {
         0 => Ok(()),
@@ -386,5 +436,91 @@ impl Drop for Stressors {
                 libc::waitpid(pid, std::ptr::null_mut(), 0);
             }
         }
+    }
+}
+
+/// The file in a `+neighbour` cell's directory that holds its neighbours'
+/// cgroup ids, one line per run (a new cgroup each time).
+pub const NEIGHBOUR_CGROUP: &str = "neighbour.cgroup";
+
+/// A noisy neighbour (`--neighbour`): fio writing a large file on the lab's
+/// disk with direct 1 MiB writes, from a cgroup of its own (so its requests
+/// are told apart from the instance's), stopped and removed when dropped.
+struct Neighbour {
+    child: std::process::Child,
+    cgroup: PathBuf,
+    file: PathBuf,
+}
+
+impl Neighbour {
+    const NAME: &str = "vtrace-neighbour";
+
+    /// Starts it; its cgroup's id (what block rows name it by) is added to
+    /// `cell_dir/NEIGHBOUR_CGROUP` for the report.
+    fn start(seconds: u32, cell_dir: &Path) -> std::io::Result<Neighbour> {
+        // The cgroup v2 hierarchy (block requests carry its ids): on its
+        // own, or beside v1 controllers as `unified`.
+        let unified = Path::new("/sys/fs/cgroup/unified");
+        let root = if unified.join("cgroup.procs").is_file() {
+            unified
+        } else {
+            Path::new("/sys/fs/cgroup")
+        };
+        let cgroup = root.join(Self::NAME);
+        std::fs::create_dir_all(&cgroup)?;
+        // A cgroup v2 id is its directory's inode number.
+        let id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cgroup)?);
+        let mut ids = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(cell_dir.join(NEIGHBOUR_CGROUP))?;
+        std::io::Write::write_all(&mut ids, format!("{id}\n").as_bytes())?;
+        std::fs::create_dir_all(lab::DATA_DIR)?;
+        let file = Path::new(lab::DATA_DIR).join("fio-neighbour.dat");
+        let child = std::process::Command::new("fio")
+            .args([
+                "--name=neighbour",
+                "--rw=write",
+                "--bs=1M",
+                "--size=512M",
+                "--direct=1",
+                "--time_based",
+            ])
+            .arg(format!("--runtime={}", seconds * 4 + 30))
+            .arg(format!("--filename={}", file.display()))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        // Into its cgroup at once: it lays its file out before it writes.
+        std::fs::write(cgroup.join("cgroup.procs"), child.id().to_string())?;
+        // fio lays the file out first: let the writes begin.
+        std::thread::sleep(Duration::from_secs(2));
+        Ok(Neighbour { child, cgroup, file })
+    }
+}
+
+impl Drop for Neighbour {
+    fn drop(&mut self) {
+        // fio runs its job in a process of its own: every process of the
+        // cgroup goes (cgroup.kill where the kernel has it).
+        if std::fs::write(self.cgroup.join("cgroup.kill"), "1").is_err() {
+            for pid in std::fs::read_to_string(self.cgroup.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok())
+            {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(self.cgroup.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_file(&self.file);
+        let _ = std::fs::remove_dir(&self.cgroup);
     }
 }

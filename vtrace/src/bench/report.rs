@@ -54,6 +54,7 @@ pub struct CellSummary {
     pub workload: String,
     pub param: String,
     pub stress: u32,
+    pub neighbour: bool,
     pub runs: usize,
     pub errors: Vec<String>,
     /// What one operation is (request, MiB, reply).
@@ -69,6 +70,22 @@ pub struct CellSummary {
     /// Run-queue wait per operation by role (ns; the run-queue layer's,
     /// stressors and vtrace left out), largest first; empty without it.
     pub runq_ns_per_op: Vec<(String, f64)>,
+    /// fio cells: the victim's latency as fio measured it, and who else
+    /// had requests on its disk meanwhile.
+    pub victim: Option<Victim>,
+}
+
+/// A fio cell's reads (medians over the runs) and the other requests on
+/// the same device during them (summed over the runs).
+#[derive(Clone, Debug, Serialize)]
+pub struct Victim {
+    pub clat_p50_us: f64,
+    pub clat_p99_us: f64,
+    pub device: String,
+    /// Its reads' time on the device (vtrace's block layer), median p50 over the runs.
+    pub device_p50_us: f64,
+    /// (owner and operation, requests, MiB) of every other cgroup on that device.
+    pub others: Vec<(String, u64, f64)>,
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -168,6 +185,7 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
         workload: cell.workload.name().into(),
         param: cell.param.clone(),
         stress: cell.stress,
+        neighbour: cell.neighbour,
         runs: recs.len(),
         errors,
         unit: subject.ops.as_ref().map(|o| o.unit.clone()),
@@ -178,6 +196,87 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
         hops,
         rtt_us,
         runq_ns_per_op: by_role("runq_delay_ns"),
+        victim: (cell.workload == Workload::Fio)
+            .then(|| {
+                let neighbours: Vec<u64> = std::fs::read_to_string(dir.join(super::NEIGHBOUR_CGROUP))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|id| id.trim().parse().ok())
+                    .collect();
+                victim(&recs, &neighbours)
+            })
+            .flatten(),
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The victim's figures from a fio cell's recordings: its own cgroup is the
+/// one with the most reads on the busiest device.
+fn victim(recs: &[recording::Recording], neighbour_cgroups: &[u64]) -> Option<Victim> {
+    use crate::layers::block::{BlockHistRow, BlockRow};
+    let mut p50 = Vec::new();
+    let mut p99 = Vec::new();
+    let mut device_p50 = Vec::new();
+    let mut device = String::new();
+    let mut others: Vec<(String, u64, f64)> = Vec::new();
+    for r in recs {
+        let fio = r.meta.workload.as_ref()?.fio.iter().find(|j| j.op == "read")?;
+        p50.push(fio.clat_p50_ns as f64 / 1e3);
+        p99.push(fio.clat_p99_ns as f64 / 1e3);
+        let rows = r.rows::<BlockRow>();
+        // Its reads as requests to a disk: fewer than half of fio's I/Os
+        // means they were served above it (gVisor's sentry keeps a page
+        // cache, O_DIRECT or not), and the disk's readers are others.
+        let mine = rows
+            .iter()
+            .filter(|b| b.op == "read" && b.requests * 2 >= fio.ios)
+            .max_by_key(|b| b.requests);
+        // The disk: its reads', else the busiest one.
+        let Some(dev) = mine.or_else(|| rows.iter().max_by_key(|b| b.requests)).map(|b| b.dev) else {
+            continue;
+        };
+        if let Some(mine) = mine {
+            device = mine.device.clone();
+            let mut h = crate::analysis::histogram::Histogram::default();
+            for b in r
+                .rows::<BlockHistRow>()
+                .iter()
+                .filter(|b| b.dev == mine.dev && b.op == "read" && b.cgroup_id == mine.cgroup_id && b.kind == "device")
+            {
+                h.add(b.lo, b.hi, b.count);
+            }
+            device_p50.push(h.quantile(0.5) as f64 / 1e3);
+        }
+        let mine_cgroup = mine.map(|m| m.cgroup_id);
+        for b in rows.iter().filter(|b| b.dev == dev && Some(b.cgroup_id) != mine_cgroup) {
+            let owner = if neighbour_cgroups.contains(&b.cgroup_id) {
+                format!("neighbour {}", b.op)
+            } else if b.instance.is_empty() {
+                format!("{} (cgroup {}) {}", b.platform, b.cgroup_id, b.op)
+            } else {
+                format!("{} {}", b.instance, b.op)
+            };
+            let mib = b.bytes as f64 / (1 << 20) as f64;
+            match others.iter_mut().find(|o| o.0 == owner) {
+                Some(o) => {
+                    o.1 += b.requests;
+                    o.2 += mib;
+                }
+                None => others.push((owner, b.requests, mib)),
+            }
+        }
+    }
+    others.sort_by_key(|o| std::cmp::Reverse(o.1));
+    (!p50.is_empty()).then(|| Victim {
+        clat_p50_us: median(p50),
+        clat_p99_us: median(p99),
+        device,
+        device_p50_us: median(device_p50),
+        others,
     })
 }
 
@@ -187,6 +286,11 @@ fn label(c: &CellSummary) -> String {
         "redis" => format!("{} B", c.param),
         "iperf3" => format!("window {}", c.param),
         _ => c.param.clone(),
+    };
+    let param = if c.neighbour {
+        format!("{param} +neighbour")
+    } else {
+        param
     };
     if c.stress > 0 {
         format!("{param} +{} stressors", c.stress)
@@ -241,6 +345,7 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
         Workload::Redis => ("bench_redis", "redis GET/SET by value size"),
         Workload::Iperf3 => ("bench_iperf3", "iperf3 by TCP window"),
         Workload::Ping => ("bench_ping", "ping round trips"),
+        Workload::Fio => ("bench_fio", "fio random 4 KiB direct reads inside the instance"),
     };
     let mut s = Section::new(id, title);
     let unit = cells.iter().find_map(|c| c.unit.clone()).unwrap_or_else(|| "op".into());
@@ -340,6 +445,46 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
         );
     }
 
+    if w == Workload::Fio {
+        let mut t = Table::new(
+            "The reads' latency (fio's own clat; device: vtrace's issue -> complete), and the other requests on the same disk meanwhile",
+            vec![
+                left("platform", 12),
+                left("parameter", 28),
+                col("p50(us)", 9),
+                col("p99(us)", 9),
+                col("device p50(us)", 15),
+                left("others on its disk: requests, MiB", 0).gap(2),
+            ],
+        );
+        for c in cells {
+            if let Some(v) = &c.victim {
+                let others: Vec<String> = v
+                    .others
+                    .iter()
+                    .take(3)
+                    .map(|(who, n, mib)| format!("{who}: {n}, {mib:.0}"))
+                    .collect();
+                t.row(vec![
+                    c.platform.clone(),
+                    label(c),
+                    format!("{:.1}", v.clat_p50_us),
+                    format!("{:.1}", v.clat_p99_us),
+                    if v.device.is_empty() {
+                        "not on disk".into()
+                    } else {
+                        format!("{:.1}", v.device_p50_us)
+                    },
+                    if others.is_empty() {
+                        "-".into()
+                    } else {
+                        others.join("; ")
+                    },
+                ]);
+            }
+        }
+        s.table(t);
+    }
     if w == Workload::Ping {
         let mut t = Table::new(
             "Round-trip time (µs) over every reply of every run",
