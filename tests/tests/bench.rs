@@ -313,7 +313,10 @@ fn a_noisy_neighbours_writes_are_named_beside_the_victims_reads() {
             .sum();
         // Every read of fio's reached the disk (exactness is block.rs's
         // test: here the exec'ed fio may also page its own binary in).
-        assert!(reads >= ios, "{name}: the victim's {reads} reads on the disk, fio's {ios}");
+        assert!(
+            reads >= ios,
+            "{name}: the victim's {reads} reads on the disk, fio's {ios}"
+        );
         let victim = &cell["victim"];
         let others = victim["others"].as_array().unwrap();
         let neighbour_writes: u64 = others
@@ -326,7 +329,10 @@ fn a_noisy_neighbours_writes_are_named_beside_the_victims_reads() {
             victim["clat_p50_us"], victim["clat_p99_us"]
         );
         if neighbour {
-            assert!(neighbour_writes > 100, "{name}: the neighbour's writes named: {others:?}");
+            assert!(
+                neighbour_writes > 100,
+                "{name}: the neighbour's writes named: {others:?}"
+            );
         } else {
             assert_eq!(neighbour_writes, 0, "{name}");
         }
