@@ -29,6 +29,7 @@ if [ "$PROFILE" = all ]; then
     runc crun busybox-static util-linux                                        # vtrace lab containers
     qemu-system-x86 cpio                                                       # vtrace lab linuxvm
     docker.io lxc liblwip-dev                                                  # vtrace lab docker, lxc, lwip
+    nodejs                                                                     # the module-load workload
     chromium fonts-dejavu-core                                                 # the HTML report's browser test
   )
 fi

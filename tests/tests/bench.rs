@@ -348,3 +348,61 @@ fn a_noisy_neighbours_writes_are_named_beside_the_victims_reads() {
         .any(|e| e.file_name() == "vtrace-neighbour");
     assert!(!left, "the neighbour's cgroup was removed");
 }
+
+/// `bench --workload modules`: real Node.js inside a runc container requires
+/// 50 generated packages from the lab volume (a host directory bind-mounted
+/// in). The operations are node's own count (its entry script's line); the
+/// node process is the instance's (claimed by its cgroup, although it
+/// descends from `runc exec`); and every package's three files
+/// (package.json, index.js, lib.js) are opened: at least 3 openat per module,
+/// counted by the fs layer on the instance's processes.
+#[test]
+fn node_loads_the_generated_modules_and_their_file_calls_are_the_instances() {
+    let _down = LabDown;
+    let dir = TempDir::new("bench-modules");
+    let out = dir.join("bench");
+    let o = vtrace(&[
+        "bench",
+        "--platforms",
+        "runc",
+        "--workload",
+        "modules",
+        "--modules",
+        "50",
+        "--repeat",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = report_json(&out.join("cells/runc/modules-50/rep1.vtrace"));
+    assert_eq!(
+        run["workload"]["ops"]["count"].as_f64(),
+        Some(50.0),
+        "{}",
+        run["workload"]
+    );
+    assert_eq!(run["workload"]["ops"]["unit"], "module");
+    let node: Vec<&Value> = run["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["comm"] == "node")
+        .collect();
+    assert!(
+        !node.is_empty() && node.iter().all(|t| t["platform"] == "runc"),
+        "{node:?}"
+    );
+    let o = vtrace(&["report", "--format", "json", out.to_str().unwrap()]);
+    let bench: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let calls = bench["bench"]["cells"][0]["file_calls_per_op"].as_array().unwrap();
+    let per_module = |op: &str| {
+        calls
+            .iter()
+            .find(|c| c[0] == op)
+            .and_then(|c| c[1].as_f64())
+            .unwrap_or(0.0)
+    };
+    eprintln!("file calls per module: {calls:?}");
+    assert!(per_module("openat") >= 3.0, "openat per module: {calls:?}");
+}

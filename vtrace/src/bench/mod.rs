@@ -54,6 +54,10 @@ pub struct Matrix {
     /// ping echo requests per run (10 ms apart).
     #[arg(long, default_value_t = 200)]
     pub pings: u32,
+    /// Packages the module-load workload requires (one cell per count).
+    #[arg(long, value_delimiter = ',', default_value = "500")]
+    #[serde(default = "default_modules")]
+    pub modules: Vec<u32>,
     /// fio cells also run beside a noisy neighbour: direct 1 MiB writes to
     /// a large file on the same disk from a cgroup of their own.
     #[arg(long)]
@@ -69,6 +73,8 @@ pub enum Workload {
     Ping,
     /// Direct random 4 KiB reads inside the instance (`vtrace lab exec`).
     Fio,
+    /// Node.js requiring a tree of small packages from the lab volume.
+    Modules,
 }
 
 impl Workload {
@@ -78,6 +84,7 @@ impl Workload {
             Workload::Iperf3 => "iperf3",
             Workload::Ping => "ping",
             Workload::Fio => "fio",
+            Workload::Modules => "modules",
         }
     }
 }
@@ -112,6 +119,7 @@ impl Cell {
 
     /// The command that drives the instance at `addr`.
     fn command(&self, m: &Matrix, addr: &str) -> Vec<String> {
+        let vtrace = || std::env::current_exe().map_or_else(|_| "vtrace".into(), |p| p.display().to_string());
         let words = match self.workload {
             Workload::Redis => format!(
                 "redis-benchmark -h {addr} -t get,set -d {} -n {} -q",
@@ -127,13 +135,21 @@ impl Cell {
                 } else {
                     "/fio-victim.dat".into()
                 };
-                let vtrace = std::env::current_exe().map_or_else(|_| "vtrace".into(), |p| p.display().to_string());
                 format!(
-                    "{vtrace} lab exec {} -- fio --name=victim --filename={file} --rw=randread --bs=4k \
+                    "{} lab exec {} -- fio --name=victim --filename={file} --rw=randread --bs=4k \
                      --size=64M --direct=1 --time_based --runtime={} --output-format=json",
-                    self.platform, m.seconds
+                    vtrace(),
+                    self.platform,
+                    m.seconds
                 )
             }
+            Workload::Modules => format!(
+                "{} lab exec {} -- node {}/modules-{}/index.js",
+                vtrace(),
+                self.platform,
+                lab::volume_in(&self.platform),
+                self.param
+            ),
         };
         words.split_whitespace().map(String::from).collect()
     }
@@ -149,6 +165,7 @@ impl Matrix {
                     Workload::Iperf3 => self.windows.clone(),
                     Workload::Ping => vec!["rtt".into()],
                     Workload::Fio => vec!["randread-4k".into()],
+                    Workload::Modules => self.modules.iter().map(u32::to_string).collect(),
                 };
                 let neighbours: &[bool] = if workload == Workload::Fio && self.neighbour {
                     &[false, true]
@@ -187,6 +204,10 @@ impl Matrix {
 }
 
 pub const MATRIX_FILE: &str = "bench.json";
+
+fn default_modules() -> Vec<u32> {
+    vec![500]
+}
 
 /// The layers a bench records by default: a plain record's, and the run
 /// queue (the RTT-under-stress figures need it).
@@ -340,11 +361,18 @@ fn record_run(
     if cell.workload == Workload::Iperf3 && cell.platform == "lwip" {
         return Err("the lwip instance serves redis only (no iperf3 server)".into());
     }
-    if cell.workload == Workload::Fio && ["lwip", "linuxvm"].contains(&cell.platform.as_str()) {
+    if [Workload::Fio, Workload::Modules].contains(&cell.workload)
+        && ["lwip", "linuxvm"].contains(&cell.platform.as_str())
+    {
         return Err(format!(
-            "fio runs inside the instance, and {} has no shell to exec in",
+            "{} runs inside the instance, and {} has no shell to exec in",
+            cell.workload.name(),
             cell.platform
         ));
+    }
+    if cell.workload == Workload::Modules {
+        let n = cell.param.parse().map_err(|_| format!("module count {}", cell.param))?;
+        crate::workload::modules::ensure_tree(Path::new(lab::VOLUME_DIR), n).map_err(|e| e.to_string())?;
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let mut o = opts.clone();
@@ -364,8 +392,14 @@ fn record_run(
             .collect();
     }
     o.platform = cell.platform.clone();
-    if cell.workload == Workload::Fio && !o.layers.iter().any(|l| l == "block") {
-        o.layers.push("block".into());
+    // The layer each disk workload is about.
+    let layer = match cell.workload {
+        Workload::Fio => Some("block"),
+        Workload::Modules => Some("fs"),
+        _ => None,
+    };
+    if let Some(layer) = layer.filter(|l| !o.layers.iter().any(|x| x == l)) {
+        o.layers.push(layer.into());
     }
     let neighbour = if cell.neighbour {
         Some(Neighbour::start(m.seconds, dir).map_err(|e| format!("start the noisy neighbour: {e}"))?)

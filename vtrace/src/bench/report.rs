@@ -73,6 +73,10 @@ pub struct CellSummary {
     /// fio cells: the victim's latency as fio measured it, and who else
     /// had requests on its disk meanwhile.
     pub victim: Option<Victim>,
+    /// Module-load cells: file syscalls per module by call (the fs
+    /// layer's rows of the instance's processes, or node's on the host),
+    /// with their mean latency: (call, calls per module, mean ns).
+    pub file_calls_per_op: Vec<(String, f64, f64)>,
 }
 
 /// A fio cell's reads (medians over the runs) and the other requests on
@@ -196,6 +200,11 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
         hops,
         rtt_us,
         runq_ns_per_op: by_role("runq_delay_ns"),
+        file_calls_per_op: if cell.workload == Workload::Modules {
+            file_calls(&recs, &cell.platform)
+        } else {
+            Vec::new()
+        },
         victim: (cell.workload == Workload::Fio)
             .then(|| {
                 let neighbours: Vec<u64> = std::fs::read_to_string(dir.join(super::NEIGHBOUR_CGROUP))
@@ -207,6 +216,38 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
             })
             .flatten(),
     })
+}
+
+/// File syscalls per operation by call over the runs: the instance's
+/// processes (every process on the host platform that is node).
+fn file_calls(recs: &[recording::Recording], platform: &str) -> Vec<(String, f64, f64)> {
+    use crate::layers::fs::FsRow;
+    let mut by_op: Vec<(String, u64, u64)> = Vec::new();
+    let mut ops = 0.0;
+    for r in recs {
+        ops += r.ops().map_or(0.0, |o| o.count);
+        for f in r.rows::<FsRow>().iter().filter(|f| {
+            if platform == crate::platforms::HOST {
+                f.comm == "node"
+            } else {
+                f.platform == platform
+            }
+        }) {
+            match by_op.iter_mut().find(|(op, ..)| *op == f.op) {
+                Some(e) => {
+                    e.1 += f.count;
+                    e.2 += f.total_ns;
+                }
+                None => by_op.push((f.op.clone(), f.count, f.total_ns)),
+            }
+        }
+    }
+    let mut out: Vec<(String, f64, f64)> = by_op
+        .into_iter()
+        .map(|(op, n, ns)| (op, n as f64 / ops.max(1.0), ns as f64 / n.max(1) as f64))
+        .collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -285,6 +326,7 @@ fn label(c: &CellSummary) -> String {
     let param = match c.workload.as_str() {
         "redis" => format!("{} B", c.param),
         "iperf3" => format!("window {}", c.param),
+        "modules" => format!("{} modules", c.param),
         _ => c.param.clone(),
     };
     let param = if c.neighbour {
@@ -346,6 +388,7 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
         Workload::Iperf3 => ("bench_iperf3", "iperf3 by TCP window"),
         Workload::Ping => ("bench_ping", "ping round trips"),
         Workload::Fio => ("bench_fio", "fio random 4 KiB direct reads inside the instance"),
+        Workload::Modules => ("bench_modules", "Node.js loading small modules from a host volume"),
     };
     let mut s = Section::new(id, title);
     let unit = cells.iter().find_map(|c| c.unit.clone()).unwrap_or_else(|| "op".into());
@@ -445,6 +488,30 @@ fn workload_section(w: Workload, m: &Matrix, cells: &[&CellSummary]) -> Section 
         );
     }
 
+    if w == Workload::Modules {
+        let mut t = Table::new(
+            "Load time and the file syscalls behind it: per module, by call, with their mean latency (the fs layer; gVisor's are its sandbox's and gofer's host calls)",
+            vec![
+                left("platform", 12),
+                left("parameter", 14),
+                col("load ms", 9),
+                left("calls per module (mean µs)", 0).gap(2),
+            ],
+        );
+        for c in cells {
+            let load_ms = c.ops_per_s.map_or("-".into(), |r| {
+                format!("{:.1}", c.param.parse::<f64>().unwrap_or(0.0) / r.mean * 1e3)
+            });
+            let calls: Vec<String> = c
+                .file_calls_per_op
+                .iter()
+                .take(6)
+                .map(|(op, n, ns)| format!("{op} {n:.1} ({:.1})", ns / 1e3))
+                .collect();
+            t.row(vec![c.platform.clone(), label(c), load_ms, calls.join(", ")]);
+        }
+        s.table(t);
+    }
     if w == Workload::Fio {
         let mut t = Table::new(
             "The reads' latency (fio's own clat; device: vtrace's issue -> complete), and the other requests on the same disk meanwhile",

@@ -84,7 +84,8 @@ fn config(ns: &str, cgroup: &str) -> serde_json::Value {
             {"destination": "/proc", "type": "proc", "source": "proc"},
             {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
             {"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "noexec", "nodev", "ro"]},
-            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]}
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
+            {"destination": super::VOLUME_MOUNT, "type": "bind", "source": super::VOLUME_DIR, "options": ["rbind", "rw"]}
         ],
         "linux": {
             "cgroupsPath": cgroup,

@@ -109,6 +109,7 @@ pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
         id: CONTAINER.into(),
         root: host.clone(),
     })?;
+    let volume = format!("{}:{}", super::VOLUME_DIR, super::VOLUME_MOUNT);
     client(&[
         "run",
         "-d",
@@ -116,6 +117,8 @@ pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
         CONTAINER,
         "--workdir",
         "/data",
+        "-v",
+        &volume,
         IMAGE,
         "/bin/sh",
         "-c",

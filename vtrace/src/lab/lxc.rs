@@ -26,7 +26,10 @@ pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
         format!(
             "lxc.net.0.type = veth\nlxc.net.0.veth.pair = {HOST_IF}\nlxc.net.0.name = eth0\nlxc.net.0.flags = up\n\
              lxc.net.0.ipv4.address = {guest_addr}/24\nlxc.apparmor.profile = unconfined\n\
-             lxc.init.cmd = /bin/sh /serve.sh\n"
+             lxc.init.cmd = /bin/sh /serve.sh\n\
+             lxc.mount.entry = {volume} {mount} none bind,create=dir 0 0\n",
+            volume = super::VOLUME_DIR,
+            mount = super::VOLUME_MOUNT.trim_start_matches('/'),
         ),
     )
     .map_err(crate::error::io("write lxc config"))?;

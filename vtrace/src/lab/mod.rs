@@ -28,6 +28,21 @@ pub const LEDGER_DIR: &str = "/run/vtrace-lab";
 /// Where lab root filesystems and bundles live.
 pub const DATA_DIR: &str = "/var/lib/vtrace-lab";
 
+/// A host directory every container instance sees at [`VOLUME_MOUNT`]
+/// (bind-mounted; the host platform uses it in place): where the
+/// module-load workload's tree lives, as the studies' host volume did.
+pub const VOLUME_DIR: &str = "/var/lib/vtrace-lab/volume";
+pub const VOLUME_MOUNT: &str = "/volume";
+
+/// Where the lab volume is inside an instance of `platform`.
+pub fn volume_in(platform: &str) -> &'static str {
+    if platform == crate::platforms::HOST {
+        VOLUME_DIR
+    } else {
+        VOLUME_MOUNT
+    }
+}
+
 /// Platforms `lab` can start here, and what each needs.
 pub struct LabPlatform {
     pub name: &'static str,
@@ -298,6 +313,8 @@ pub fn up(name: &str) -> Result<Ledger> {
         down(name)?; // a half-made earlier attempt
     }
     let (_, guest) = address(p);
+    // The volume outlives instances (a cache, like the root filesystem).
+    fs::create_dir_all(VOLUME_DIR).map_err(crate::error::io(format!("create {VOLUME_DIR}")))?;
     let mut ledger = Ledger {
         platform: name.into(),
         address: guest,

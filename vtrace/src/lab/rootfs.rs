@@ -1,5 +1,6 @@
 //! A minimal root filesystem for lab containers: busybox, redis-server,
-//! iperf3 and fio with the shared libraries `ldd` names. Built once and shared
+//! iperf3, fio and (where installed) Node.js with the shared libraries
+//! `ldd` names. Built once and shared
 //! read-only (the lower layer of each container's overlayfs).
 
 use std::{
@@ -13,8 +14,10 @@ use super::DATA_DIR;
 use crate::{Error, Result};
 
 const BINARIES: &[&str] = &["busybox", "redis-server", "iperf3", "fio"];
+/// Copied when the host has them (the module-load workload needs node).
+const OPTIONAL: &[&str] = &["node"];
 /// Bumped when the contents change, so an old cached tree is rebuilt.
-const VERSION: &str = "2";
+const VERSION: &str = "3";
 
 pub fn path() -> PathBuf {
     Path::new(DATA_DIR).join("rootfs")
@@ -63,8 +66,10 @@ pub fn ensure() -> Result<PathBuf> {
     for dir in ["bin", "usr/bin", "etc", "proc", "sys", "dev", "tmp", "data", "root"] {
         fs::create_dir_all(root.join(dir)).map_err(crate::error::io(format!("create {}", root.join(dir).display())))?;
     }
-    for b in BINARIES {
-        let bin = find(b)?;
+    let optional = OPTIONAL.iter().filter_map(|b| find(b).ok().map(|p| (*b, p)));
+    let required = BINARIES.iter().map(|b| find(b).map(|p| (*b, p)));
+    for found in required.chain(optional.map(Ok)) {
+        let (b, bin) = found?;
         fs::copy(&bin, root.join("bin").join(b)).map_err(crate::error::io(format!("copy {}", bin.display())))?;
         for lib in libraries(&bin) {
             copy_into(&root, &lib)?;

@@ -4,5 +4,6 @@
 
 pub mod demo;
 pub mod fio;
+pub mod modules;
 pub mod netns;
 pub mod ops;

@@ -53,6 +53,7 @@ pub fn parse(command: &[String], output: &str) -> Option<Operations> {
         .or_else(|| iperf3(output))
         .or_else(|| fio(output))
         .or_else(|| ping(output))
+        .or_else(|| modules(output))
 }
 
 /// redis-benchmark: `100000 requests completed in 1.23 seconds` per test in
@@ -186,6 +187,17 @@ fn fio(output: &str) -> Option<Operations> {
         unit: "I/O".into(),
         source: "fio".into(),
         per_second: (iops > 0.0).then_some(iops),
+    })
+}
+
+/// The module-load workload's entry script (workload/modules.rs).
+fn modules(output: &str) -> Option<Operations> {
+    let (n, ms) = super::modules::parse(output)?;
+    Some(Operations {
+        count: n,
+        unit: "module".into(),
+        source: "node".into(),
+        per_second: (ms > 0.0).then(|| n / ms * 1e3),
     })
 }
 

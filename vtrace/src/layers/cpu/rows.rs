@@ -274,7 +274,8 @@ pub fn thread_rows(
         .map(|(tid, t)| (*tid, comm_of(t)))
         .collect();
     let parent = |pid: u32| sel.parent.get(&pid).copied();
-    snap.threads
+    let mut rows: Vec<ThreadRow> = snap
+        .threads
         .iter()
         .map(|(tid, t)| {
             let comm = if *tid == 0 { "swapper".to_string() } else { comm_of(t) };
@@ -342,7 +343,48 @@ pub fn thread_rows(
                 cgroup_id: t.cgroup_id,
             }
         })
-        .collect()
+        .collect();
+    claim_by_cgroup(&mut rows);
+    rows
+}
+
+/// A process started inside a container after its instance was detected
+/// (`runc exec`, `docker exec`, `vtrace lab exec`) descends from the exec
+/// command on the host, not from the instance's root: it is claimed by its
+/// cgroup when one instance alone has threads there and every other thread
+/// in it was born during the run. (A cgroup with a host thread older than
+/// the run is shared, as a host-platform instance shares the host's.)
+fn claim_by_cgroup(rows: &mut [ThreadRow]) {
+    // cgroup -> its one instance, or None once it is shared.
+    let mut owners: HashMap<u64, Option<(String, String)>> = HashMap::new();
+    for r in rows.iter().filter(|r| r.cgroup_id != 0 && !r.kthread) {
+        let claim = if r.platform != platforms::HOST {
+            Some((r.platform.clone(), r.instance.clone()))
+        } else if r.born_during_run {
+            continue; // says nothing either way
+        } else {
+            None
+        };
+        match owners.get(&r.cgroup_id) {
+            Some(o) if *o != claim => {
+                owners.insert(r.cgroup_id, None);
+            }
+            Some(_) => {}
+            None => {
+                owners.insert(r.cgroup_id, claim);
+            }
+        }
+    }
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.platform == platforms::HOST && r.born_during_run && !r.kthread)
+    {
+        if let Some(Some((platform, instance))) = owners.get(&r.cgroup_id) {
+            r.platform = platform.clone();
+            r.instance = instance.clone();
+            r.role = "app".into();
+        }
+    }
 }
 
 pub fn cpu_rows(snap: &CpuSnapshot) -> Vec<CpuRow> {
