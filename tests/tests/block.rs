@@ -260,11 +260,21 @@ fn fio_in_two_lab_containers_block_reads_per_instance_equal_fios_count() {
             .iter()
             .filter(|b| b["platform"] == platform && b["op"] == "read")
             .collect();
-        let counted: u64 = rows.iter().map(|b| b["count"].as_u64().unwrap()).sum();
-        eprintln!("{platform}: fio {ios} reads; vtrace's block reads of the instance {counted}: {rows:?}");
-        assert_eq!(counted, ios, "{platform}");
+        // Rows are per submitting process: fio's are its job process's
+        // (named fio). Other processes of a freshly started instance may
+        // page their files in meanwhile (up to 29 more reads in one run);
+        // they are the instance's too, in rows of their own.
+        let fio: u64 = rows
+            .iter()
+            .filter(|b| b["comm"] == "fio")
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum();
+        let all: u64 = rows.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+        eprintln!("{platform}: fio {ios} reads; the instance's fio reads {fio}, all its reads {all}: {rows:?}");
+        assert_eq!(fio, ios, "{platform}");
         assert!(
             rows.iter()
+                .filter(|b| b["comm"] == "fio")
                 .all(|b| b["bytes"].as_u64() == Some(4096 * b["count"].as_u64().unwrap()))
         );
     }

@@ -729,6 +729,9 @@ pub struct BlockKey {
     /// [`block_op`].
     pub op: u32,
     pub cgroup_id: u64,
+    /// The submitting process (tgid; a kworker's for writeback).
+    pub pid: u32,
+    pub _pad: u32,
 }
 
 /// Log2 buckets of the block histograms: bucket `i` holds `[2^i, 2^(i+1))`.
@@ -776,7 +779,8 @@ pub struct BlockPending {
     pub cgroup_id: u64,
     /// Its device (dev_t), whose in-flight count it is part of.
     pub dev: u32,
-    pub _pad: u32,
+    /// The process that inserted (or issued) it.
+    pub pid: u32,
 }
 
 /// Requests of one device between insert (or issue) and completion, now

@@ -10,7 +10,7 @@
 
 use crate::runs::count_run;
 use aya_ebpf::{
-    helpers::bpf_get_current_cgroup_id,
+    helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
     macros::{btf_tracepoint, map, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
     programs::{BtfTracePointContext, RawTracePointContext},
@@ -92,7 +92,7 @@ fn on_insert(rq: u64, dev: u32) {
         issue_ns: 0,
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         dev,
-        _pad: 0,
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
     };
     if BLOCK_PENDING.insert(&rq, &pending, 0).is_err() {
         dropped();
@@ -114,7 +114,7 @@ fn on_issue(rq: u64, dev: u32) {
         issue_ns: now,
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         dev,
-        _pad: 0,
+        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
     };
     if BLOCK_PENDING.insert(&rq, &pending, 0).is_err() {
         dropped();
@@ -136,6 +136,8 @@ fn on_complete(rq: u64, dev: u32, cmd_flags: u32, bytes: u32) {
         dev,
         op: cmd_flags & 0xff,
         cgroup_id: p.cgroup_id,
+        pid: p.pid,
+        _pad: 0,
     };
     let s = match BLOCK_STATS.get_ptr_mut(&key) {
         Some(s) => s,

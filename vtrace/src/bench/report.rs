@@ -283,11 +283,13 @@ fn victim(recs: &[recording::Recording], neighbour_cgroups: &[u64]) -> Option<Vi
         if let Some(mine) = mine {
             device = mine.device.clone();
             let mut h = crate::analysis::histogram::Histogram::default();
-            for b in r
-                .rows::<BlockHistRow>()
-                .iter()
-                .filter(|b| b.dev == mine.dev && b.op == "read" && b.cgroup_id == mine.cgroup_id && b.kind == "device")
-            {
+            for b in r.rows::<BlockHistRow>().iter().filter(|b| {
+                b.dev == mine.dev
+                    && b.op == "read"
+                    && b.cgroup_id == mine.cgroup_id
+                    && b.pid == mine.pid
+                    && b.kind == "device"
+            }) {
                 h.add(b.lo, b.hi, b.count);
             }
             device_p50.push(h.quantile(0.5) as f64 / 1e3);

@@ -116,7 +116,17 @@ pub fn rows(
         }
         let owner = index.cgroup(k.cgroup_id);
         let op = op_name(k.op);
+        let comm = index.process(k.pid).map_or_else(
+            || {
+                std::fs::read_to_string(format!("/proc/{}/comm", k.pid))
+                    .map(|c| c.trim().to_string())
+                    .unwrap_or_default()
+            },
+            |t| t.comm.clone(),
+        );
         rows.push(BlockRow {
+            pid: k.pid,
+            comm,
             device: name(k.dev),
             dev: k.dev,
             op: op.clone(),
@@ -138,6 +148,7 @@ pub fn rows(
                 if count > 0 {
                     let lo = if i == 0 { 0 } else { 1u64 << i };
                     hists.push(BlockHistRow {
+                        pid: k.pid,
                         dev: k.dev,
                         op: op.clone(),
                         cgroup_id: k.cgroup_id,

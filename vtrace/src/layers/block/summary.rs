@@ -20,10 +20,9 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     let hists = rec.rows::<BlockHistRow>();
     let hist = |r: &BlockRow, kind: &str| {
         let mut h = Histogram::default();
-        for b in hists
-            .iter()
-            .filter(|b| b.dev == r.dev && b.op == r.op && b.cgroup_id == r.cgroup_id && b.kind == kind)
-        {
+        for b in hists.iter().filter(|b| {
+            b.dev == r.dev && b.op == r.op && b.cgroup_id == r.cgroup_id && b.pid == r.pid && b.kind == kind
+        }) {
             h.add(b.lo, b.hi, b.count);
         }
         h
@@ -36,6 +35,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             left("device", 10),
             left("op", 8),
             left("platform/instance", 24).gap(2),
+            left("process", 16),
             col("requests", 10),
             col("MiB", 9),
             col("queue p50(us)", 14),
@@ -56,6 +56,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             r.device.clone(),
             r.op.clone(),
             owner,
+            format!("{} {}", r.pid, r.comm),
             r.requests.to_string(),
             format!("{:.2}", r.bytes as f64 / (1 << 20) as f64),
             us(q.quantile(0.5)),
@@ -67,7 +68,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     for r in rows {
         let (q, d) = (hist(r, "queue"), hist(r, "device"));
         json_rows.push(json!({
-            "device": r.device, "op": r.op, "cgroup": r.cgroup_id, "platform": r.platform,
+            "device": r.device, "op": r.op, "cgroup": r.cgroup_id, "pid": r.pid, "comm": r.comm, "platform": r.platform,
             "instance": r.instance, "count": r.requests, "bytes": r.bytes, "queued": r.queued,
             "queue_p50_ns": q.quantile(0.5), "queue_p99_ns": q.quantile(0.99),
             "device_p50_ns": d.quantile(0.5), "device_p99_ns": d.quantile(0.99),

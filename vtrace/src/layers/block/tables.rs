@@ -8,7 +8,7 @@ table! {
     /// cgroup (its owner: platform and instance): bytes, time queued in the
     /// I/O scheduler (insert -> issue; `queued` of them went through it) and
     /// on the device (issue -> complete).
-    BlockRow = "block" {
+    BlockRow = "block" version 2 {
         device: String,
         dev: u32,
         op: String,
@@ -20,16 +20,21 @@ table! {
         queued: u64,
         queue_ns: u64,
         device_ns: u64,
+        /// The submitting process and its name, from version 2 on (rows
+        /// were per cgroup before).
+        pid: u32 [since 2],
+        comm: String [since 2],
     }
 }
 
 table! {
     /// Histograms of block rows: `kind` "queue" or "device" (ns) or "size"
     /// (bytes), buckets `[lo, hi)` by powers of two.
-    BlockHistRow = "block_hists" {
+    BlockHistRow = "block_hists" version 2 {
         dev: u32,
         op: String,
         cgroup_id: u64,
+        pid: u32 [since 2],
         kind: String,
         lo: u64,
         hi: u64,
