@@ -15,7 +15,7 @@ use crate::config::conf;
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::map,
-    maps::{HashMap, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
 };
 use vtrace_common::{
     CpuState, IRQ_SLOTS, IrqStat, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, THREAD_SLOTS, ThreadSlot,
@@ -52,6 +52,18 @@ pub fn entry<K, V: Default>(map: &PerCpuHashMap<K, V>, key: &K) -> Option<&'stat
         return Some(unsafe { &mut *v });
     }
     let _ = map.insert(key, &V::default(), 0);
+    map.get_ptr_mut(key).map(|v| unsafe { &mut *v })
+}
+
+/// The value under `key`, inserted first as a copy of `zero`'s one entry
+/// if absent: for values too large to build on the 512-byte eBPF stack
+/// (histograms). None when the map is full.
+#[inline(always)]
+pub fn entry_from<K, V>(map: &PerCpuHashMap<K, V>, zero: &Array<V>, key: &K) -> Option<&'static mut V> {
+    if let Some(v) = map.get_ptr_mut(key) {
+        return Some(unsafe { &mut *v });
+    }
+    map.insert(key, zero.get(0)?, 0).ok()?;
     map.get_ptr_mut(key).map(|v| unsafe { &mut *v })
 }
 

@@ -139,19 +139,9 @@ fn on_complete(rq: u64, dev: u32, cmd_flags: u32, bytes: u32) {
         pid: p.pid,
         _pad: 0,
     };
-    let s = match BLOCK_STATS.get_ptr_mut(&key) {
-        Some(s) => s,
-        None => {
-            let inserted = ZERO_BLOCK
-                .get(0)
-                .is_some_and(|zero| BLOCK_STATS.insert(&key, zero, 0).is_ok());
-            match BLOCK_STATS.get_ptr_mut(&key) {
-                Some(s) if inserted => s,
-                _ => return dropped(),
-            }
-        }
+    let Some(s) = account::entry_from(&BLOCK_STATS, &ZERO_BLOCK, &key) else {
+        return dropped();
     };
-    let s = unsafe { &mut *s };
     s.requests += 1;
     s.bytes += bytes as u64;
     s.size_hist[log2_bucket(bytes as u64)] += 1;

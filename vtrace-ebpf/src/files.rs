@@ -161,19 +161,9 @@ fn on_exit(nr: u64, ret: i64) {
         nr: p.nr,
         magic,
     };
-    let s = match FS_STATS.get_ptr_mut(&key) {
-        Some(s) => s,
-        None => {
-            let inserted = ZERO_FS
-                .get(0)
-                .is_some_and(|zero| FS_STATS.insert(&key, zero, 0).is_ok());
-            match FS_STATS.get_ptr_mut(&key) {
-                Some(s) if inserted => s,
-                _ => return dropped(),
-            }
-        }
+    let Some(s) = account::entry_from(&FS_STATS, &ZERO_FS, &key) else {
+        return dropped();
     };
-    let s = unsafe { &mut *s };
     hist::add(&mut s.latency, ns);
     if ret < 0 {
         s.errors += 1;

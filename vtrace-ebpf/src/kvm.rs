@@ -32,20 +32,9 @@ pub static KVM_EVENTS: PerCpuHashMap<KvmEventKey, KvmEventStats> = PerCpuHashMap
 
 #[inline(always)]
 fn add_latency(key: &KvmLatencyKey, ns: u64) {
-    let h = match KVM_LATENCY.get_ptr_mut(key) {
-        Some(h) => h,
-        None => {
-            let Some(zero) = hist::ZERO_HIST.get(0) else { return };
-            if KVM_LATENCY.insert(key, zero, 0).is_err() {
-                return;
-            }
-            match KVM_LATENCY.get_ptr_mut(key) {
-                Some(h) => h,
-                None => return,
-            }
-        }
-    };
-    hist::add(unsafe { &mut *h }, ns);
+    if let Some(h) = crate::account::entry_from(&KVM_LATENCY, &hist::ZERO_HIST, key) {
+        hist::add(h, ns);
+    }
 }
 
 #[inline(always)]
