@@ -85,11 +85,14 @@ fn inflight(dev: u32, delta: u64) {
     }
 }
 
+/// A request comes into view (`insert_ns` or `issue_ns` set), in the
+/// submitter's context: its device read through `M`, its owner now.
 #[inline(always)]
-fn on_insert(rq: u64, dev: u32) {
+fn track<M: KernelMem>(rq: u64, insert_ns: u64, issue_ns: u64) {
+    let dev = dev_of::<M>(rq);
     let pending = BlockPending {
-        insert_ns: account::now(),
-        issue_ns: 0,
+        insert_ns,
+        issue_ns,
         cgroup_id: unsafe { bpf_get_current_cgroup_id() },
         dev,
         pid: (bpf_get_current_pid_tgid() >> 32) as u32,
@@ -102,38 +105,33 @@ fn on_insert(rq: u64, dev: u32) {
 }
 
 #[inline(always)]
-fn on_issue(rq: u64, dev: u32) {
+fn on_insert<M: KernelMem>(rq: u64) {
+    track::<M>(rq, account::now(), 0);
+}
+
+#[inline(always)]
+fn on_issue<M: KernelMem>(rq: u64) {
     let now = account::now();
     if let Some(p) = BLOCK_PENDING.get_ptr_mut(&rq) {
         unsafe { (*p).issue_ns = now };
         return;
     }
-    // Issued without an insert (straight to the driver): in the submitter's context.
-    let pending = BlockPending {
-        insert_ns: 0,
-        issue_ns: now,
-        cgroup_id: unsafe { bpf_get_current_cgroup_id() },
-        dev,
-        pid: (bpf_get_current_pid_tgid() >> 32) as u32,
-    };
-    if BLOCK_PENDING.insert(&rq, &pending, 0).is_err() {
-        dropped();
-    } else {
-        inflight(dev, 1);
-    }
+    // Issued without an insert (straight to the driver).
+    track::<M>(rq, 0, now);
 }
 
-/// `dev`, `cmd_flags`: the request's, read through `M`.
+/// The operation is read through `M`; the device was read when it came into view.
 #[inline(always)]
-fn on_complete(rq: u64, dev: u32, cmd_flags: u32, bytes: u32) {
+fn on_complete<M: KernelMem>(rq: u64, bytes: u32) {
     let now = account::now();
     let Some(p) = (unsafe { BLOCK_PENDING.get(&rq) }).copied() else {
         return dropped();
     };
     let _ = BLOCK_PENDING.remove(&rq);
     inflight(p.dev, u64::MAX);
+    let cmd_flags: u32 = M::read(rq, conf!(request_cmd_flags)).unwrap_or(0);
     let key = BlockKey {
-        dev,
+        dev: p.dev,
         op: cmd_flags & 0xff,
         cgroup_id: p.cgroup_id,
         pid: p.pid,
@@ -158,32 +156,27 @@ fn on_complete(rq: u64, dev: u32, cmd_flags: u32, bytes: u32) {
     }
 }
 
-/// The request's device (its partition's dev_t; 0 without one) and flags.
+/// The request's device: its partition's dev_t (0 without one).
 #[inline(always)]
-fn dev_and_flags<M: KernelMem>(rq: u64) -> (u32, u32) {
-    let part: u64 = M::read(rq, conf!(request_part)).unwrap_or(0);
-    let dev = if part == 0 {
-        0
-    } else {
-        M::read::<u32>(part, conf!(bdev_dev)).unwrap_or(0)
-    };
-    (dev, M::read::<u32>(rq, conf!(request_cmd_flags)).unwrap_or(0))
+fn dev_of<M: KernelMem>(rq: u64) -> u32 {
+    match M::read::<u64>(rq, conf!(request_part)).unwrap_or(0) {
+        0 => 0,
+        part => M::read::<u32>(part, conf!(bdev_dev)).unwrap_or(0),
+    }
 }
 
 /// TP_PROTO(struct request *rq)
 #[btf_tracepoint(function = "block_rq_insert")]
 pub fn btf_block_rq_insert(ctx: BtfTracePointContext) -> i32 {
     count_run!("block_rq_insert");
-    let rq: u64 = ctx.arg(0);
-    on_insert(rq, dev_and_flags::<BtfLoad>(rq).0);
+    on_insert::<BtfLoad>(ctx.arg(0));
     0
 }
 
 #[raw_tracepoint(tracepoint = "block_rq_insert")]
 pub fn raw_block_rq_insert(ctx: RawTracePointContext) -> i32 {
     count_run!("block_rq_insert");
-    let rq: u64 = ctx.arg(0);
-    on_insert(rq, dev_and_flags::<ProbeRead>(rq).0);
+    on_insert::<ProbeRead>(ctx.arg(0));
     0
 }
 
@@ -191,16 +184,14 @@ pub fn raw_block_rq_insert(ctx: RawTracePointContext) -> i32 {
 #[btf_tracepoint(function = "block_rq_issue")]
 pub fn btf_block_rq_issue(ctx: BtfTracePointContext) -> i32 {
     count_run!("block_rq_issue");
-    let rq: u64 = ctx.arg(0);
-    on_issue(rq, dev_and_flags::<BtfLoad>(rq).0);
+    on_issue::<BtfLoad>(ctx.arg(0));
     0
 }
 
 #[raw_tracepoint(tracepoint = "block_rq_issue")]
 pub fn raw_block_rq_issue(ctx: RawTracePointContext) -> i32 {
     count_run!("block_rq_issue");
-    let rq: u64 = ctx.arg(0);
-    on_issue(rq, dev_and_flags::<ProbeRead>(rq).0);
+    on_issue::<ProbeRead>(ctx.arg(0));
     0
 }
 
@@ -208,19 +199,15 @@ pub fn raw_block_rq_issue(ctx: RawTracePointContext) -> i32 {
 #[btf_tracepoint(function = "block_rq_complete")]
 pub fn btf_block_rq_complete(ctx: BtfTracePointContext) -> i32 {
     count_run!("block_rq_complete");
-    let rq: u64 = ctx.arg(0);
-    let (dev, flags) = dev_and_flags::<BtfLoad>(rq);
     let bytes: u64 = ctx.arg(2);
-    on_complete(rq, dev, flags, bytes as u32);
+    on_complete::<BtfLoad>(ctx.arg(0), bytes as u32);
     0
 }
 
 #[raw_tracepoint(tracepoint = "block_rq_complete")]
 pub fn raw_block_rq_complete(ctx: RawTracePointContext) -> i32 {
     count_run!("block_rq_complete");
-    let rq: u64 = ctx.arg(0);
-    let (dev, flags) = dev_and_flags::<ProbeRead>(rq);
     let bytes: u64 = ctx.arg(2);
-    on_complete(rq, dev, flags, bytes as u32);
+    on_complete::<ProbeRead>(ctx.arg(0), bytes as u32);
     0
 }

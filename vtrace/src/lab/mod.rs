@@ -504,32 +504,32 @@ pub fn exec_command(platform: &str, command: &[String]) -> Result<Vec<String>> {
             platform: platform.into(),
             reason: format!("no instance is up: `vtrace lab up {platform}` first"),
         })?;
-    let mut argv: Vec<String> = None
-        .or_else(|| {
-            ledger.resources.iter().find_map(|r| match r {
-                Resource::Container { runtime, id, root } => Some(match runtime.as_str() {
-                    "docker" => vec!["docker".into(), "-H".into(), root.clone(), "exec".into(), id.clone()],
-                    "lxc" => vec![
-                        "lxc-attach".into(),
-                        "-P".into(),
-                        root.clone(),
-                        "-n".into(),
-                        id.clone(),
-                        "--".into(),
-                    ],
-                    _ => vec![
-                        runtime.clone(),
-                        "--root".into(),
-                        root.clone(),
-                        "exec".into(),
-                        id.clone(),
-                    ],
-                }),
-                _ => None,
-            })
+    let mut argv: Vec<String> = ledger
+        .resources
+        .iter()
+        .find_map(|r| match r {
+            Resource::Container { runtime, id, root } => Some(match runtime.as_str() {
+                "docker" => vec!["docker".into(), "-H".into(), root.clone(), "exec".into(), id.clone()],
+                "lxc" => vec![
+                    "lxc-attach".into(),
+                    "-P".into(),
+                    root.clone(),
+                    "-n".into(),
+                    id.clone(),
+                    "--".into(),
+                ],
+                _ => vec![
+                    runtime.clone(),
+                    "--root".into(),
+                    root.clone(),
+                    "exec".into(),
+                    id.clone(),
+                ],
+            }),
+            _ => None,
         })
         .or_else(|| {
-            (platform == "host").then(|| {
+            (platform == crate::platforms::HOST).then(|| {
                 ledger.resources.iter().find_map(|r| match r {
                     Resource::Netns { name } => Some(vec!["ip".into(), "netns".into(), "exec".into(), name.clone()]),
                     _ => None,

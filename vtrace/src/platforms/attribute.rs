@@ -149,6 +149,19 @@ impl<'a> ThreadIndex<'a> {
     pub fn process(&self, pid: u32) -> Option<&'a ThreadRow> {
         self.by_pid.get(&pid).copied()
     }
+
+    /// A process's name: as recorded, else from /proc while it lives
+    /// (a process that never ran on a CPU the engine saw); empty once gone.
+    pub fn process_comm(&self, pid: u32) -> String {
+        self.process(pid).map_or_else(
+            || {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .map(|c| c.trim().to_string())
+                    .unwrap_or_default()
+            },
+            |t| t.comm.clone(),
+        )
+    }
 }
 
 #[cfg(test)]

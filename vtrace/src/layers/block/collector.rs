@@ -116,17 +116,9 @@ pub fn rows(
         }
         let owner = index.cgroup(k.cgroup_id);
         let op = op_name(k.op);
-        let comm = index.process(k.pid).map_or_else(
-            || {
-                std::fs::read_to_string(format!("/proc/{}/comm", k.pid))
-                    .map(|c| c.trim().to_string())
-                    .unwrap_or_default()
-            },
-            |t| t.comm.clone(),
-        );
         rows.push(BlockRow {
             pid: k.pid,
-            comm,
+            comm: index.process_comm(k.pid),
             device: name(k.dev),
             dev: k.dev,
             op: op.clone(),

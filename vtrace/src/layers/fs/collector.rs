@@ -114,15 +114,7 @@ pub fn rows(
         let op = fs_op::name(k.nr).to_string();
         rows.push(FsRow {
             pid: k.tgid,
-            // A process that never ran while recorded (or has gone) by its /proc name.
-            comm: owner.map_or_else(
-                || {
-                    std::fs::read_to_string(format!("/proc/{}/comm", k.tgid))
-                        .map(|c| c.trim().to_string())
-                        .unwrap_or_default()
-                },
-                |t| t.comm.clone(),
-            ),
+            comm: index.process_comm(k.tgid),
             platform: owner.map_or(platforms::HOST.to_string(), |t| t.platform.clone()),
             instance: owner.map(|t| t.instance.clone()).unwrap_or_default(),
             role: owner.map_or("other".to_string(), |t| t.role.clone()),

@@ -276,18 +276,17 @@ pub fn overlay_cost(rec: &Recording) -> Vec<OverlayCost> {
         e[side].0 += r.count;
         e[side].1 += r.total_ns;
     }
+    // The calls both sides made, the lower side weighted by the overlay
+    // side's counts (a different mix of calls must not read as a cost):
+    // per instance (overlay ns, weighted lower ns, calls weighted).
+    let mut compared: BTreeMap<(String, String), (u64, u64, u64)> = BTreeMap::new();
     for ((platform, instance, _op), [overlay, lower]) in &per_call {
-        let e = entry(&mut instances, platform, instance);
-        e.overlay_calls += overlay.0;
+        entry(&mut instances, platform, instance).overlay_calls += overlay.0;
         if overlay.0 > 0 && lower.0 > 0 {
-            // The lower side weighted by the overlay side's calls, so that
-            // a different mix of calls does not read as a cost.
-            let (o, l) = (
-                e.overlay_mean_ns.unwrap_or(0) + overlay.1,
-                e.lower_mean_ns.unwrap_or(0) + lower.1 * overlay.0 / lower.0,
-            );
-            e.overlay_mean_ns = Some(o);
-            e.lower_mean_ns = Some(l);
+            let c = compared.entry((platform.clone(), instance.clone())).or_default();
+            c.0 += overlay.1;
+            c.1 += lower.1 * overlay.0 / lower.0;
+            c.2 += overlay.0;
         }
     }
     let mut out: Vec<OverlayCost> = instances
@@ -295,15 +294,9 @@ pub fn overlay_cost(rec: &Recording) -> Vec<OverlayCost> {
         .filter(|e| e.overlay_calls > 0 || e.sampled_in_overlay > 0)
         .collect();
     for e in &mut out {
-        // Sums so far: per weighted call now.
-        let weighted: u64 = per_call
-            .iter()
-            .filter(|((p, i, _), [o, l])| *p == e.platform && *i == e.instance && o.0 > 0 && l.0 > 0)
-            .map(|(_, [o, _])| o.0)
-            .sum();
-        if weighted > 0 {
-            e.overlay_mean_ns = e.overlay_mean_ns.map(|v| v / weighted);
-            e.lower_mean_ns = e.lower_mean_ns.map(|v| v / weighted);
+        if let Some(&(overlay_ns, lower_ns, calls)) = compared.get(&(e.platform.clone(), e.instance.clone())) {
+            e.overlay_mean_ns = Some(overlay_ns / calls);
+            e.lower_mean_ns = Some(lower_ns / calls);
         }
         let mut methods = Vec::new();
         if let Some((method, calls)) = &probed {
