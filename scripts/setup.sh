@@ -64,4 +64,27 @@ if [ "$PROFILE" = all ] && ! command -v runsc >/dev/null 2>&1; then
     log "go not found: skipping runsc (vtrace lab up gvisor will say so)"
   fi
 fi
+# The guest kernel of `vtrace lab up linuxvm` and of the stock-kernel guest
+# tests (tests/tests/stock_kernel.rs): Debian's 6.1 kernel, which has the
+# kprobes, module BTF, vhost-net and nested SVM the host kernel lacks. Pinned;
+# when Debian's mirror no longer carries the pin (security updates replace the
+# ABI package), the current linux-image-amd64 kernel is taken and said so.
+GUEST_KERNEL=linux-image-6.1.0-56-amd64
+GUEST_KERNEL_DIR=/var/lib/vtrace-lab/linuxvm/kernel
+if [ "$PROFILE" = all ] && ! ls "$GUEST_KERNEL_DIR"/boot/vmlinuz-* >/dev/null 2>&1; then
+  pkg=$GUEST_KERNEL
+  if ! apt-cache show "$pkg" >/dev/null 2>&1; then
+    apt-get update -qq
+    if ! apt-cache show "$pkg" >/dev/null 2>&1; then
+      pkg=$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image-[^ ]*\)$/\1/p' | head -1)
+      log "guest kernel: $GUEST_KERNEL no longer on the mirror; taking $pkg"
+    fi
+  fi
+  log "guest kernel: $pkg into $GUEST_KERNEL_DIR"
+  mkdir -p "$GUEST_KERNEL_DIR"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq "$pkg" >/dev/null)
+  dpkg -x "$tmp"/*.deb "$GUEST_KERNEL_DIR"
+  rm -rf "$tmp"
+fi
 log "ok: nightly LLVM ${LLVM_MAJOR}, bpf-linker $(bpf-linker --version | awk '{print $2}')"

@@ -492,6 +492,74 @@ pub struct TunPending {
     pub _pad: u32,
 }
 
+/// The tun layer's functions ([`TunKey::function`]), in catalog order.
+pub mod tun_fn {
+    /// A frame written into a tap by its user (write(2), or one sendmsg frame).
+    pub const GET_USER: u32 = 0;
+    /// vhost-net (or another in-kernel user) sends frames into a tap.
+    pub const SENDMSG: u32 = 1;
+    /// vhost-net takes one frame from a tap.
+    pub const RECVMSG: u32 = 2;
+    /// The stack queues a frame to a tap for its user.
+    pub const NET_XMIT: u32 = 3;
+    pub const HANDLE_TX: u32 = 4;
+    pub const HANDLE_RX: u32 = 5;
+    pub const HANDLE_TX_KICK: u32 = 6;
+    pub const HANDLE_RX_KICK: u32 = 7;
+    pub const NAMES: [&str; 8] = [
+        "tun_get_user",
+        "tun_sendmsg",
+        "tun_recvmsg",
+        "tun_net_xmit",
+        "handle_tx",
+        "handle_rx",
+        "handle_tx_kick",
+        "handle_rx_kick",
+    ];
+}
+
+/// `tun_msg_ctl.type` of a vhost-net batch (include/linux/if_tun.h).
+pub const TUN_MSG_PTR: u16 = 2;
+/// Frames in one vhost-net batch at most (VHOST_NET_BATCH).
+pub const TUN_BATCH_MAX: u32 = 64;
+/// Frame size buckets: up to 64 B, 128 B, ... 4096 B, larger.
+pub const TUN_SIZE_BUCKETS: usize = 8;
+
+/// The bucket of a frame of `bytes`.
+#[inline(always)]
+pub const fn tun_size_bucket(bytes: u64) -> usize {
+    let mut b = 0;
+    let mut edge = 64;
+    while b < TUN_SIZE_BUCKETS - 1 && bytes > edge {
+        b += 1;
+        edge <<= 1;
+    }
+    b
+}
+
+/// A tun/vhost function's work on one device ([`dev_key`]; 0 for the
+/// vhost handlers, which do not name it) by one process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TunKey {
+    pub dev: u64,
+    pub tgid: u32,
+    /// [`tun_fn`].
+    pub function: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunStats {
+    pub calls: u64,
+    /// Frames the calls moved: a vhost-net batch is many frames in one call.
+    pub frames: u64,
+    pub bytes: u64,
+    pub sizes: [u64; TUN_SIZE_BUCKETS],
+    /// The device's name when first seen (a tap may be gone by the end).
+    pub name: [u8; 16],
+}
+
 /// Drop reasons counted (enum skb_drop_reason values below this).
 pub const DROP_REASONS: u32 = 256;
 
@@ -643,7 +711,10 @@ pub mod kvm_event {
     /// kvm_userspace_exit: `addr` = KVM_EXIT_* reason (every exit, also one
     /// the VMM never returns from; [`super::kvm_latency::USERSPACE`] times the others).
     pub const USERSPACE_EXIT: u32 = 6;
-    pub const NAMES: [&str; 7] = [
+    /// kvm_exit: `addr` = exit reason, `op` = isa (every exit, also one
+    /// with no kvm_entry after it; [`super::kvm_latency::EXIT`] times the others).
+    pub const EXIT: u32 = 7;
+    pub const NAMES: [&str; 8] = [
         "pio",
         "mmio",
         "fast_mmio",
@@ -651,6 +722,7 @@ pub mod kvm_event {
         "msi",
         "inj_virq",
         "userspace_exit",
+        "exit",
     ];
 }
 
@@ -1050,6 +1122,22 @@ pub struct Config {
     pub pt_regs_orig_ax: u32,
     /// raw_syscalls/sys_exit record: offset of `id`.
     pub tp_sys_exit_id: u32,
+    /// The tun layer: `struct tun_struct` and `struct tun_file` live in the
+    /// tun module's BTF (split on vmlinux's), the rest in vmlinux's.
+    pub tun_struct_dev: u32,
+    pub tun_file_tun: u32,
+    pub tun_file_socket: u32,
+    pub msghdr_control: u32,
+    pub tun_msg_ctl_type: u32,
+    pub tun_msg_ctl_num: u32,
+    pub tun_msg_ctl_ptr: u32,
+    pub xdp_buff_data: u32,
+    pub xdp_buff_data_end: u32,
+    /// `sizeof(struct xdp_buff)`: the stride of a vhost-net batch.
+    pub xdp_buff_size: u32,
+    pub xdp_frame_len: u32,
+    pub iov_iter_count: u32,
+    pub dev_name: u32,
 }
 
 #[cfg(feature = "user")]
@@ -1086,6 +1174,8 @@ mod pod {
     unsafe impl aya::Pod for super::FsKey {}
     unsafe impl aya::Pod for super::FsStats {}
     unsafe impl aya::Pod for super::FsPending {}
+    unsafe impl aya::Pod for super::TunKey {}
+    unsafe impl aya::Pod for super::TunStats {}
 }
 
 /// Hooks whose programs count their own runs in the `HOOK_RUNS` per-CPU

@@ -47,6 +47,20 @@ pub static ZERO_FS: Array<FsStats> = Array::with_max_entries(1, 0);
 #[map]
 pub static FS_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+/// Overlayfs credential switches per process: [override, revert] calls.
+#[map]
+pub static OVL_CREDS: PerCpuHashMap<u32, [u64; 2]> = PerCpuHashMap::with_max_entries(1024, 0);
+
+#[inline(always)]
+fn count_creds(which: usize) {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if let Some(c) = account::entry(&OVL_CREDS, &tgid)
+        && which < 2
+    {
+        c[which] += 1;
+    }
+}
+
 const AT_FDCWD: i64 = -100;
 
 #[inline(always)]
@@ -223,19 +237,21 @@ pub fn tp_fs_sys_exit(ctx: TracePointContext) -> i32 {
 }
 
 /// Overlayfs switching to its mounter's credentials around every operation
-/// on the lower layers, and back: calls counted per function (fentry, else
-/// kprobe). Kernels since 6.14 inline the pair into override_creds /
+/// on the lower layers, and back: calls counted per function and process
+/// (fentry, else kprobe). Kernels since 6.14 inline the pair into override_creds /
 /// revert_creds, probed under the same names' catalog entries.
 macro_rules! creds_probe {
-    ($kprobe:ident, $fentry:ident, $hook:literal, $function:literal) => {
+    ($kprobe:ident, $fentry:ident, $hook:literal, $function:literal, $which:literal) => {
         #[kprobe]
         pub fn $kprobe(_ctx: ProbeContext) -> u32 {
             count_run!($hook);
+            count_creds($which);
             0
         }
         #[fentry(function = $function)]
         pub fn $fentry(_ctx: FEntryContext) -> i32 {
             count_run!($hook);
+            count_creds($which);
             0
         }
     };
@@ -245,11 +261,13 @@ creds_probe!(
     kprobe_ovl_override_creds,
     fentry_ovl_override_creds,
     "ovl_override_creds",
-    "ovl_override_creds"
+    "ovl_override_creds",
+    0
 );
 creds_probe!(
     kprobe_ovl_revert_creds,
     fentry_ovl_revert_creds,
     "ovl_revert_creds",
-    "ovl_revert_creds"
+    "ovl_revert_creds",
+    1
 );

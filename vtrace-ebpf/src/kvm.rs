@@ -77,6 +77,7 @@ fn on_exit(reason: u32, isa: u32) {
         p.exit_reason = reason;
         p.exit_isa = isa;
     }
+    count_event(kvm_event::EXIT, reason as u64, isa, 0, 0);
 }
 
 #[inline(always)]

@@ -1,36 +1,190 @@
-//! tun/tap and vhost-net kernel functions: calls per function, for kernels
-//! where they can be probed (fentry, else kprobe). Where neither can attach
-//! (this project's CI kernel: no CONFIG_KPROBES, fentry refused), the tap's
-//! hops come from the net tracepoints on the tap device instead (net.rs).
+//! The tun layer: tun/tap and vhost-net kernel functions, per device and
+//! calling process: calls, the frames they moved, bytes and a size
+//! histogram (fentry, else kprobe; module functions need the module's
+//! split BTF for fentry, so kprobes are what attaches on stock kernels).
+//! Frames, not calls: vhost-net hands a tap up to 64 frames per
+//! tun_sendmsg (a TUN_MSG_PTR batch of xdp_buffs), so that call's frames
+//! are read from its message. Where neither method attaches (this
+//! project's CI kernel), the tap's hops come from the net tracepoints on
+//! the tap device instead (net.rs).
 
 use aya_ebpf::{
-    macros::{fentry, kprobe},
+    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
+    macros::{fentry, kprobe, map},
+    maps::PerCpuHashMap,
     programs::{FEntryContext, ProbeContext},
 };
+use vtrace_common::{TUN_BATCH_MAX, TUN_MSG_PTR, TunKey, TunStats, dev_key, tun_fn, tun_size_bucket};
 
-use crate::runs::count_run;
+use crate::{
+    account,
+    config::conf,
+    kmem::{KernelMem, ProbeRead},
+    runs::count_run,
+};
 
-/// Each program counts its calls in HOOK_RUNS (runs.rs), under the function's name.
+#[map]
+pub static TUN_STATS: PerCpuHashMap<TunKey, TunStats> = PerCpuHashMap::with_max_entries(1024, 0);
+
+/// The low bit of a tun ring entry marks an xdp_frame rather than an skb (TUN_XDP_FLAG).
+const TUN_XDP_FLAG: u64 = 1;
+
+#[inline(always)]
+fn read<T: Default>(base: u64, offset: u32) -> T {
+    if base == 0 {
+        return T::default();
+    }
+    ProbeRead::read(base, offset).unwrap_or_default()
+}
+
+/// The net_device of a `struct tun_struct *`.
+#[inline(always)]
+fn tun_dev(tun: u64) -> u64 {
+    read(tun, conf!(tun_struct_dev))
+}
+
+/// The net_device behind a tap's `struct socket *` (embedded in its tun_file).
+#[inline(always)]
+fn socket_dev(sock: u64) -> u64 {
+    let at = conf!(tun_file_socket) as u64;
+    if sock < at {
+        return 0;
+    }
+    tun_dev(read(sock - at, conf!(tun_file_tun)))
+}
+
+/// The stats of `function` on `dev` by the current process, with the
+/// device's name filled in when the entry is new.
+#[inline(always)]
+fn stats(function: u32, dev: u64) -> Option<&'static mut TunStats> {
+    let (netns, ifindex) = if dev == 0 {
+        (0, 0)
+    } else {
+        let net: u64 = read(dev, conf!(dev_nd_net));
+        let inum: u32 = read(net, conf!(net_ns_inum));
+        (inum, read::<u32>(dev, conf!(dev_ifindex)))
+    };
+    let key = TunKey {
+        dev: dev_key(netns, ifindex),
+        tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
+        function,
+    };
+    let s = account::entry(&TUN_STATS, &key)?;
+    if s.calls == 0 && dev != 0 {
+        s.name = unsafe { bpf_probe_read_kernel((dev + conf!(dev_name) as u64) as *const [u8; 16]) }.unwrap_or([0; 16]);
+    }
+    s.calls += 1;
+    Some(s)
+}
+
+#[inline(always)]
+fn add_frame(s: &mut TunStats, bytes: u64) {
+    s.frames += 1;
+    s.bytes += bytes;
+    let b = tun_size_bucket(bytes);
+    if b < s.sizes.len() {
+        s.sizes[b] += 1;
+    }
+}
+
+/// tun_get_user(tun, tfile, msg_control, struct iov_iter *from, noblock, more):
+/// one frame of `from`'s length (with the vnet header where the tap has one).
+#[inline(always)]
+fn get_user(tun: u64, from: u64) {
+    if let Some(s) = stats(tun_fn::GET_USER, tun_dev(tun)) {
+        add_frame(s, read::<u64>(from, conf!(iov_iter_count)));
+    }
+}
+
+/// tun_sendmsg(sock, struct msghdr *m, total_len): a vhost-net batch
+/// (msg_control a TUN_MSG_PTR `tun_msg_ctl` of `num` xdp_buffs), else one
+/// frame that tun_get_user takes.
+#[inline(always)]
+fn sendmsg(sock: u64, msg: u64, total_len: u64) {
+    let Some(s) = stats(tun_fn::SENDMSG, socket_dev(sock)) else {
+        return;
+    };
+    let ctl: u64 = read(msg, conf!(msghdr_control));
+    if ctl == 0 || read::<u16>(ctl, conf!(tun_msg_ctl_type)) != TUN_MSG_PTR {
+        add_frame(s, total_len);
+        return;
+    }
+    let num = read::<u16>(ctl, conf!(tun_msg_ctl_num)) as u32;
+    let buffs: u64 = read(ctl, conf!(tun_msg_ctl_ptr));
+    let stride = conf!(xdp_buff_size) as u64;
+    for i in 0..TUN_BATCH_MAX {
+        if i >= num {
+            break;
+        }
+        let xdp = buffs + i as u64 * stride;
+        let data: u64 = read(xdp, conf!(xdp_buff_data));
+        let end: u64 = read(xdp, conf!(xdp_buff_data_end));
+        add_frame(s, end.saturating_sub(data));
+    }
+}
+
+/// tun_recvmsg(sock, struct msghdr *m, total_len, flags): one frame, the
+/// skb or xdp_frame vhost-net took from the tap's ring (in msg_control).
+#[inline(always)]
+fn recvmsg(sock: u64, msg: u64) {
+    let Some(s) = stats(tun_fn::RECVMSG, socket_dev(sock)) else {
+        return;
+    };
+    let ptr: u64 = read(msg, conf!(msghdr_control));
+    let bytes = if ptr & TUN_XDP_FLAG != 0 {
+        read::<u32>(ptr & !TUN_XDP_FLAG, conf!(xdp_frame_len))
+    } else {
+        read::<u32>(ptr, conf!(skb_len))
+    };
+    add_frame(s, bytes as u64);
+}
+
+/// tun_net_xmit(skb, dev): one frame queued to the tap for its user.
+#[inline(always)]
+fn net_xmit(skb: u64, dev: u64) {
+    if let Some(s) = stats(tun_fn::NET_XMIT, dev) {
+        add_frame(s, read::<u32>(skb, conf!(skb_len)) as u64);
+    }
+}
+
+/// A vhost-net handler: calls by the worker (they name no device).
+#[inline(always)]
+fn handler(function: u32) {
+    let _ = stats(function, 0);
+}
+
+/// `$kprobe` and `$fentry` for `$function`, each counting its run and
+/// passing its first `$n` arguments (as u64) to `$body`.
 macro_rules! kfunc {
-    ($kprobe:ident, $fentry:ident, $function:literal) => {
+    ($kprobe:ident, $fentry:ident, $function:literal, [$($arg:ident),*] => $body:expr) => {
         #[kprobe]
         pub fn $kprobe(_ctx: ProbeContext) -> u32 {
+            #[allow(unused_variables)]
+            let ctx = _ctx;
             count_run!($function);
+            let mut _i = 0;
+            $(let $arg: u64 = ctx.arg(_i).unwrap_or(0); _i += 1;)*
+            $body;
             0
         }
         #[fentry(function = $function)]
         pub fn $fentry(_ctx: FEntryContext) -> i32 {
+            #[allow(unused_variables)]
+            let ctx = _ctx;
             count_run!($function);
+            let mut _i = 0;
+            $(let $arg: u64 = ctx.arg(_i); _i += 1;)*
+            $body;
             0
         }
     };
 }
 
-kfunc!(kprobe_tun_get_user, fentry_tun_get_user, "tun_get_user");
-kfunc!(kprobe_tun_sendmsg, fentry_tun_sendmsg, "tun_sendmsg");
-kfunc!(kprobe_tun_recvmsg, fentry_tun_recvmsg, "tun_recvmsg");
-kfunc!(kprobe_tun_net_xmit, fentry_tun_net_xmit, "tun_net_xmit");
-kfunc!(kprobe_handle_tx, fentry_handle_tx, "handle_tx");
-kfunc!(kprobe_handle_rx, fentry_handle_rx, "handle_rx");
-kfunc!(kprobe_handle_tx_kick, fentry_handle_tx_kick, "handle_tx_kick");
-kfunc!(kprobe_handle_rx_kick, fentry_handle_rx_kick, "handle_rx_kick");
+kfunc!(kprobe_tun_get_user, fentry_tun_get_user, "tun_get_user", [tun, _tfile, _control, from] => get_user(tun, from));
+kfunc!(kprobe_tun_sendmsg, fentry_tun_sendmsg, "tun_sendmsg", [sock, msg, len] => sendmsg(sock, msg, len));
+kfunc!(kprobe_tun_recvmsg, fentry_tun_recvmsg, "tun_recvmsg", [sock, msg] => recvmsg(sock, msg));
+kfunc!(kprobe_tun_net_xmit, fentry_tun_net_xmit, "tun_net_xmit", [skb, dev] => net_xmit(skb, dev));
+kfunc!(kprobe_handle_tx, fentry_handle_tx, "handle_tx", [] => handler(tun_fn::HANDLE_TX));
+kfunc!(kprobe_handle_rx, fentry_handle_rx, "handle_rx", [] => handler(tun_fn::HANDLE_RX));
+kfunc!(kprobe_handle_tx_kick, fentry_handle_tx_kick, "handle_tx_kick", [] => handler(tun_fn::HANDLE_TX_KICK));
+kfunc!(kprobe_handle_rx_kick, fentry_handle_rx_kick, "handle_rx_kick", [] => handler(tun_fn::HANDLE_RX_KICK));

@@ -29,8 +29,8 @@ fn unavailable(reason: String) -> Error {
     }
 }
 
-/// Debian's kernel package, unpacked: (vmlinuz, modules dir).
-fn kernel() -> Result<(PathBuf, PathBuf)> {
+/// Debian's kernel package as scripts/setup.sh unpacked it: (vmlinuz, modules dir).
+pub(super) fn kernel() -> Result<(PathBuf, PathBuf)> {
     let kdir = dir().join("kernel");
     let find = |kdir: &Path| -> Option<(PathBuf, PathBuf)> {
         let boot = fs::read_dir(kdir.join("boot")).ok()?;
@@ -46,42 +46,12 @@ fn kernel() -> Result<(PathBuf, PathBuf)> {
             .to_string();
         Some((vmlinuz, kdir.join("lib/modules").join(version)))
     };
-    if let Some(k) = find(&kdir) {
-        return Ok(k);
-    }
-    fs::create_dir_all(&kdir).map_err(crate::error::io(format!("create {}", kdir.display())))?;
-    let deps = Command::new("apt-cache")
-        .args(["depends", "linux-image-amd64"])
-        .output()
-        .map_err(crate::error::io("apt-cache"))?;
-    let package = String::from_utf8_lossy(&deps.stdout)
-        .lines()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("Depends: ")
-                .filter(|p| p.starts_with("linux-image-"))
-                .map(str::to_string)
-        })
-        .ok_or_else(|| unavailable("no Debian kernel package (linux-image-amd64) known to apt".into()))?;
-    let status = Command::new("apt-get")
-        .args(["download", &package])
-        .current_dir(&kdir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(crate::error::io("apt-get download"))?;
-    if !status.success() {
-        return Err(unavailable(format!("apt-get download {package} failed")));
-    }
-    let deb = fs::read_dir(&kdir)
-        .map_err(crate::error::io("list kernel dir"))?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "deb"))
-        .ok_or_else(|| unavailable("kernel package not downloaded".into()))?;
-    sh(&["dpkg", "-x", &deb.display().to_string(), &kdir.display().to_string()])?;
-    let _ = fs::remove_file(&deb);
-    find(&kdir).ok_or_else(|| unavailable("no vmlinuz in the kernel package".into()))
+    find(&kdir).ok_or_else(|| {
+        unavailable(format!(
+            "no guest kernel in {} (scripts/setup.sh unpacks Debian's, pinned there)",
+            kdir.display()
+        ))
+    })
 }
 
 /// `depends=` of a kernel module, read from its .modinfo strings.
@@ -144,6 +114,43 @@ fn modules_in_load_order(modules: &Path, names: &[&str]) -> Vec<PathBuf> {
     out
 }
 
+/// Copies the module files of `names` (with their dependencies) into
+/// `tree`/modules; returns the insmod lines that load them in order.
+pub(super) fn install_modules(tree: &Path, modules: &Path, names: &[&str]) -> Result<String> {
+    let mods = modules_in_load_order(modules, names);
+    let missing: Vec<&&str> = names
+        .iter()
+        .filter(|n| {
+            let n = n.replace('-', "_");
+            !mods.iter().any(|m| {
+                m.file_stem()
+                    .is_some_and(|s| s.to_string_lossy().replace('-', "_") == n)
+            })
+        })
+        .collect();
+    if !missing.is_empty() {
+        return Err(unavailable(format!("modules {missing:?} not in the kernel package")));
+    }
+    fs::create_dir_all(tree.join("modules")).map_err(crate::error::io("create modules dir"))?;
+    let mut insmods = String::new();
+    for m in &mods {
+        let name = m.file_name().unwrap().to_string_lossy().into_owned();
+        fs::copy(m, tree.join("modules").join(&name)).map_err(crate::error::io(format!("copy {name}")))?;
+        insmods.push_str(&format!("insmod /modules/{name}\n"));
+    }
+    Ok(insmods)
+}
+
+/// `tree` as a gzipped cpio archive at `out`.
+pub(super) fn pack(tree: &Path, out: &Path) -> Result<()> {
+    let cmd = format!(
+        "cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
+        tree.display(),
+        out.display()
+    );
+    sh(&["sh", "-c", &cmd])
+}
+
 /// The initramfs: busybox, redis-server, iperf3 (with their libraries), the
 /// virtio network modules and an /init that serves on `guest_addr`.
 fn initramfs(modules: &Path, guest_addr: &str) -> Result<PathBuf> {
@@ -156,17 +163,7 @@ fn initramfs(modules: &Path, guest_addr: &str) -> Result<PathBuf> {
     let tree = dir().join("initrd-tree");
     let _ = fs::remove_dir_all(&tree);
     sh(&["cp", "-a", &root.display().to_string(), &tree.display().to_string()])?;
-    let mods = modules_in_load_order(modules, &["virtio_pci", "virtio_net"]);
-    if mods.is_empty() {
-        return Err(unavailable("virtio_net module not found in the kernel package".into()));
-    }
-    fs::create_dir_all(tree.join("modules")).map_err(crate::error::io("create modules dir"))?;
-    let mut insmods = String::new();
-    for m in &mods {
-        let name = m.file_name().unwrap().to_string_lossy().into_owned();
-        fs::copy(m, tree.join("modules").join(&name)).map_err(crate::error::io(format!("copy {name}")))?;
-        insmods.push_str(&format!("insmod /modules/{name}\n"));
-    }
+    let insmods = install_modules(&tree, modules, &["virtio_pci", "virtio_net"])?;
     let init = format!(
         "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nmount -t proc proc /proc\nmount -t sysfs sys /sys\n\
          mount -t devtmpfs dev /dev\n{insmods}ip link set lo up\nip link set eth0 up\n\
@@ -178,12 +175,7 @@ fn initramfs(modules: &Path, guest_addr: &str) -> Result<PathBuf> {
     fs::write(&init_path, init).map_err(crate::error::io("write init"))?;
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&init_path, fs::Permissions::from_mode(0o755)).map_err(crate::error::io("chmod init"))?;
-    let cmd = format!(
-        "cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
-        tree.display(),
-        out.display()
-    );
-    sh(&["sh", "-c", &cmd])?;
+    pack(&tree, &out)?;
     let _ = fs::remove_dir_all(&tree);
     fs::write(&marker, INITRD_VERSION).map_err(crate::error::io("write initrd marker"))?;
     Ok(out)

@@ -8,6 +8,7 @@
 
 mod containers;
 mod docker;
+pub mod guest;
 mod linuxvm;
 mod lwip;
 mod lxc;

@@ -23,7 +23,7 @@ pub fn path() -> PathBuf {
     Path::new(DATA_DIR).join("rootfs")
 }
 
-fn find(binary: &str) -> Result<PathBuf> {
+pub(super) fn find(binary: &str) -> Result<PathBuf> {
     ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
         .iter()
         .map(|d| Path::new(d).join(binary))
@@ -35,7 +35,7 @@ fn find(binary: &str) -> Result<PathBuf> {
 }
 
 /// Shared libraries a binary loads, from `ldd`.
-fn libraries(binary: &Path) -> Vec<PathBuf> {
+pub(super) fn libraries(binary: &Path) -> Vec<PathBuf> {
     let out = Command::new("ldd")
         .arg(binary)
         .output()
@@ -46,7 +46,7 @@ fn libraries(binary: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn copy_into(root: &Path, file: &Path) -> Result<()> {
+pub(super) fn copy_into(root: &Path, file: &Path) -> Result<()> {
     let dest = root.join(file.strip_prefix("/").unwrap_or(file));
     if let Some(dir) = dest.parent() {
         fs::create_dir_all(dir).map_err(crate::error::io(format!("create {}", dir.display())))?;

@@ -32,6 +32,7 @@ pub mod kvm;
 pub mod net;
 pub mod runq;
 pub mod sample;
+pub mod tun;
 pub mod uprobe;
 
 /// Every layer, in attach and emit order. The CPU engine comes first: its
@@ -40,6 +41,7 @@ pub mod uprobe;
 pub const REGISTRY: &[&dyn Layer] = &[
     &cpu::CpuLayer,
     &net::NetLayer,
+    &tun::TunLayer,
     &kvm::KvmLayer,
     &uprobe::UprobeLayer,
     &runq::RunqLayer,

@@ -3,7 +3,7 @@
 //! so that `vtrace probes` can say why a strategy is unusable before trying.
 
 use std::{
-    collections::HashSet,
+    collections::HashMap,
     fs,
     path::{Path, PathBuf},
     sync::Arc,
@@ -26,8 +26,9 @@ pub struct Capabilities {
     pub tracefs: Result<PathBuf, String>,
     pub kprobe_pmu: bool,
     pub uprobe_pmu: bool,
-    /// Functions kprobes can attach to (available_filter_functions), if readable.
-    kprobe_functions: Option<HashSet<String>>,
+    /// Functions kprobes can attach to (available_filter_functions), if
+    /// readable, each with the module it is in (None: vmlinux).
+    kprobe_functions: Option<HashMap<String, Option<String>>>,
     /// Whether this kernel loads fentry programs, once tried (see `try_fentry`).
     pub fentry: Option<Result<(), String>>,
     /// The loaded KVM vendor module: kvm_intel, kvm_amd or kvm_pvm.
@@ -50,8 +51,15 @@ impl Capabilities {
         let kprobe_functions = tracefs.as_ref().ok().and_then(|t| {
             fs::read_to_string(t.join("available_filter_functions")).ok().map(|s| {
                 s.lines()
-                    .filter_map(|l| l.split_whitespace().next())
-                    .map(str::to_string)
+                    .filter_map(|l| {
+                        let mut words = l.split_whitespace();
+                        let function = words.next()?.to_string();
+                        let module = words
+                            .next()
+                            .and_then(|m| m.strip_prefix('[')?.strip_suffix(']'))
+                            .map(str::to_string);
+                        Some((function, module))
+                    })
                     .collect()
             })
         });
@@ -71,9 +79,11 @@ impl Capabilities {
         }
     }
 
-    /// Finds out whether fentry programs load here by loading one of ours.
+    /// Finds out whether fentry programs load here by loading one of ours
+    /// (it reads no argument) on a function every kernel has, then unloading it.
     pub fn try_fentry(&mut self, ebpf: &mut aya::Ebpf) {
-        const PROGRAM: &str = "fentry_tun_net_xmit";
+        const PROGRAM: &str = "fentry_handle_tx";
+        const FUNCTION: &str = "vfs_read";
         let result = (|| -> Result<(), String> {
             let btf = aya::Btf::from_sys_fs().map_err(|e| e.to_string())?;
             let p: &mut aya::programs::FEntry = ebpf
@@ -81,16 +91,25 @@ impl Capabilities {
                 .ok_or("no fentry program")?
                 .try_into()
                 .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-            p.load("tun_net_xmit", &btf).map_err(|e| {
+            p.load(FUNCTION, &btf).map_err(|e| {
                 let s = format!("{e:#}");
                 if s.contains("Permission denied") || s.contains("os error 1)") {
                     "the kernel refuses fentry programs (EPERM)".to_string()
                 } else {
-                    s.replace('\n', " ")
+                    format!(
+                        "an fentry program on {FUNCTION} does not load: {}",
+                        s.replace('\n', " ")
+                    )
                 }
-            })
+            })?;
+            p.unload().map_err(|e| e.to_string())
         })();
         self.fentry = Some(result);
+    }
+
+    /// The module a kernel function is in (None: vmlinux, or not known).
+    fn module_of(&self, function: &str) -> Option<&str> {
+        self.kprobe_functions.as_ref()?.get(function)?.as_deref()
     }
 
     fn btf_has(&self, name: &str) -> Result<(), String> {
@@ -113,6 +132,11 @@ impl Capabilities {
                 if let Some(Err(why)) = &self.fentry {
                     return Err(why.clone());
                 }
+                if let Some(module) = self.module_of(function) {
+                    return Err(format!(
+                        "{function} is in module {module}: fentry needs the module's split BTF, which aya 0.14 does not load"
+                    ));
+                }
                 self.btf_has(function)
             }
             Strategy::KProbe { function, .. } => {
@@ -120,13 +144,15 @@ impl Capabilities {
                     return Err("kprobes unavailable: no kprobe PMU (kernel built without CONFIG_KPROBES)".into());
                 }
                 match &self.kprobe_functions {
-                    Some(f) if !f.contains(function) => Err(format!("{function} is not a traceable kernel function")),
+                    Some(f) if !f.contains_key(function) => {
+                        Err(format!("{function} is not a traceable kernel function"))
+                    }
                     _ => Ok(()),
                 }
             }
             Strategy::BtfTracepoint { tracepoint, .. } | Strategy::RawTracepoint { tracepoint, .. } => self
                 .btf_has(&format!("btf_trace_{tracepoint}"))
-                .map_err(|_| format!("tracepoint {tracepoint} not in this kernel")),
+                .map_err(|_| format!("tracepoint {tracepoint} not in vmlinux BTF (a module's, or not in this kernel)")),
             Strategy::UProbe { binary, .. } => {
                 if !self.uprobe_pmu {
                     return Err(

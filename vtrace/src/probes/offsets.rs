@@ -64,6 +64,24 @@ pub fn resolve(caps: &Capabilities) -> Config {
         o.dentry_sb = m("dentry", "d_sb");
         o.pt_regs_si = m("pt_regs", "si");
         o.pt_regs_orig_ax = m("pt_regs", "orig_ax");
+        o.msghdr_control = m("msghdr", "msg_control");
+        o.xdp_buff_data = m("xdp_buff", "data");
+        o.xdp_buff_data_end = m("xdp_buff", "data_end");
+        o.xdp_buff_size = struct_size(btf, "xdp_buff").unwrap_or(0);
+        o.xdp_frame_len = m("xdp_frame", "len");
+        o.iov_iter_count = m("iov_iter", "count");
+        o.dev_name = m("net_device", "name");
+        // The tun module's own structs: in its BTF, split on vmlinux's (read
+        // when the module is loaded; its functions cannot be probed otherwise).
+        if let Some(tun) = module_btf(btf, "tun") {
+            let t = |s: &str, f: &str| member_offset(&tun, s, f).unwrap_or(0);
+            o.tun_struct_dev = t("tun_struct", "dev");
+            o.tun_file_tun = t("tun_file", "tun");
+            o.tun_file_socket = t("tun_file", "socket");
+            o.tun_msg_ctl_type = t("tun_msg_ctl", "type");
+            o.tun_msg_ctl_num = t("tun_msg_ctl", "num");
+            o.tun_msg_ctl_ptr = t("tun_msg_ctl", "ptr");
+        }
     }
     if let Ok(tracefs) = &caps.tracefs {
         let f =
@@ -99,6 +117,20 @@ pub fn resolve(caps: &Capabilities) -> Config {
         o.tp_kvm_wakeup_waited = kvm("kvm_vcpu_wakeup", "waited");
     }
     o
+}
+
+/// A loaded module's BTF (`/sys/kernel/btf/<module>`, split on vmlinux's).
+pub fn module_btf(vmlinux: &btf_rs::Btf, module: &str) -> Option<btf_rs::Btf> {
+    btf_rs::Btf::from_split_file(Path::new("/sys/kernel/btf").join(module), vmlinux).ok()
+}
+
+/// `sizeof(struct name)` from BTF.
+pub fn struct_size(btf: &btf_rs::Btf, name: &str) -> Option<u32> {
+    let types = btf.resolve_types_by_name(name).ok()?;
+    types.iter().find_map(|t| match t {
+        btf_rs::Type::Struct(s) => Some(s.size() as u32),
+        _ => None,
+    })
 }
 
 /// Byte offset of `member` in `struct name`, searching anonymous nested

@@ -345,7 +345,34 @@ pub fn thread_rows(
         })
         .collect();
     claim_by_cgroup(&mut rows);
+    claim_vhost_workers(&mut rows);
     rows
+}
+
+/// A vhost worker (`vhost-<owner pid>`: a kernel thread before Linux 6.4,
+/// a thread of the owner after) that no platform instance claimed works for
+/// its owner: it takes the owner's platform, instance and selection, with
+/// the role `vhost`.
+fn claim_vhost_workers(rows: &mut [ThreadRow]) {
+    let owners: HashMap<u32, (String, String, bool)> = rows
+        .iter()
+        .filter(|r| r.tid == r.pid)
+        .map(|r| (r.pid, (r.platform.clone(), r.instance.clone(), r.selected)))
+        .collect();
+    for r in rows
+        .iter_mut()
+        .filter(|r| r.platform == platforms::HOST && r.instance.is_empty())
+    {
+        let Some(owner) = r.comm.strip_prefix("vhost-").and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Some((platform, instance, selected)) = owners.get(&owner) {
+            r.platform = platform.clone();
+            r.instance = instance.clone();
+            r.selected |= *selected;
+            r.role = "vhost".into();
+        }
+    }
 }
 
 /// A process started inside a container after its instance was detected

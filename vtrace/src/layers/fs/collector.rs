@@ -9,7 +9,7 @@ use aya::{
 };
 use vtrace_common::{FINE_BUCKETS, FsKey, FsStats, fine_bucket_range, fs_op};
 
-use super::tables::{FsHistRow, FsRow};
+use super::tables::{FsHistRow, FsRow, OverlayCredsRow};
 use crate::{
     Result,
     collectors::maps::{Counters, delta, sum_per_cpu, take},
@@ -33,6 +33,7 @@ impl Counters for FsStats {
 pub struct FsMaps {
     stats: PerCpuHashMap<MapData, FsKey, FsStats>,
     drops: PerCpuArray<MapData, u64>,
+    creds: PerCpuHashMap<MapData, u32, [u64; 2]>,
 }
 
 impl FsMaps {
@@ -40,11 +41,24 @@ impl FsMaps {
         Ok(FsMaps {
             stats: take(ebpf, "FS_STATS")?,
             drops: take(ebpf, "FS_DROPS")?,
+            creds: take(ebpf, "OVL_CREDS")?,
         })
     }
 
     pub fn snapshot(&self) -> Result<BTreeMap<FsKey, FsStats>> {
         sum_per_cpu(&self.stats)
+    }
+
+    /// Credential switches per process: [override, revert] calls.
+    pub fn creds(&self) -> BTreeMap<u32, [u64; 2]> {
+        self.creds
+            .iter()
+            .flatten()
+            .map(|(tgid, per_cpu)| {
+                let sum = per_cpu.iter().fold([0, 0], |a, c| [a[0] + c[0], a[1] + c[1]]);
+                (tgid, sum)
+            })
+            .collect()
     }
 
     pub fn drops(&self) -> u64 {
@@ -143,4 +157,32 @@ pub fn rows(
         }
     }
     (rows, hists)
+}
+
+/// The overlay_creds rows of the window (`end` less `start`).
+pub fn creds_rows(
+    start: &BTreeMap<u32, [u64; 2]>,
+    end: &BTreeMap<u32, [u64; 2]>,
+    threads: &[ThreadRow],
+) -> Vec<OverlayCredsRow> {
+    let index = ThreadIndex::new(threads);
+    end.iter()
+        .filter_map(|(&tgid, c)| {
+            let before = start.get(&tgid).copied().unwrap_or_default();
+            let (overrides, reverts) = (c[0].saturating_sub(before[0]), c[1].saturating_sub(before[1]));
+            if overrides + reverts == 0 {
+                return None;
+            }
+            let owner = index.process(tgid);
+            Some(OverlayCredsRow {
+                pid: tgid,
+                comm: index.process_comm(tgid),
+                platform: owner.map_or(platforms::HOST.to_string(), |t| t.platform.clone()),
+                instance: owner.map(|t| t.instance.clone()).unwrap_or_default(),
+                role: owner.map_or("other".to_string(), |t| t.role.clone()),
+                override_calls: overrides,
+                revert_calls: reverts,
+            })
+        })
+        .collect()
 }

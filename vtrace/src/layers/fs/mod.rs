@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use aya::Ebpf;
 use vtrace_common::{Config, FsKey, FsStats};
 
-pub use tables::{FsHistRow, FsRow};
+pub use tables::{FsHistRow, FsRow, OverlayCredsRow};
 
 use self::collector::FsMaps;
 use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
@@ -38,7 +38,11 @@ impl Layer for FsLayer {
         probes::FS
     }
     fn tables(&self) -> Vec<TableKind> {
-        vec![TableKind::of::<FsRow>(), TableKind::of::<FsHistRow>()]
+        vec![
+            TableKind::of::<FsRow>(),
+            TableKind::of::<FsHistRow>(),
+            TableKind::of::<OverlayCredsRow>(),
+        ]
     }
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
         summary::section(rec, top)
@@ -48,6 +52,8 @@ impl Layer for FsLayer {
             maps: FsMaps::new(ebpf)?,
             start: BTreeMap::new(),
             end: BTreeMap::new(),
+            creds_start: BTreeMap::new(),
+            creds_end: BTreeMap::new(),
         }))
     }
 }
@@ -56,21 +62,28 @@ struct FsRecorder {
     maps: FsMaps,
     start: BTreeMap<FsKey, FsStats>,
     end: BTreeMap<FsKey, FsStats>,
+    creds_start: BTreeMap<u32, [u64; 2]>,
+    creds_end: BTreeMap<u32, [u64; 2]>,
 }
 
 impl Collector for FsRecorder {
     fn baseline(&mut self, _attached: &Attached) -> Result<()> {
         self.start = self.maps.snapshot()?;
+        self.creds_start = self.maps.creds();
         Ok(())
     }
 
     fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
         self.end = self.maps.snapshot()?;
+        self.creds_end = self.maps.creds();
         Ok(())
     }
 
     fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
-        let (rows, hists) = collector::rows(&self.start, &self.end, ctx.tables.rows::<ThreadRow>());
+        let threads = ctx.tables.rows::<ThreadRow>();
+        let (rows, hists) = collector::rows(&self.start, &self.end, threads);
+        out.tables
+            .put(collector::creds_rows(&self.creds_start, &self.creds_end, threads));
         overhead.fs_dropped = self.maps.drops();
         out.tables.put(rows);
         out.tables.put(hists);

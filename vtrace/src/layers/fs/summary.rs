@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{FsHistRow, FsRow};
+use super::{FsHistRow, FsRow, OverlayCredsRow};
 use crate::{
     analysis::histogram::Histogram,
     layers::sample::SampleRow,
@@ -182,6 +182,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     s.json("files", json_rows);
     s.json("files_by_fs", fs_json);
     s.json("overlay_cost", overlay);
+    s.json("overlay_creds", rec.rows::<OverlayCredsRow>());
     s
 }
 
@@ -201,7 +202,8 @@ pub struct OverlayCost {
     pub sampled_overlay_share: Option<f64>,
     pub sampled_in_overlay: u64,
     pub samples: u64,
-    /// Calls of ovl_override_creds counted by a probe (all instances).
+    /// Calls of ovl_override_creds counted by a probe: the instance's (all
+    /// instances' together in recordings without per-process counts).
     pub calls: Option<u64>,
     /// File syscalls of the instance that went to an overlay mount.
     pub overlay_calls: u64,
@@ -301,7 +303,17 @@ pub fn overlay_cost(rec: &Recording) -> Vec<OverlayCost> {
         let mut methods = Vec::new();
         if let Some((method, calls)) = &probed {
             methods.push(method.clone());
-            e.calls = Some(*calls);
+            // Per instance where the kernel counted per process; else every instance's together.
+            let creds = rec.rows::<OverlayCredsRow>();
+            e.calls = Some(if creds.is_empty() {
+                *calls
+            } else {
+                creds
+                    .iter()
+                    .filter(|c| c.platform == e.platform && c.instance == e.instance)
+                    .map(|c| c.override_calls)
+                    .sum()
+            });
         }
         if e.samples > 0 {
             methods.push("sampled stacks".to_string());

@@ -36,3 +36,17 @@ table! {
         count: u64,
     }
 }
+
+table! {
+    /// Overlayfs credential switches per process (fentry or kprobe on
+    /// ovl_override_creds / ovl_revert_creds; absent where neither attaches).
+    OverlayCredsRow = "overlay_creds" {
+        pid: u32,
+        comm: String,
+        platform: String,
+        instance: String,
+        role: String,
+        override_calls: u64,
+        revert_calls: u64,
+    }
+}

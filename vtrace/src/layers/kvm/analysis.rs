@@ -187,7 +187,7 @@ fn stats_check(rec: &Recording) -> Vec<StatCheck> {
         .into_iter()
         .map(|((pid, stat), (vms, kvm))| {
             let (vtrace, source) = match stat {
-                "exits" => (Some(latency(pid, "exit", None)), "kvm_exit -> kvm_entry pairs"),
+                "exits" => (Some(events(pid, "exit", None)), "kvm_exit"),
                 "io_exits" => (Some(events(pid, "pio", None)), "kvm_pio"),
                 "mmio_exits" => (
                     Some(events(pid, "userspace_exit", Some("MMIO"))),

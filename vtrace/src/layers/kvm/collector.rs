@@ -299,6 +299,15 @@ pub fn rows(
                 kvm_event::MSI => format!("vector {}", k.op),
                 kvm_event::INJ_VIRQ => if k.op == 1 { "soft" } else { "irq" }.to_string(),
                 kvm_event::USERSPACE_EXIT => names.userspace_name(k.addr as u32),
+                kvm_event::EXIT => {
+                    let key = KvmLatencyKey {
+                        tid: k.tid,
+                        kind: kvm_latency::EXIT,
+                        reason: k.addr as u32,
+                        isa: k.op,
+                    };
+                    names.name(&key).1
+                }
                 _ => k.op.to_string(),
             };
             KvmEventRow {

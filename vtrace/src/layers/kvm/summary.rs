@@ -164,12 +164,36 @@ fn text(s: &mut Section, rec: &Recording, k: &KvmSummary, top: usize) {
 }
 
 fn json_value(rec: &Recording, kvm: &KvmSummary) -> Value {
-    let exits: Vec<Value> = kvm
+    // Every exit (kvm_exit counted in KVM_EVENTS), with the exit -> entry
+    // latency of those that had an entry after them (`timed`): the last
+    // exit of a vCPU that stops has none.
+    let exit_events: Vec<&KvmEventRow> = rec.rows::<KvmEventRow>().iter().filter(|e| e.kind == "exit").collect();
+    let mut exits: Vec<Value> = kvm
         .by_thread
         .iter()
         .filter(|s| s.kind == "exit")
-        .map(|s| json!(s))
+        .map(|s| {
+            let mut v = json!(s);
+            v["timed"] = json!(s.count);
+            if let Some(e) = exit_events.iter().find(|e| e.tid == s.tid && e.op == s.reason) {
+                v["count"] = json!(e.count);
+            }
+            v
+        })
         .collect();
+    for e in &exit_events {
+        let timed = kvm
+            .by_thread
+            .iter()
+            .any(|s| s.kind == "exit" && s.tid == e.tid && s.reason == e.op);
+        if !timed {
+            exits.push(
+                json!({"tid": e.tid, "pid": e.pid, "comm": e.comm, "platform": e.platform,
+                              "instance": e.instance, "role": e.role, "kind": "exit", "reason": e.op,
+                              "count": e.count, "timed": 0}),
+            );
+        }
+    }
     let userspace_exits: Vec<Value> = rec
         .rows::<KvmEventRow>()
         .iter()

@@ -1,0 +1,158 @@
+//! A stock-kernel guest for tests: Debian's kernel (the one `lab up linuxvm`
+//! boots, unpacked by scripts/setup.sh) under QEMU TCG with SVM emulated
+//! (`-cpu EPYC`, so kvm_amd loads and nested guests make real SVM exits),
+//! booted from a busybox initramfs holding the given binaries (with their
+//! shared libraries), kernel modules and a script. The script's files come
+//! back through a 9p share. tests/tests/stock_kernel.rs uses it to attach for
+//! real what the host kernel refuses: kprobes, vhost-net, kvm_exit/kvm_entry.
+
+use std::{
+    fs,
+    os::unix::fs::PermissionsExt,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use super::{DATA_DIR, linuxvm, rootfs};
+use crate::{Error, Result};
+
+/// Modules the guest loads: 9p for the share, then what the scenarios need
+/// (tun and tap, vhost-net, overlayfs, KVM on AMD).
+pub const MODULES: &[&str] = &[
+    "virtio_pci",
+    "9pnet_virtio",
+    "9p",
+    "tun",
+    "tap",
+    "vhost_net",
+    "overlay",
+    "kvm_amd",
+];
+
+/// What a guest run left: its console and how long it took.
+#[derive(Debug)]
+pub struct GuestRun {
+    pub console: String,
+    /// The script's exit status.
+    pub status: i32,
+    pub wall: Duration,
+}
+
+fn unavailable(reason: String) -> Error {
+    Error::LabUnavailable {
+        platform: "stock-kernel guest".into(),
+        reason,
+    }
+}
+
+/// Why a guest cannot run here, if it cannot.
+pub fn can_run() -> Result<()> {
+    rootfs::find("qemu-system-x86_64")
+        .map_err(|_| unavailable("qemu-system-x86_64 not found (run scripts/setup.sh)".into()))?;
+    rootfs::find("busybox")?;
+    linuxvm::kernel().map(|_| ())
+}
+
+/// Boots the guest, runs `script` (as /script.sh, in /out: the share backed
+/// by `out`) and powers off; at most `timeout`.
+pub fn run(binaries: &[PathBuf], script: &str, out: &Path, timeout: Duration) -> Result<GuestRun> {
+    can_run()?;
+    let (vmlinuz, modules) = linuxvm::kernel()?;
+    let work = Path::new(DATA_DIR).join(format!("guest-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&work);
+    let tree = work.join("tree");
+    let result = (|| {
+        for d in ["bin", "proc", "sys", "dev", "tmp", "out", "mnt"] {
+            fs::create_dir_all(tree.join(d)).map_err(crate::error::io(format!("create {d}")))?;
+        }
+        let busybox = rootfs::find("busybox")?;
+        for bin in std::iter::once(&busybox).chain(binaries) {
+            let name = bin
+                .file_name()
+                .ok_or_else(|| unavailable(format!("{} is no file", bin.display())))?;
+            fs::copy(bin, tree.join("bin").join(name)).map_err(crate::error::io(format!("copy {}", bin.display())))?;
+            for lib in rootfs::libraries(bin) {
+                rootfs::copy_into(&tree, &lib)?;
+            }
+        }
+        let insmods = linuxvm::install_modules(&tree, &modules, MODULES)?;
+        let init = format!(
+            "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nexport PATH=/bin\n\
+             mount -t proc proc /proc\nmount -t sysfs sys /sys\nmount -t devtmpfs dev /dev\n\
+             mount -t tracefs nodev /sys/kernel/tracing\nmount -t debugfs nodev /sys/kernel/debug\n\
+             {insmods}mount -t 9p -o trans=virtio,version=9p2000.L out /out\n\
+             cd /out && sh /script.sh > /out/script.log 2>&1; echo $? > /out/script.rc\n\
+             sync\npoweroff -f\n"
+        );
+        for (name, text) in [("init", init.as_str()), ("script.sh", script)] {
+            let p = tree.join(name);
+            fs::write(&p, text).map_err(crate::error::io(format!("write {name}")))?;
+            fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).map_err(crate::error::io("chmod"))?;
+        }
+        let initrd = work.join("initrd.gz");
+        linuxvm::pack(&tree, &initrd)?;
+        let _ = fs::remove_file(out.join("script.rc"));
+        let console = work.join("console.log");
+        let start = Instant::now();
+        let mut qemu = Command::new("qemu-system-x86_64")
+            .args([
+                "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "2", "-m", "2048",
+            ])
+            .arg("-kernel")
+            .arg(&vmlinuz)
+            .arg("-initrd")
+            .arg(&initrd)
+            .args(["-append", "console=ttyS0 panic=-1 quiet"])
+            .arg("-virtfs")
+            .arg(format!(
+                "local,path={},mount_tag=out,security_model=none",
+                out.display()
+            ))
+            .args(["-display", "none", "-monitor", "none", "-no-reboot", "-nic", "none"])
+            .arg("-serial")
+            .arg(format!("file:{}", console.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(crate::error::io("start qemu-system-x86_64"))?;
+        let exited = loop {
+            if qemu.try_wait().map_err(crate::error::io("wait for qemu"))?.is_some() {
+                break true;
+            }
+            if start.elapsed() > timeout {
+                let _ = qemu.kill();
+                let _ = qemu.wait();
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let console = fs::read_to_string(&console).unwrap_or_default();
+        let status = fs::read_to_string(out.join("script.rc"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok());
+        match (exited, status) {
+            (true, Some(status)) => Ok(GuestRun {
+                console,
+                status,
+                wall: start.elapsed(),
+            }),
+            (false, _) => Err(unavailable(format!(
+                "the guest did not finish in {timeout:?}; its console ends:\n{}",
+                tail(&console)
+            ))),
+            (true, None) => Err(unavailable(format!(
+                "the guest stopped before its script did; its console ends:\n{}",
+                tail(&console)
+            ))),
+        }
+    })();
+    let _ = fs::remove_dir_all(&work);
+    result
+}
+
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}

@@ -1,0 +1,72 @@
+//! The tun layer's probes (vtrace-ebpf/src/tun.rs): tun/tap and vhost-net
+//! kernel functions. They live in modules, so fentry needs the module's
+//! split BTF, which aya cannot load: kprobes are what attaches.
+
+use crate::probes::catalog::{Layer, ProbeSpec, kfunc_probe};
+
+pub const TUN: &[ProbeSpec] = &[
+    kfunc_probe!(
+        "tun:tun_get_user",
+        Layer::Tun,
+        "packet written to a tap by its user (VMM tx); else the tap's rx hop",
+        "tun_get_user",
+        "fentry_tun_get_user",
+        "kprobe_tun_get_user"
+    ),
+    kfunc_probe!(
+        "tun:tun_sendmsg",
+        Layer::Tun,
+        "packet sent into a tap by vhost-net",
+        "tun_sendmsg",
+        "fentry_tun_sendmsg",
+        "kprobe_tun_sendmsg"
+    ),
+    kfunc_probe!(
+        "tun:tun_recvmsg",
+        Layer::Tun,
+        "packet taken from a tap by vhost-net",
+        "tun_recvmsg",
+        "fentry_tun_recvmsg",
+        "kprobe_tun_recvmsg"
+    ),
+    kfunc_probe!(
+        "tun:tun_net_xmit",
+        Layer::Tun,
+        "packet queued to a tap for its user; else the tap's xmit hop",
+        "tun_net_xmit",
+        "fentry_tun_net_xmit",
+        "kprobe_tun_net_xmit"
+    ),
+    kfunc_probe!(
+        "vhost:handle_tx",
+        Layer::Vhost,
+        "vhost-net worker transmits guest packets",
+        "handle_tx",
+        "fentry_handle_tx",
+        "kprobe_handle_tx"
+    ),
+    kfunc_probe!(
+        "vhost:handle_rx",
+        Layer::Vhost,
+        "vhost-net worker delivers packets to the guest",
+        "handle_rx",
+        "fentry_handle_rx",
+        "kprobe_handle_rx"
+    ),
+    kfunc_probe!(
+        "vhost:handle_tx_kick",
+        Layer::Vhost,
+        "guest kicked the vhost-net tx queue",
+        "handle_tx_kick",
+        "fentry_handle_tx_kick",
+        "kprobe_handle_tx_kick"
+    ),
+    kfunc_probe!(
+        "vhost:handle_rx_kick",
+        Layer::Vhost,
+        "guest kicked the vhost-net rx queue",
+        "handle_rx_kick",
+        "fentry_handle_rx_kick",
+        "kprobe_handle_rx_kick"
+    ),
+];
