@@ -63,9 +63,9 @@ CONFIGS = {
     "+ stacks 99Hz": ("vtrace", ["--sample", "99"]),
     "+ stats always": ("vtrace", ["--self-stats", "always"]),
     # The layers of issue #15, each beside the default ones.
-    "+ runq": ("vtrace", ["--layers", "cpu,net,kvm,uprobe,runq"]),
-    "+ block": ("vtrace", ["--layers", "cpu,net,kvm,uprobe,block"]),
-    "+ fs": ("vtrace", ["--layers", "cpu,net,kvm,uprobe,fs"]),
+    "+ runq": ("vtrace", ["--layers", "cpu,net,tun,kvm,uprobe,runq"]),
+    "+ block": ("vtrace", ["--layers", "cpu,net,tun,kvm,uprobe,block"]),
+    "+ fs": ("vtrace", ["--layers", "cpu,net,tun,kvm,uprobe,fs"]),
     "everything": ("vtrace", ["--cpu-split", "syscalls", "--events", "--sample", "99"]),
     "bpftrace (same states)": ("background", ["bpftrace", "-e", BPFTRACE_SCRIPT]),
     "empty BPF, same hooks": ("background", ["bpftrace", "-e", EMPTY_SCRIPT]),

@@ -91,7 +91,10 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
     assert_eq!(syscall_hooks, split == "syscalls", "sys_enter attached");
     if plain {
         assert_eq!(report["mode"], "default");
-        assert_eq!(report["layers"], serde_json::json!(["cpu", "net", "kvm", "uprobe"]));
+        assert_eq!(
+            report["layers"],
+            serde_json::json!(["cpu", "net", "tun", "kvm", "uprobe"])
+        );
         let attached = |id: &str| {
             report["probes"]
                 .as_array()

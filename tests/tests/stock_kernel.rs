@@ -8,6 +8,7 @@
 //! one at a time); its files come back through a 9p share.
 
 use std::{
+    collections::HashMap,
     path::PathBuf,
     sync::OnceLock,
     time::{Duration, Instant},
@@ -49,19 +50,25 @@ fn script() -> String {
     )
 }
 
+/// The JSON the guest's script wrote, read back before its share is removed
+/// (a static is never dropped, so it holds no directory).
 struct Guest {
-    out: TempDir,
+    files: HashMap<String, String>,
     wall: Duration,
 }
 
 impl Guest {
+    fn text(&self, name: &str) -> &str {
+        self.files
+            .get(name)
+            .unwrap_or_else(|| panic!("the guest wrote no {name}"))
+    }
     fn json(&self, name: &str) -> Value {
-        let text = std::fs::read_to_string(self.out.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+        serde_json::from_str(self.text(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
     }
     /// The one JSON line a test program printed.
     fn truth(&self, name: &str) -> Value {
-        let text = std::fs::read_to_string(self.out.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let text = self.text(name);
         text.lines()
             .find_map(|l| serde_json::from_str(l).ok())
             .unwrap_or_else(|| panic!("{name}: no JSON line in {text}"))
@@ -70,29 +77,45 @@ impl Guest {
 
 /// Boots the guest once for all tests.
 fn guest() -> &'static Guest {
-    static GUEST: OnceLock<Guest> = OnceLock::new();
-    GUEST.get_or_init(|| {
-        assert!(vtrace_tests::is_root(), "run as root");
-        if let Err(why) = vtrace::lab::guest::can_run() {
-            panic!("the stock-kernel guest cannot run here: {why}");
-        }
-        let out = TempDir::new("stock-kernel");
-        let binaries: Vec<PathBuf> = ["vtrace", "vhost-net", "kvm-vmm", "file-reader"]
-            .into_iter()
-            .map(bin)
-            .collect();
-        let start = Instant::now();
-        let run = vtrace::lab::guest::run(&binaries, &script(), &out.0, Duration::from_secs(300))
-            .unwrap_or_else(|e| panic!("guest: {e}"));
+    static GUEST: OnceLock<Result<Guest, String>> = OnceLock::new();
+    // A failed boot fails every test with its reason, without booting again.
+    match GUEST.get_or_init(boot) {
+        Ok(g) => g,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn boot() -> Result<Guest, String> {
+    if !vtrace_tests::is_root() {
+        return Err("run as root".into());
+    }
+    vtrace::lab::guest::can_run().map_err(|why| format!("the stock-kernel guest cannot run here: {why}"))?;
+    let out = TempDir::new("stock-kernel");
+    let binaries: Vec<PathBuf> = ["vtrace", "vhost-net", "kvm-vmm", "file-reader"]
+        .into_iter()
+        .map(bin)
+        .collect();
+    let start = Instant::now();
+    let run = vtrace::lab::guest::run(&binaries, &script(), &out.0, Duration::from_secs(300))
+        .map_err(|e| format!("guest: {e}"))?;
+    if run.status != 0 {
         let log = std::fs::read_to_string(out.join("script.log")).unwrap_or_default();
-        assert_eq!(
-            run.status, 0,
-            "the guest's script failed:\n{log}\nconsole:\n{}",
-            run.console
-        );
-        eprintln!("stock-kernel guest: {:.1} s", start.elapsed().as_secs_f64());
-        Guest { out, wall: run.wall }
-    })
+        return Err(format!(
+            "the guest's script failed ({}):\n{log}\nconsole:\n{}",
+            run.status, run.console
+        ));
+    }
+    eprintln!("stock-kernel guest: {:.1} s", start.elapsed().as_secs_f64());
+    let files = std::fs::read_dir(&out.0)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json" || x == "out"))
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            Some((name, std::fs::read_to_string(e.path()).ok()?))
+        })
+        .collect();
+    Ok(Guest { files, wall: run.wall })
 }
 
 fn n(v: &Value) -> u64 {

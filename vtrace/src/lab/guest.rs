@@ -1,6 +1,8 @@
 //! A stock-kernel guest for tests: Debian's kernel (the one `lab up linuxvm`
 //! boots, unpacked by scripts/setup.sh) under QEMU TCG with SVM emulated
-//! (`-cpu EPYC`, so kvm_amd loads and nested guests make real SVM exits),
+//! (`-cpu EPYC`, so kvm_amd loads and nested guests make real SVM exits) on
+//! one vCPU (with two, a kprobe's code patching once waited minutes for the
+//! other vCPU's IPI answer while TCG starved it: a soft lockup),
 //! booted from a busybox initramfs holding the given binaries (with their
 //! shared libraries), kernel modules and a script. The script's files come
 //! back through a 9p share. tests/tests/stock_kernel.rs uses it to attach for
@@ -97,7 +99,7 @@ pub fn run(binaries: &[PathBuf], script: &str, out: &Path, timeout: Duration) ->
         let start = Instant::now();
         let mut qemu = Command::new("qemu-system-x86_64")
             .args([
-                "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "2", "-m", "2048",
+                "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "1", "-m", "2048",
             ])
             .arg("-kernel")
             .arg(&vmlinuz)
