@@ -99,9 +99,21 @@ enum Command {
         /// Where to write the recording (a directory).
         #[arg(short, long, default_value = "run.vtrace")]
         output: PathBuf,
+        /// Replace a recording already at the output path (else it is kept as NAME.old).
+        #[arg(long)]
+        force: bool,
         /// Command to run and record; recording stops when it exits, and vtrace exits with its status.
         #[arg(last = true)]
         command: Vec<String>,
+    },
+    /// Write the recording a vtrace that was killed or crashed left unfinished: its journal (every
+    /// interval completed, per-thread CPU time) becomes a normal recording, marked incomplete.
+    Recover {
+        /// The unfinished recording: its staging directory (`.NAME.tmp.PID`), or NAME.
+        recording: PathBuf,
+        /// Where to write it (default: NAME beside the staging directory).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
     },
     /// Report a recording as text tables, JSON or CSV.
     Report {
@@ -264,6 +276,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             duration,
             interval,
             output,
+            force,
             command,
         } => {
             let opts = RecordOptions {
@@ -287,6 +300,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 cpu_split,
                 ops,
                 pass_output: true,
+                force,
             };
             let outcome = record(&opts)?;
             eprintln!(
@@ -297,6 +311,21 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 outcome.path.display()
             );
             Ok(outcome.exit_code)
+        }
+        Command::Recover {
+            recording: path,
+            output,
+        } => {
+            let written = recording::journal::recover_into(&path, output.as_deref())?;
+            let rec = recording::read(&written)?;
+            let covered = rec.meta.incomplete.as_ref().map_or(0, |i| i.covered_ns);
+            eprintln!(
+                "vtrace: recovered {:.1} s ({} intervals) into {}",
+                covered as f64 / 1e9,
+                rec.meta.incomplete.as_ref().map_or(0, |i| i.intervals),
+                written.display()
+            );
+            Ok(0)
         }
         Command::Report {
             recording: path,

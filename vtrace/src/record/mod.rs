@@ -12,7 +12,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-pub use session::Stop;
+pub use session::{OUTPUT_FILE, Stop};
 use session::{Signals, WorkloadChild};
 
 use crate::{
@@ -71,6 +71,9 @@ pub struct RecordOptions {
     /// Pass the command's output on to this process's (it is kept in the
     /// recording either way); `vtrace bench` keeps it only.
     pub pass_output: bool,
+    /// Replace a recording already at `output`; without it the old one is
+    /// kept as `NAME.old` (perf's convention).
+    pub force: bool,
 }
 
 impl Default for RecordOptions {
@@ -96,6 +99,7 @@ impl Default for RecordOptions {
             cpu_split: CpuSplit::Ticks,
             ops: None,
             pass_output: true,
+            force: false,
         }
     }
 }
@@ -185,6 +189,10 @@ impl RecordOptions {
         self.kvm_run = on;
         self
     }
+    pub fn force(mut self, on: bool) -> Self {
+        self.force = on;
+        self
+    }
     pub fn pass_output(mut self, on: bool) -> Self {
         self.pass_output = on;
         self
@@ -254,7 +262,7 @@ pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
     // and the kinds of the devices whose counters are read.
     let system = SystemSnapshot::live();
     let instances = platform_instances(opts, &profiles, &system)?;
-    let slot = OutputSlot::claim(&opts.output)?;
+    let slot = OutputSlot::claim(&opts.output, opts.force)?;
     Ok(Prepared {
         slot,
         profiles,
@@ -462,6 +470,40 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     // attaching happened before the workload started.
     let usage_at_start = self_usage();
     let (mut child, mut stop) = WorkloadChild::spawn(&opts.command, slot.staging(), opts.pass_output);
+    // What is known now goes into the journal at once: a vtrace killed from
+    // here on leaves a recording `vtrace recover` can write.
+    let mut meta = Metadata {
+        format: FORMAT_NAME.into(),
+        schema_version: SCHEMA_VERSION,
+        vtrace_version: env!("CARGO_PKG_VERSION").into(),
+        host: Host {
+            hostname: hostname(),
+            kernel: caps.kernel_release.clone(),
+            cpus: aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1),
+            clock_ticks: crate::collectors::procfs::clock_ticks(),
+        },
+        command_line: std::env::args().collect(),
+        selectors: Selectors {
+            platform: opts.platform.clone(),
+            pids: opts.pids.clone(),
+            comms: opts.comms.clone(),
+            cgroups: opts.cgroups.iter().map(|p| p.display().to_string()).collect(),
+        },
+        workload: child.workload.clone(),
+        stopped_by: String::new(),
+        start_unix_ns: start_unix,
+        end_unix_ns: start_unix,
+        wall_ns: 0,
+        cpu_split: opts.cpu_split.name().into(),
+        mode: opts.mode(),
+        layers: running.iter().map(|l| l.name().to_string()).collect(),
+        tables: Default::default(),
+        probes: probes.clone(),
+        overhead: Overhead::default(),
+        notes: notes.clone(),
+        incomplete: None,
+    };
+    recording::journal::start(slot.staging(), &meta)?;
     let deadline = match (&child.child, opts.duration) {
         (None, Some(d)) => Some(tokio::time::Instant::now() + d),
         _ => None,
@@ -489,7 +531,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     }
     let stop = stop.expect("the loop ends with a stop");
     let bpf_stats_coverage = stats.finish();
-    let exit_code = child.finish(&stop).await;
+    let exit_code = child.finish(&stop, &mut control.signals).await;
     let output = child.output(slot.staging()).await;
     if let Some(w) = child.workload.as_mut() {
         w.ops = match opts.ops {
@@ -584,37 +626,16 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         .sum();
     overhead.set_self_cost(wall_ns * cpus.max(1) as u64, busy_ns);
     tables.put(programs);
+    meta.workload = child.workload;
+    meta.stopped_by = stop.describe();
+    meta.end_unix_ns = end_unix;
+    meta.wall_ns = wall_ns;
+    meta.host.cpus = cpus;
+    meta.probes = probes;
+    meta.overhead = overhead;
+    meta.notes = notes;
     let mut rec = Recording {
-        meta: Metadata {
-            format: FORMAT_NAME.into(),
-            schema_version: SCHEMA_VERSION,
-            vtrace_version: env!("CARGO_PKG_VERSION").into(),
-            host: Host {
-                hostname: hostname(),
-                kernel: caps.kernel_release.clone(),
-                cpus,
-                clock_ticks: crate::collectors::procfs::clock_ticks(),
-            },
-            command_line: std::env::args().collect(),
-            selectors: Selectors {
-                platform: opts.platform.clone(),
-                pids: opts.pids.clone(),
-                comms: opts.comms.clone(),
-                cgroups: opts.cgroups.iter().map(|p| p.display().to_string()).collect(),
-            },
-            workload: child.workload,
-            stopped_by: stop.describe(),
-            start_unix_ns: start_unix,
-            end_unix_ns: end_unix,
-            wall_ns,
-            cpu_split: opts.cpu_split.name().into(),
-            mode: opts.mode(),
-            layers: running.iter().map(|l| l.name().to_string()).collect(),
-            tables: Default::default(),
-            probes,
-            overhead,
-            notes,
-        },
+        meta,
         tables,
         net_events: recording::NetEvents::default(),
         read_notes: Vec::new(),

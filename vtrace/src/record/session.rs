@@ -40,11 +40,13 @@ impl Stop {
     }
 }
 
-/// SIGINT and SIGTERM, when this process owns them (the command line);
-/// an embedding program keeps its own handlers.
+/// SIGINT, SIGTERM and SIGHUP (a closed terminal or SSH session), when this
+/// process owns them (the command line); an embedding program keeps its own
+/// handlers. Each stops the recording, which is then written.
 pub struct Signals {
     int: Signal,
     term: Signal,
+    hup: Signal,
 }
 
 impl Signals {
@@ -52,6 +54,7 @@ impl Signals {
         Ok(Signals {
             int: signal(SignalKind::interrupt()).map_err(crate::error::io("install SIGINT handler"))?,
             term: signal(SignalKind::terminate()).map_err(crate::error::io("install SIGTERM handler"))?,
+            hup: signal(SignalKind::hangup()).map_err(crate::error::io("install SIGHUP handler"))?,
         })
     }
 
@@ -61,6 +64,7 @@ impl Signals {
             Some(s) => tokio::select! {
                 _ = s.int.recv() => "SIGINT",
                 _ = s.term.recv() => "SIGTERM",
+                _ = s.hup.recv() => "SIGHUP",
             },
             None => std::future::pending().await,
         }
@@ -96,11 +100,18 @@ impl WorkloadChild {
                 );
             }
         };
-        let spawned = tokio::process::Command::new(program)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
+        let mut child_command = tokio::process::Command::new(program);
+        child_command.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // If vtrace dies (SIGKILL, the OOM killer), its command gets SIGTERM
+        // rather than running on unrecorded. (The signal follows the thread
+        // that started it: the runtime's, which lives as long as the recording.)
+        unsafe {
+            child_command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let spawned = child_command.spawn();
         match spawned {
             Ok(mut c) => (
                 WorkloadChild {
@@ -155,25 +166,30 @@ impl WorkloadChild {
     }
 
     /// After the stop: interrupted while a command runs, the signal is passed
-    /// on and the command gets a bounded time to finish, so its exit status
-    /// and its last CPU time are recorded. Returns vtrace's exit code.
-    pub async fn finish(&mut self, stop: &Stop) -> i32 {
+    /// on (SIGHUP as SIGTERM) and the command gets 5 s to finish, so its exit
+    /// status and its last CPU time are recorded; a second signal meanwhile
+    /// kills it at once. Returns vtrace's exit code.
+    pub async fn finish(&mut self, stop: &Stop, signals: &mut Option<Signals>) -> i32 {
         let mut exit_status = match stop {
             Stop::WorkloadExited(s) => Some(*s),
             _ => None,
         };
         if let (Some(c), Stop::Signal(_) | Stop::Requested) = (self.child.as_mut(), stop) {
             if let Some(pid) = c.id() {
-                let sig = if matches!(stop, Stop::Signal("SIGTERM") | Stop::Requested) {
-                    libc::SIGTERM
-                } else {
+                let sig = if matches!(stop, Stop::Signal("SIGINT")) {
                     libc::SIGINT
+                } else {
+                    libc::SIGTERM
                 };
                 unsafe { libc::kill(pid as i32, sig) };
             }
-            exit_status = match tokio::time::timeout(Duration::from_secs(5), c.wait()).await {
-                Ok(Ok(s)) => Some(s),
-                _ => {
+            let waited = tokio::select! {
+                r = tokio::time::timeout(Duration::from_secs(5), c.wait()) => r.ok().and_then(|r| r.ok()),
+                _ = Signals::next(signals) => None,
+            };
+            exit_status = match waited {
+                Some(s) => Some(s),
+                None => {
                     let _ = c.kill().await;
                     c.wait().await.ok()
                 }

@@ -44,10 +44,12 @@ const SCHEMA5_TABLES: &[&str] = &[
 pub struct OutputSlot {
     pub target: PathBuf,
     staging: PathBuf,
+    /// Replace a recording at the target; else it is kept as `NAME.old`.
+    replace: bool,
 }
 
 impl OutputSlot {
-    pub fn claim(target: &Path) -> Result<Self> {
+    pub fn claim(target: &Path, replace: bool) -> Result<Self> {
         let not_writable = |reason: String| Error::OutputNotWritable {
             path: target.to_path_buf(),
             reason,
@@ -72,6 +74,7 @@ impl OutputSlot {
         Ok(OutputSlot {
             target: target.to_path_buf(),
             staging,
+            replace,
         })
     }
 
@@ -83,8 +86,19 @@ impl OutputSlot {
 }
 
 impl Drop for OutputSlot {
+    /// A recording that did not finish keeps its staging directory when it
+    /// journaled something: nothing recorded is lost (`vtrace recover`).
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.staging);
+        if super::journal::is_unfinished(&self.staging) {
+            eprintln!(
+                "vtrace: the recording was not written; what it journaled is kept in {} (`vtrace recover {}` \
+                 makes a recording of it)",
+                self.staging.display(),
+                self.staging.display()
+            );
+        } else {
+            let _ = fs::remove_dir_all(&self.staging);
+        }
     }
 }
 
@@ -113,6 +127,8 @@ pub fn write(slot: &OutputSlot, rec: &mut Recording) -> Result<PathBuf> {
     if dir.join(super::events::FILE_NAME).is_file() {
         rec.meta.tables.insert(super::events::TABLE.into(), 1);
     }
+    // The journal only matters while the recording is unfinished.
+    let _ = fs::remove_dir_all(dir.join(super::journal::DIR));
     // meta.json last: its presence marks a complete recording.
     let meta = serde_json::to_vec_pretty(&rec.meta).expect("metadata serializes");
     fs::write(dir.join(META), meta).map_err(crate::error::io("write meta.json"))?;
@@ -124,17 +140,33 @@ pub fn write(slot: &OutputSlot, rec: &mut Recording) -> Result<PathBuf> {
             let _ = f.sync_all();
         }
     }
-    // Replacing an older recording: move it aside first (rename cannot replace
-    // a non-empty directory), then remove it once the new one is in place.
-    let old = slot.staging.with_extension("old");
+    // An older recording there is moved aside first (rename cannot replace a
+    // non-empty directory): kept as NAME.old, or removed with --force once
+    // the new one is in place.
+    let aside = if slot.replace {
+        slot.staging.with_extension("old")
+    } else {
+        let mut name = slot.target.as_os_str().to_owned();
+        name.push(".old");
+        PathBuf::from(name)
+    };
     let had_old = slot.target.exists();
     if had_old {
-        fs::rename(&slot.target, &old)
+        let _ = fs::remove_dir_all(&aside);
+        fs::rename(&slot.target, &aside)
             .map_err(crate::error::io(format!("move old {} aside", slot.target.display())))?;
     }
     fs::rename(dir, &slot.target).map_err(crate::error::io(format!("rename into {}", slot.target.display())))?;
     if had_old {
-        let _ = fs::remove_dir_all(&old);
+        if slot.replace {
+            let _ = fs::remove_dir_all(&aside);
+        } else {
+            eprintln!(
+                "vtrace: the previous {} is kept as {}",
+                slot.target.display(),
+                aside.display()
+            );
+        }
     }
     Ok(slot.target.clone())
 }
@@ -150,12 +182,24 @@ pub fn read(path: &Path) -> Result<Recording> {
         reason: reason.into(),
     };
     if !path.exists() {
+        if let Some(unfinished) = super::journal::unfinished_of(path).first() {
+            return Err(not_rec(&format!(
+                "no such file or directory; vtrace ended before writing it and its journal is in {} \
+                 (`vtrace recover {}` writes the recording, `vtrace report {}` reads it as it is)",
+                unfinished.display(),
+                path.display(),
+                unfinished.display()
+            )));
+        }
         return Err(not_rec("no such file or directory"));
     }
     if !path.is_dir() {
         return Err(not_rec(
             "a recording is a directory holding meta.json and Parquet tables",
         ));
+    }
+    if super::journal::is_unfinished(path) {
+        return super::journal::recover(path);
     }
     let meta_path = path.join(META);
     let meta_bytes = fs::read(&meta_path).map_err(|_| not_rec("meta.json missing"))?;

@@ -8,6 +8,7 @@
 
 mod events;
 mod io;
+pub mod journal;
 mod schema;
 pub mod table;
 

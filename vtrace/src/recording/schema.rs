@@ -187,6 +187,19 @@ pub struct Metadata {
     pub overhead: Overhead,
     /// Caveats a reader of the numbers must know (e.g. tick-sampled guest time).
     pub notes: Vec<String>,
+    /// Set on a recording recovered from its journal (vtrace ended before
+    /// writing it): how much of the run survived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<Incomplete>,
+}
+
+/// What survived of a recording whose vtrace ended before writing it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Incomplete {
+    /// Whole intervals journaled.
+    pub intervals: u64,
+    /// ns from the start to the end of the last of them.
+    pub covered_ns: u64,
 }
 
 /// Everything in one recording: its metadata and every table its layers

@@ -49,6 +49,14 @@ pub fn header(rec: &Recording) -> Section {
         ),
         second,
     ];
+    if let Some(i) = &m.incomplete {
+        lines.push(format!(
+            "INCOMPLETE: vtrace ended before writing this recording; recovered from its journal: {} intervals, \
+             the first {} s of the run (per-thread CPU time and its time series only)",
+            i.intervals,
+            secs(i.covered_ns)
+        ));
+    }
     // What was recorded and how (recordings before schema 6 do not say).
     if !m.layers.is_empty() {
         let split = match m.cpu_split.as_str() {
@@ -117,6 +125,7 @@ pub fn header(rec: &Recording) -> Section {
     s.json("platform", &m.selectors.platform);
     s.json("workload", &m.workload);
     s.json("stopped_by", &m.stopped_by);
+    s.json("incomplete", &m.incomplete);
     s.json("cpu_split", &m.cpu_split);
     s.json("mode", &m.mode);
     s.json("self_cost_fraction", m.overhead.self_cost_fraction);

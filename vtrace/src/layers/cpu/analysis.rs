@@ -115,6 +115,13 @@ impl CpuBreakdown {
         for c in rec.rows::<crate::layers::cpu::CpuRow>() {
             total.add(&StateTimes::of_cpu(c));
         }
+        // A recording recovered from its journal has threads but no CPUs:
+        // every ns the engine counts is some thread's (idle: tid 0's).
+        if rec.rows::<crate::layers::cpu::CpuRow>().is_empty() {
+            for t in rec.rows::<crate::layers::cpu::ThreadRow>() {
+                total.add(&StateTimes::of_thread(t));
+            }
+        }
         let mut roles: BTreeMap<(String, String), Group> = BTreeMap::new();
         let mut procs: BTreeMap<u32, Group> = BTreeMap::new();
         for t in rec.rows::<crate::layers::cpu::ThreadRow>() {

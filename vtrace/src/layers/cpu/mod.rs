@@ -13,7 +13,7 @@ pub mod tables;
 use std::collections::HashMap;
 
 use aya::Ebpf;
-use vtrace_common::Config;
+use vtrace_common::{Config, thread_flag};
 
 pub use collector::{CpuSplit, monotonic_ns};
 pub use tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow};
@@ -23,6 +23,7 @@ use self::{
     rows::{GuestSampler, Selection, Series},
 };
 use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup};
+use crate::recording::journal::{Journal, ThreadIdentity};
 use crate::{
     Error, Result,
     collectors::procfs::{self, TaskStat},
@@ -72,6 +73,7 @@ impl Layer for CpuLayer {
         let engine = CpuCollector::new(ebpf, split)?;
         let tasks_at_start = procfs::scan_tasks();
         Ok(Box::new(CpuRecorder {
+            journal: Journal::create(setup.staging)?,
             engine,
             guest: GuestSampler::new(&tasks_at_start),
             tasks_at_start,
@@ -89,6 +91,8 @@ fn syscall_hooks(config: &Config) -> bool {
 }
 
 struct CpuRecorder {
+    /// Each interval's rows as they come (crash safety: recording::journal).
+    journal: Journal,
     engine: CpuCollector,
     tasks_at_start: HashMap<(u32, u32), TaskStat>,
     series: Series,
@@ -113,9 +117,21 @@ impl Collector for CpuRecorder {
 
     fn tick(&mut self, now_mono: u64) -> Result<()> {
         let snap = self.engine.snapshot(now_mono, true)?;
+        let journaled = self.series.rows.len();
         self.series.push(&snap, self.start_mono);
         self.guest.sample();
-        Ok(())
+        let identities = snap.threads.iter().map(|(tid, t)| ThreadIdentity {
+            tid: *tid,
+            pid: t.tgid,
+            comm: rows::comm_of(t),
+            kthread: t.flags & thread_flag::KTHREAD != 0,
+        });
+        self.journal.append(
+            identities,
+            &self.series.rows[journaled..],
+            now_mono.saturating_sub(self.start_mono),
+            &self.series.owed(),
+        )
     }
 
     fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {

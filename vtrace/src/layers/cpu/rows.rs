@@ -79,32 +79,53 @@ impl Series {
         self.last_at = Some(snap.at_ns);
     }
 
-    /// The rows, after the last snapshot: what is still owed comes off each
-    /// thread's latest rows.
-    pub fn finish(mut self) -> Vec<IntervalRow> {
-        for (tid, mut owed) in self.owed {
-            for row in self.rows.iter_mut().rev().filter(|r| r.tid == tid) {
-                for (s, value) in [
-                    (state::USER, &mut row.user_ns),
-                    (state::SYSTEM, &mut row.system_ns),
-                    (state::SOFTIRQ, &mut row.softirq_ns),
-                    (state::HARDIRQ, &mut row.hardirq_ns),
-                    (state::GUEST, &mut row.guest_ns),
-                    (state::IDLE, &mut row.idle_ns),
-                ] {
-                    let take = owed[s].min(*value);
-                    *value -= take;
-                    owed[s] -= take;
-                }
-                if owed.iter().all(|&o| o == 0) {
-                    break;
-                }
+    /// What each thread's snapshots gave back and its later intervals have
+    /// not yet repaid (non-zero only).
+    pub fn owed(&self) -> Vec<(u32, [u64; state::REPORTED])> {
+        let mut owed: Vec<_> = self
+            .owed
+            .iter()
+            .filter(|(_, o)| o.iter().any(|&v| v > 0))
+            .map(|(tid, o)| (*tid, *o))
+            .collect();
+        owed.sort_unstable();
+        owed
+    }
+
+    /// The rows, after the last snapshot (see [`settle`]).
+    pub fn finish(self) -> Vec<IntervalRow> {
+        let owed = self.owed();
+        settle(self.rows, owed)
+    }
+}
+
+/// What is still owed comes off each thread's latest rows: its rows then
+/// sum to its last snapshot. (Also how a journal is settled: recording::journal.)
+pub fn settle(
+    mut rows: Vec<IntervalRow>,
+    owed: impl IntoIterator<Item = (u32, [u64; state::REPORTED])>,
+) -> Vec<IntervalRow> {
+    for (tid, mut owed) in owed {
+        for row in rows.iter_mut().rev().filter(|r| r.tid == tid) {
+            for (s, value) in [
+                (state::USER, &mut row.user_ns),
+                (state::SYSTEM, &mut row.system_ns),
+                (state::SOFTIRQ, &mut row.softirq_ns),
+                (state::HARDIRQ, &mut row.hardirq_ns),
+                (state::GUEST, &mut row.guest_ns),
+                (state::IDLE, &mut row.idle_ns),
+            ] {
+                let take = owed[s].min(*value);
+                *value -= take;
+                owed[s] -= take;
+            }
+            if owed.iter().all(|&o| o == 0) {
+                break;
             }
         }
-        self.rows
-            .retain(|r| r.user_ns + r.system_ns + r.softirq_ns + r.hardirq_ns + r.guest_ns + r.idle_ns > 0);
-        self.rows
     }
+    rows.retain(|r| r.user_ns + r.system_ns + r.softirq_ns + r.hardirq_ns + r.guest_ns + r.idle_ns > 0);
+    rows
 }
 
 /// guest_time of every thread at the start and at its last sighting.
@@ -220,7 +241,7 @@ impl Selection {
     }
 }
 
-fn comm_of(t: &ThreadTimes) -> String {
+pub(crate) fn comm_of(t: &ThreadTimes) -> String {
     let end = t.comm.iter().position(|&b| b == 0).unwrap_or(t.comm.len());
     String::from_utf8_lossy(&t.comm[..end]).into_owned()
 }

@@ -1,0 +1,317 @@
+//! What survives when vtrace is stopped or killed: SIGKILL mid-run leaves a
+//! journal that `vtrace report` reads and `vtrace recover` writes, with
+//! per-thread CPU time consistent with the kernel's schedstat up to the
+//! kill, and nothing of vtrace's left in the kernel; SIGTERM and SIGHUP
+//! write a complete recording and pass the stop on to the workload; an
+//! older recording at the output path is kept; two recordings at once are
+//! each exact.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use vtrace_tests::{TempDir, bin, report_json, stderr, vtrace};
+
+const INTERVAL_MS: u64 = 200;
+
+/// `vtrace record --interval 200ms -o OUT -- cpu-mix --only spin --seconds S`, not waited for.
+fn start_recording(out: &Path, seconds: u32, truth: Option<&Path>) -> Child {
+    let mix = bin("cpu-mix");
+    let mut args: Vec<String> = vec![
+        "record".into(),
+        "--interval".into(),
+        format!("{INTERVAL_MS}ms"),
+        "-o".into(),
+        out.display().to_string(),
+        "--".into(),
+        mix.display().to_string(),
+        "--only".into(),
+        "spin".into(),
+        "--seconds".into(),
+        seconds.to_string(),
+    ];
+    if let Some(t) = truth {
+        args.extend(["--out".into(), t.display().to_string()]);
+    }
+    Command::new(bin("vtrace"))
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start vtrace")
+}
+
+/// The staging directory of a recording in progress at `out`.
+fn staging_of(out: &Path) -> Option<PathBuf> {
+    let prefix = format!(".{}.tmp.", out.file_name().unwrap().to_string_lossy());
+    std::fs::read_dir(out.parent().unwrap())
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&prefix))
+}
+
+/// Intervals journaled so far (the lines that close one).
+fn journaled_intervals(staging: &Path) -> usize {
+    let text = std::fs::read_to_string(staging.join("journal/intervals.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("owed").is_some())
+        .count()
+}
+
+/// Waits for `cond` for at most `limit`.
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+/// The workload's pid, from the journal's metadata.
+fn workload_pid(staging: &Path) -> u32 {
+    let meta: Value = serde_json::from_slice(&std::fs::read(staging.join("journal/meta.json")).unwrap()).unwrap();
+    meta["workload"]["pid"].as_u64().expect("workload pid") as u32
+}
+
+/// Run time (ns) of every thread of `pid` now, from /proc/<pid>/task/*/schedstat.
+fn schedstat_ns(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Gone, or a zombie waiting for its new parent.
+fn is_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Names of vtrace's programs loaded in the kernel (BPF names are cut to 15 bytes).
+fn vtrace_programs_loaded() -> Vec<String> {
+    const OURS: [&str; 3] = ["btf_sched_switc", "raw_sched_proce", "raw_softirq_ent"];
+    aya::programs::loaded_programs()
+        .flatten()
+        .filter_map(|p| p.name_as_str().map(str::to_string))
+        .filter(|n| OURS.contains(&n.as_str()))
+        .collect()
+}
+
+fn process_total(report: &Value, pid: u32) -> u64 {
+    report["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["pid"] == pid)
+        .map(|t| t["total_ns"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn sigkill_leaves_a_journal_that_recovers_up_to_the_last_interval() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("sigkill");
+    let out = dir.join("run.vtrace");
+    let mut vt = start_recording(&out, 30, None);
+    let staging = {
+        let found = wait_for(Duration::from_secs(20), || {
+            staging_of(&out).is_some_and(|s| s.join("journal/meta.json").is_file())
+        });
+        assert!(found, "no journal appeared");
+        staging_of(&out).unwrap()
+    };
+    const N: usize = 8;
+    assert!(
+        wait_for(Duration::from_secs(20), || journaled_intervals(&staging) >= N),
+        "{N} intervals were not journaled"
+    );
+    assert!(
+        !vtrace_programs_loaded().is_empty(),
+        "vtrace's programs are loaded while it records"
+    );
+    let pid = workload_pid(&staging);
+    let before_kill = journaled_intervals(&staging);
+    let truth = schedstat_ns(pid);
+    vt.kill().unwrap(); // SIGKILL
+    vt.wait().unwrap();
+
+    // The kernel keeps nothing of it: its programs went with its fds.
+    assert!(
+        wait_for(Duration::from_secs(5), || vtrace_programs_loaded().is_empty()),
+        "programs still loaded after SIGKILL: {:?}",
+        vtrace_programs_loaded()
+    );
+    // Its command got SIGTERM (PR_SET_PDEATHSIG) instead of running on unrecorded.
+    assert!(
+        wait_for(Duration::from_secs(5), || is_gone(pid)),
+        "the workload outlived vtrace"
+    );
+
+    // `report` reads the unfinished directory as it is, and names it from the target.
+    let o = vtrace(&["report", out.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("vtrace recover"), "{}", stderr(&o));
+    let r = report_json(&staging);
+    let incomplete = &r["incomplete"];
+    let intervals = incomplete["intervals"].as_u64().expect("marked incomplete") as usize;
+    assert!(intervals + 1 >= before_kill, "{intervals} intervals of {before_kill}");
+    // The spinner's CPU time up to the last interval: at most what schedstat
+    // said at the kill, and short of it by no more than the time since the
+    // last journaled interval (under two intervals) with 2 % slack.
+    let got = process_total(&r, pid);
+    assert!(
+        got <= truth + truth / 50,
+        "{got} ns recovered, more than schedstat's {truth} ns"
+    );
+    let missing = truth.saturating_sub(got);
+    eprintln!(
+        "journaled before the kill: {before_kill} intervals; recovered {intervals} ({} ms); \
+         spinner {got} ns recovered, schedstat at the kill {truth} ns",
+        incomplete["covered_ns"].as_u64().unwrap_or(0) / 1_000_000
+    );
+    assert!(
+        missing <= 2 * INTERVAL_MS * 1_000_000 + truth / 50,
+        "{got} ns recovered, schedstat {truth} ns: {missing} ns missing"
+    );
+
+    // `recover` writes a normal recording and removes the journal's directory.
+    let o = vtrace(&["recover", out.to_str().unwrap()]);
+    assert!(o.status.success(), "recover failed: {}", stderr(&o));
+    assert!(out.join("meta.json").is_file());
+    assert!(!staging.exists(), "the unfinished directory remains");
+    assert!(!out.join("journal").exists());
+    let recovered = report_json(&out);
+    assert_eq!(recovered["incomplete"], r["incomplete"]);
+    assert_eq!(process_total(&recovered, pid), got);
+    let text = String::from_utf8(vtrace(&["report", out.to_str().unwrap()]).stdout).unwrap();
+    assert!(text.contains("INCOMPLETE"), "the text report says so");
+}
+
+/// SIGTERM and SIGHUP stop the recording, which is written whole; the
+/// workload gets SIGTERM and its end is recorded.
+#[test]
+fn sigterm_and_sighup_write_a_complete_recording() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    for (signal, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let dir = TempDir::new(&format!("signal-{name}"));
+        let out = dir.join("run.vtrace");
+        let mut vt = start_recording(&out, 30, None);
+        assert!(
+            wait_for(Duration::from_secs(20), || staging_of(&out)
+                .is_some_and(|s| journaled_intervals(&s) >= 3)),
+            "recording did not start"
+        );
+        let started = Instant::now();
+        unsafe { libc::kill(vt.id() as i32, signal) };
+        let status = vt.wait().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name}: took {:?}",
+            started.elapsed()
+        );
+        let mut err = String::new();
+        std::io::Read::read_to_string(vt.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(out.join("meta.json").is_file(), "{name}: no recording: {err}");
+        assert!(
+            !out.join("journal").exists(),
+            "{name}: a complete recording keeps no journal"
+        );
+        let r = report_json(&out);
+        assert_eq!(r["stopped_by"], name);
+        assert!(r["incomplete"].is_null(), "{name}: {}", r["incomplete"]);
+        assert_eq!(
+            r["workload"]["signal"],
+            libc::SIGTERM,
+            "{name}: the workload got SIGTERM"
+        );
+        // vtrace exits as its command did: killed by SIGTERM.
+        assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{name}: {status:?}");
+        assert!(staging_of(&out).is_none(), "{name}: staging left behind");
+    }
+}
+
+#[test]
+fn an_existing_recording_is_kept_as_old_unless_forced() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("keep-old");
+    let out = dir.join("run.vtrace");
+    let old = dir.join("run.vtrace.old");
+    let record = |extra: &[&str]| {
+        let mut args = vec!["record", "--layers", "cpu", "-o", out.to_str().unwrap()];
+        args.extend(extra);
+        args.extend(["--", "true"]);
+        let o = vtrace(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        report_json(&out)["workload"]["pid"].as_u64().unwrap()
+    };
+    let first = record(&[]);
+    let second = record(&[]);
+    assert_eq!(
+        report_json(&old)["workload"]["pid"].as_u64(),
+        Some(first),
+        "the first kept as .old"
+    );
+    let third = record(&["--force"]);
+    assert_eq!(report_json(&out)["workload"]["pid"].as_u64(), Some(third));
+    assert_eq!(
+        report_json(&old)["workload"]["pid"].as_u64(),
+        Some(first),
+        "--force replaced run.vtrace without touching .old"
+    );
+    assert_ne!(second, third);
+}
+
+/// Two recordings of two workloads at the same time: each thread's total in
+/// each recording within 2 % of its own schedstat (cpu-mix's ground truth).
+#[test]
+fn two_recordings_at_once_are_each_exact() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("concurrent");
+    let runs: Vec<(PathBuf, PathBuf, Child)> = ["a", "b"]
+        .iter()
+        .map(|n| {
+            let out = dir.join(&format!("{n}.vtrace"));
+            let truth = dir.join(&format!("{n}.json"));
+            let child = start_recording(&out, 3, Some(&truth));
+            (out, truth, child)
+        })
+        .collect();
+    for (out, truth, mut child) in runs {
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{}: {status:?}", out.display());
+        let truth: Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
+        let r = report_json(&out);
+        for t in truth["threads"].as_array().unwrap() {
+            let expected = t["schedstat_ns"].as_u64().unwrap();
+            let got = r["threads"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|x| x["tid"] == t["tid"])
+                .and_then(|x| x["total_ns"].as_u64())
+                .unwrap_or_else(|| panic!("{}: thread {} missing", out.display(), t["tid"]));
+            let err = (got as f64 - expected as f64).abs() / expected as f64;
+            assert!(
+                err <= 0.02,
+                "{}: {} {got} ns vs schedstat {expected} ns",
+                out.display(),
+                t["name"]
+            );
+        }
+    }
+}
