@@ -498,6 +498,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         mode: opts.mode(),
         layers: running.iter().map(|l| l.name().to_string()).collect(),
         tables: Default::default(),
+        checksums: Default::default(),
         probes: probes.clone(),
         overhead: Overhead::default(),
         notes: notes.clone(),

@@ -127,6 +127,19 @@ pub fn write(slot: &OutputSlot, rec: &mut Recording) -> Result<PathBuf> {
     if dir.join(super::events::FILE_NAME).is_file() {
         rec.meta.tables.insert(super::events::TABLE.into(), 1);
     }
+    // Every table file's checksum: read back refuses a damaged one before
+    // its decoder sees it (a flipped length in a Parquet page can make the
+    // decoder ask for exabytes).
+    rec.meta.checksums.clear();
+    for entry in fs::read_dir(dir)
+        .map_err(crate::error::io("list staging dir"))?
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".parquet") {
+            rec.meta.checksums.insert(name, checksum(&entry.path())?);
+        }
+    }
     // The journal only matters while the recording is unfinished.
     let _ = fs::remove_dir_all(dir.join(super::journal::DIR));
     // meta.json last: its presence marks a complete recording.
@@ -169,6 +182,26 @@ pub fn write(slot: &OutputSlot, rec: &mut Recording) -> Result<PathBuf> {
         }
     }
     Ok(slot.target.clone())
+}
+
+/// FNV-1a 64 of a file, in hex.
+pub fn checksum(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let mut file = File::open(path).map_err(crate::error::io(format!("open {}", path.display())))?;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(crate::error::io(format!("read {}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        for &b in &buf[..n] {
+            hash = (hash ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    Ok(format!("{hash:016x}"))
 }
 
 /// Reads a recording of any schema from [`OLDEST_READABLE_SCHEMA`] to
@@ -228,6 +261,24 @@ pub fn read(path: &Path) -> Result<Recording> {
         });
     }
     let meta: Metadata = serde_json::from_value(value).map_err(|e| corrupt(format!("meta.json: {e}")))?;
+    // Schema 7 on: no table file is decoded unless it is as it was written.
+    let verify = |file_name: &str| -> Result<()> {
+        if meta.schema_version < 7 || !path.join(file_name).is_file() {
+            return Ok(());
+        }
+        let Some(expected) = meta.checksums.get(file_name) else {
+            return Err(corrupt(format!(
+                "{file_name} has no checksum in meta.json (added after the recording was written?)"
+            )));
+        };
+        if checksum(&path.join(file_name))? != *expected {
+            return Err(corrupt(format!(
+                "{file_name} is damaged: its checksum does not match the one written with it (truncated or altered \
+                 since)"
+            )));
+        }
+        Ok(())
+    };
     // Before the manifest (schema 5) every table of that schema was written, at version 1.
     let expected = |name: &str| {
         if meta.tables.is_empty() {
@@ -251,6 +302,7 @@ pub fn read(path: &Path) -> Result<Recording> {
             });
         }
         let file_name = format!("{}.parquet", kind.name);
+        verify(&file_name)?;
         let Ok(file) = File::open(path.join(&file_name)) else {
             if expected(kind.name) {
                 read_notes.push(format!(
@@ -273,6 +325,7 @@ pub fn read(path: &Path) -> Result<Recording> {
             ));
         }
     }
+    verify(super::events::FILE_NAME)?;
     Ok(Recording {
         meta,
         tables,

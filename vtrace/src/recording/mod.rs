@@ -20,8 +20,9 @@ pub use table::{StoredTable, Table, TableKind, TableSet};
 
 /// Bumped on any change to meta.json's layout. Tables carry versions of
 /// their own (the manifest, `meta.tables`), so adding a table needs no bump.
-/// 6: the table manifest and `meta.layers`.
-pub const SCHEMA_VERSION: u32 = 6;
+/// 6: the table manifest and `meta.layers`. 7: a checksum of every table
+/// file (`meta.checksums`), verified before a table is decoded.
+pub const SCHEMA_VERSION: u32 = 7;
 /// The oldest schema this vtrace reads (tests/fixtures/schema5.vtrace).
 pub const OLDEST_READABLE_SCHEMA: u32 = 5;
 /// `meta.json`'s `format` field, which tells a recording from other directories.

@@ -183,6 +183,10 @@ pub struct Metadata {
     /// where every table is version 1).
     #[serde(default)]
     pub tables: std::collections::BTreeMap<String, u32>,
+    /// FNV-1a 64 (hex) of every table file, by file name (schema 7 on): a
+    /// damaged file is refused before its decoder sees it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub checksums: std::collections::BTreeMap<String, String>,
     pub probes: Vec<ProbeStatus>,
     pub overhead: Overhead,
     /// Caveats a reader of the numbers must know (e.g. tick-sampled guest time).

@@ -1,0 +1,315 @@
+//! Hostile input never panics: a seeded mutation fuzzer over real
+//! recordings (one recorded here, schema 7, and tests/fixtures/schema5.vtrace:
+//! every Parquet table and meta.json truncated, bit-flipped, swapped for
+//! another table of other column types, removed, or with meta.json's values
+//! replaced by wrong types and huge numbers) and over the platform profiles
+//! (`--platform-file`). Schema 7 recordings carry a checksum of every table:
+//! a damaged table is refused before Parquet's decoder sees it (a flipped
+//! length in a page header made polars ask for 2^61 bytes and abort). A
+//! schema 5 or 6 recording has none, so its tables are damaged here only
+//! as a whole (swapped, removed, torn meta.json).
+//! Each input is read and, when it reads, reported as text and JSON; a panic
+//! anywhere fails the test with the mutation that caused it, and every
+//! error is one line. The runs are bounded (inputs and seconds) and print
+//! how many inputs each target tried.
+
+use std::{
+    panic::{AssertUnwindSafe, catch_unwind},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use vtrace_tests::TempDir;
+
+/// xorshift64*: deterministic, so a failure names a seed that reproduces it.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/schema5.vtrace")
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut f: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
+    f.sort();
+    f
+}
+
+/// A JSON value of another kind than most fields hold.
+fn wrong_value(rng: &mut Rng) -> serde_json::Value {
+    match rng.below(7) {
+        0 => serde_json::json!("not a number"),
+        1 => serde_json::json!(-1),
+        2 => serde_json::json!(u64::MAX),
+        3 => serde_json::json!(1e308),
+        4 => serde_json::json!([1, 2, 3]),
+        5 => serde_json::json!({"x": null}),
+        _ => serde_json::Value::Null,
+    }
+}
+
+/// Replaces a random value somewhere in `v` (depth-first walk).
+fn mutate_json(v: &mut serde_json::Value, rng: &mut Rng, depth: usize) -> String {
+    match v {
+        serde_json::Value::Object(map) if !map.is_empty() => {
+            let keys: Vec<String> = map.keys().cloned().collect();
+            let key = keys[rng.below(keys.len())].clone();
+            if depth < 3 && rng.below(2) == 0 {
+                return format!("{key}.{}", mutate_json(map.get_mut(&key).unwrap(), rng, depth + 1));
+            }
+            if rng.below(4) == 0 {
+                map.remove(&key);
+                return format!("{key} removed");
+            }
+            map.insert(key.clone(), wrong_value(rng));
+            format!("{key} replaced")
+        }
+        serde_json::Value::Array(a) if !a.is_empty() => {
+            let i = rng.below(a.len());
+            format!("[{i}].{}", mutate_json(&mut a[i], rng, depth + 1))
+        }
+        other => {
+            *other = wrong_value(rng);
+            "value replaced".into()
+        }
+    }
+}
+
+/// One mutation of the recording in `dir`; says what it did. Without
+/// `bytes`, Parquet files are not damaged inside.
+fn mutate(dir: &Path, rng: &mut Rng, bytes: bool) -> String {
+    let all = files(dir);
+    let tables: Vec<&PathBuf> = all
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .collect();
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    let kind = if bytes { rng.below(6) } else { 2 + rng.below(4) };
+    match kind {
+        0 => {
+            let f = tables[rng.below(tables.len())];
+            let mut bytes = std::fs::read(f).unwrap();
+            if bytes.is_empty() {
+                return format!("{} already empty", name(f));
+            }
+            let flips = 1 + rng.below(8);
+            for _ in 0..flips {
+                let i = rng.below(bytes.len());
+                bytes[i] ^= 1 << rng.below(8);
+            }
+            std::fs::write(f, bytes).unwrap();
+            format!("{flips} bits flipped in {}", name(f))
+        }
+        1 => {
+            let f = all[rng.below(all.len())].clone();
+            if !bytes && f.extension().is_some_and(|e| e == "parquet") {
+                return format!("{} kept", name(&f));
+            }
+            let bytes = std::fs::read(&f).unwrap();
+            let at = rng.below(bytes.len());
+            std::fs::write(&f, &bytes[..at]).unwrap();
+            format!("{} truncated at {at} of {} bytes", name(&f), bytes.len())
+        }
+        2 => {
+            let (a, b) = (tables[rng.below(tables.len())], tables[rng.below(tables.len())]);
+            std::fs::copy(b, a).unwrap();
+            format!("{} holds {}", name(a), name(b))
+        }
+        3 => {
+            let f = tables[rng.below(tables.len())];
+            std::fs::remove_file(f).unwrap();
+            format!("{} removed", name(f))
+        }
+        4 => {
+            let path = dir.join("meta.json");
+            let Some(mut meta) = std::fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            else {
+                std::fs::write(&path, b"{\"format\": \"vtrace-recording\", \"schema_version\": 6").unwrap();
+                return "meta.json: torn".into();
+            };
+            let what = mutate_json(&mut meta, rng, 0);
+            std::fs::write(&path, serde_json::to_vec(&meta).unwrap()).unwrap();
+            format!("meta.json: {what}")
+        }
+        _ => {
+            let f = dir.join(format!("extra{}.parquet", rng.below(3)));
+            let garbage: Vec<u8> = (0..rng.below(4096)).map(|_| rng.next() as u8).collect();
+            std::fs::write(&f, garbage).unwrap();
+            format!("garbage {}", name(&f))
+        }
+    }
+}
+
+/// `f` with panics caught and not printed (each is reported with its input).
+fn quietly<T>(f: impl FnOnce() -> T) -> std::thread::Result<T> {
+    std::panic::set_hook(Box::new(|_| {}));
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    let _ = std::panic::take_hook();
+    outcome
+}
+
+/// Runs `case` for up to `inputs` inputs or `budget`; returns how many ran.
+fn fuzz(target: &str, inputs: usize, budget: Duration, mut case: impl FnMut(u64) -> Result<(), String>) -> usize {
+    let start = Instant::now();
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for seed in 1..=inputs as u64 {
+        if start.elapsed() > budget {
+            break;
+        }
+        ran += 1;
+        if let Err(e) = case(seed) {
+            failures.push(format!("seed {seed}: {e}"));
+        }
+    }
+    eprintln!(
+        "fuzz {target}: {ran} inputs in {:.1} s, {} failures",
+        start.elapsed().as_secs_f64(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{target}:\n{}", failures.join("\n"));
+    ran
+}
+
+#[test]
+fn corrupt_recordings_give_one_line_errors_and_never_panic() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let tmp = TempDir::new("fuzz-recording");
+    // A current recording with several layers' tables and per-packet events.
+    let current = tmp.join("current.vtrace");
+    let o = vtrace_tests::vtrace(&[
+        "record",
+        "--events",
+        "--sample",
+        "99",
+        "-o",
+        current.to_str().unwrap(),
+        "--",
+        "ping",
+        "-c",
+        "3",
+        "-i",
+        "0.2",
+        "127.0.0.1",
+    ]);
+    assert!(o.status.success(), "{}", vtrace_tests::stderr(&o));
+    for (target, source, bytes, inputs) in [
+        ("recording reader, schema 7", current.clone(), true, 3000),
+        ("recording reader, schema 5", fixture(), false, 1000),
+    ] {
+        fuzz_recordings(target, &source, bytes, inputs, &tmp);
+    }
+}
+
+fn fuzz_recordings(target: &str, source: &Path, bytes: bool, inputs: usize, tmp: &TempDir) {
+    let ran = fuzz(target, inputs, Duration::from_secs(40), |seed| {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let dir = tmp.join(&format!("case{seed}.vtrace"));
+        copy_dir(source, &dir);
+        let mutations: Vec<String> = (0..1 + rng.below(3)).map(|_| mutate(&dir, &mut rng, bytes)).collect();
+        let outcome = quietly(|| match vtrace::recording::read(&dir) {
+            Ok(rec) => {
+                for format in [vtrace::report::Format::Text, vtrace::report::Format::Json] {
+                    let opts = vtrace::report::ReportOptions { format, top: 15 };
+                    let _ = vtrace::report::render(&rec, &opts);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                if msg.contains('\n') {
+                    Err(format!("a multi-line error: {msg}"))
+                } else {
+                    Ok(())
+                }
+            }
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        match outcome {
+            Ok(r) => r.map_err(|e| format!("{mutations:?}: {e}")),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                Err(format!("{mutations:?}: panicked: {what}"))
+            }
+        }
+    });
+    assert!(ran >= 50, "only {ran} inputs in the time given");
+}
+
+#[test]
+fn corrupt_platform_files_give_one_line_errors_and_never_panic() {
+    let text =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../vtrace/src/platforms/profiles.toml"))
+            .unwrap();
+    let snippets = [
+        "[[platform]]",
+        "name = ",
+        "priority = -99999999999",
+        "= [",
+        "\"",
+        "]]",
+        "\u{0}",
+        "role = 7",
+    ];
+    fuzz("platform profiles", 20000, Duration::from_secs(20), |seed| {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut bytes = text.clone().into_bytes();
+        for _ in 0..1 + rng.below(4) {
+            match rng.below(3) {
+                0 => {
+                    let at = rng.below(bytes.len());
+                    bytes.truncate(at);
+                }
+                1 => {
+                    let at = rng.below(bytes.len());
+                    let s = snippets[rng.below(snippets.len())];
+                    bytes.splice(at..at, s.bytes());
+                }
+                _ => {
+                    let at = rng.below(bytes.len());
+                    let len = rng.below(64).min(bytes.len() - at);
+                    bytes.drain(at..at + len);
+                }
+            }
+        }
+        let input = String::from_utf8_lossy(&bytes).into_owned();
+        let outcome = quietly(|| match vtrace::platforms::profile::load(Some(&input)) {
+            Ok(profiles) => {
+                let _ = vtrace::platforms::known(&profiles);
+                Ok(())
+            }
+            Err(e) if e.to_string().lines().count() > 1 && !e.to_string().contains("--platform-file") => {
+                Err(format!("an error that does not name the file: {e}"))
+            }
+            Err(_) => Ok(()),
+        });
+        match outcome {
+            Ok(r) => r,
+            Err(_) => Err(format!("panicked on {:?}", input.chars().take(200).collect::<String>())),
+        }
+    });
+}
