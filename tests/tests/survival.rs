@@ -315,3 +315,91 @@ fn two_recordings_at_once_are_each_exact() {
         }
     }
 }
+
+/// A tmpfs mounted for one test, unmounted when dropped (a failure included).
+struct Tmpfs(PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Recording `--events` onto a disk too small for them: the events stop
+/// before the disk is full, every one not written is counted, the aggregate
+/// tables are whole and the workload runs to its end (vtrace exits with its
+/// status).
+#[test]
+fn a_disk_that_fills_drops_events_counted_and_keeps_the_tables() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("tiny-disk");
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=28m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let _mounted = Tmpfs(mnt.clone());
+    let out = mnt.join("run.vtrace");
+    let o = vtrace(&[
+        "record",
+        "--events",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "ping",
+        "-f",
+        "-q",
+        "-w",
+        "3",
+        "127.0.0.1",
+    ]);
+    assert!(o.status.success(), "vtrace exits as ping did: {}", stderr(&o));
+    let r = report_json(&out);
+    let dropped = r["overhead"]["net_event_drops"].as_u64().unwrap();
+    let written = r["journeys"]["events"].as_u64().unwrap_or(0);
+    eprintln!("events written {written}, dropped {dropped}");
+    assert!(dropped > 0, "the disk was too small for every event");
+    assert!(written > 0, "events up to the margin are kept");
+    assert!(
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap_or_default().contains("were dropped")),
+        "a note says so: {}",
+        r["notes"]
+    );
+    // The aggregate tables: ping's thread and loopback's packets.
+    assert!(
+        r["threads"].as_array().unwrap().iter().any(|t| t["comm"] == "ping"),
+        "ping's thread"
+    );
+    assert!(
+        r["devices"].as_array().unwrap().iter().any(|d| d["name"] == "lo"),
+        "loopback's rows"
+    );
+    assert_eq!(r["workload"]["exit_code"], 0);
+}
+
+/// A path that cannot hold a recording is refused before the workload starts.
+#[test]
+fn an_unwritable_output_fails_before_the_workload_starts() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("unwritable");
+    let marker = dir.join("ran");
+    let o = vtrace(&[
+        "record",
+        "-o",
+        "/proc/run.vtrace",
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("/proc/run.vtrace") && err.lines().count() <= 2, "{err}");
+    assert!(!marker.exists(), "the workload ran");
+}

@@ -62,13 +62,42 @@ fn frame(events: &[NetEvent], start_mono: u64) -> PolarsResult<DataFrame> {
     )
 }
 
+/// Free space a row group may not eat into: what is left is for the
+/// recording's aggregate tables.
+const SPACE_MARGIN: u64 = 16 << 20;
+
 /// Appends events to `net_events.parquet` in a recording's staging
-/// directory, one row group of [`CHUNK_ROWS`] at a time.
+/// directory, one row group of [`CHUNK_ROWS`] at a time. When the disk runs
+/// low (less than [`SPACE_MARGIN`] free) it stops, keeps what it wrote
+/// readable, and counts every event after as dropped: the aggregate tables
+/// must still fit, and the workload is never stopped for space.
 pub struct NetEventWriter {
     writer: polars_io::parquet::write::BatchedWriter<File>,
+    path: PathBuf,
     start_mono: u64,
     pending: Vec<NetEvent>,
     rows: u64,
+    /// Why writing stopped, once it did.
+    stopped: Option<String>,
+    /// The file cannot be finished (a write failed): it is removed at the end.
+    broken: bool,
+    dropped: u64,
+}
+
+/// What the event writer left.
+#[derive(Debug, Default)]
+pub struct EventsWritten {
+    pub rows: u64,
+    /// Events not written (the disk ran low, or a write failed).
+    pub dropped: u64,
+    pub stopped: Option<String>,
+}
+
+/// Bytes free for an unprivileged writer on the filesystem of `path`.
+pub fn free_space(path: &Path) -> Option<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 impl NetEventWriter {
@@ -82,36 +111,75 @@ impl NetEventWriter {
             .map_err(table_error)?;
         Ok(NetEventWriter {
             writer,
+            path,
             start_mono,
             pending: Vec::with_capacity(CHUNK_ROWS),
             rows: 0,
+            stopped: None,
+            broken: false,
+            dropped: 0,
         })
     }
 
     pub fn push(&mut self, event: NetEvent) -> Result<()> {
-        self.pending.push(event);
-        if self.pending.len() == CHUNK_ROWS {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        if self.pending.is_empty() {
+        if self.stopped.is_some() {
+            self.dropped += 1;
             return Ok(());
         }
-        let df = frame(&self.pending, self.start_mono).map_err(table_error)?;
-        self.writer.write_batch(&df).map_err(table_error)?;
-        self.rows += self.pending.len() as u64;
-        self.pending.clear();
+        self.pending.push(event);
+        if self.pending.len() == CHUNK_ROWS {
+            self.flush();
+        }
         Ok(())
     }
 
-    /// Writes what is pending and the footer; returns the rows written.
-    pub fn finish(mut self) -> Result<u64> {
-        self.flush()?;
-        self.writer.finish().map_err(table_error)?;
-        Ok(self.rows)
+    fn flush(&mut self) {
+        if self.pending.is_empty() || self.stopped.is_some() {
+            return;
+        }
+        if let Some(free) = self.path.parent().and_then(free_space)
+            && free < SPACE_MARGIN
+        {
+            self.stopped = Some(format!(
+                "{} MiB left on the recording's disk (kept for the aggregate tables)",
+                free >> 20
+            ));
+            self.dropped += self.pending.len() as u64;
+            self.pending.clear();
+            return;
+        }
+        let written = frame(&self.pending, self.start_mono)
+            .map_err(table_error)
+            .and_then(|df| self.writer.write_batch(&df).map_err(table_error));
+        match written {
+            Ok(()) => self.rows += self.pending.len() as u64,
+            Err(e) => {
+                self.stopped = Some(e.to_string());
+                self.broken = true;
+                self.dropped += self.pending.len() as u64;
+            }
+        }
+        self.pending.clear();
+    }
+
+    /// Writes what is pending and the footer.
+    pub fn finish(mut self) -> Result<EventsWritten> {
+        self.flush();
+        if !self.broken && self.writer.finish().is_err() {
+            self.broken = true;
+        }
+        if self.broken {
+            // A file that cannot be finished cannot be read: its events are lost, and counted.
+            let _ = std::fs::remove_file(&self.path);
+            self.dropped += std::mem::take(&mut self.rows);
+            self.stopped
+                .get_or_insert_with(|| "the file could not be finished".into());
+        }
+        Ok(EventsWritten {
+            rows: self.rows,
+            dropped: self.dropped,
+            stopped: self.stopped,
+        })
     }
 }
 

@@ -15,6 +15,9 @@ use crate::{Error, Result};
 
 /// The file whose presence marks a complete recording.
 pub const META: &str = "meta.json";
+/// Space held in the staging directory until the tables are written.
+const RESERVE: &str = ".reserve";
+const RESERVE_BYTES: usize = 8 << 20;
 
 /// The tables every schema-5 recording has (it had no manifest).
 const SCHEMA5_TABLES: &[&str] = &[
@@ -71,6 +74,15 @@ impl OutputSlot {
         let staging = parent.join(format!(".{name}.tmp.{}", std::process::id()));
         let _ = fs::remove_dir_all(&staging);
         fs::create_dir(&staging).map_err(|e| not_writable(e.to_string()))?;
+        // Room for the aggregate tables, held from the start: a disk that
+        // fills during the run (per-packet events) cannot take it.
+        if let Err(e) = fs::write(staging.join(RESERVE), vec![0u8; RESERVE_BYTES]) {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(not_writable(format!(
+                "cannot set aside {} MiB for the recording's tables there: {e}",
+                RESERVE_BYTES >> 20
+            )));
+        }
         Ok(OutputSlot {
             target: target.to_path_buf(),
             staging,
@@ -118,6 +130,7 @@ fn write_table(dir: &Path, table: &dyn StoredTable) -> Result<()> {
 /// tables in meta.json), syncs it, and renames it over the target in one step.
 pub fn write(slot: &OutputSlot, rec: &mut Recording) -> Result<PathBuf> {
     let dir = &slot.staging;
+    let _ = fs::remove_file(dir.join(RESERVE));
     rec.meta.tables.clear();
     for table in rec.tables.iter() {
         write_table(dir, table)?;

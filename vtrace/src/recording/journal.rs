@@ -60,6 +60,8 @@ pub struct Journal {
     intervals: File,
     threads: File,
     named: BTreeMap<u32, String>,
+    /// Why journaling stopped (a full disk): the recording goes on without it.
+    pub failed: Option<String>,
 }
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -85,6 +87,7 @@ impl Journal {
             intervals: open(INTERVALS)?,
             threads: open(THREADS)?,
             named: BTreeMap::new(),
+            failed: None,
         })
     }
 
@@ -95,6 +98,21 @@ impl Journal {
     /// last snapshot only once it is settled, layers::cpu::rows::settle).
     /// Rows after the last end line are of an interval the kill cut short.
     pub fn append(
+        &mut self,
+        threads: impl IntoIterator<Item = ThreadIdentity>,
+        rows: &[IntervalRow],
+        end_ns: u64,
+        owed: &[(u32, [u64; state::REPORTED])],
+    ) {
+        if self.failed.is_some() {
+            return;
+        }
+        if let Err(e) = self.try_append(threads, rows, end_ns, owed) {
+            self.failed = Some(e.to_string());
+        }
+    }
+
+    fn try_append(
         &mut self,
         threads: impl IntoIterator<Item = ThreadIdentity>,
         rows: &[IntervalRow],

@@ -12,7 +12,7 @@ pub mod journal;
 mod schema;
 pub mod table;
 
-pub use events::{CHUNK_ROWS, EventRow, NetEventWriter, NetEvents};
+pub use events::{CHUNK_ROWS, EventRow, EventsWritten, NetEventWriter, NetEvents};
 pub use io::{META, OutputSlot, read, write};
 pub use schema::*;
 pub(crate) use table::table;

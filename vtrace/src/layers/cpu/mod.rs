@@ -131,7 +131,8 @@ impl Collector for CpuRecorder {
             &self.series.rows[journaled..],
             now_mono.saturating_sub(self.start_mono),
             &self.series.owed(),
-        )
+        );
+        Ok(())
     }
 
     fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
@@ -150,6 +151,11 @@ impl Collector for CpuRecorder {
 
     fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
         let snap = self.last.unwrap_or_default();
+        if let Some(why) = &self.journal.failed {
+            out.notes.push(format!(
+                "the journal stopped ({why}): had vtrace been killed, less of this recording would have survived"
+            ));
+        }
         if self.split == CpuSplit::Ticks {
             out.notes.push(format!(
                 "user/system split by tick sampling (--cpu-split ticks): each thread's exact process-context time \

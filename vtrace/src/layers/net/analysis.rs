@@ -188,7 +188,7 @@ mod tests {
         for e in events {
             w.push(*e).unwrap();
         }
-        assert_eq!(w.finish().unwrap(), events.len() as u64);
+        assert_eq!(w.finish().unwrap().rows, events.len() as u64);
         let rec = Recording {
             net_events: NetEvents::open(&dir).unwrap(),
             ..Recording::default()

@@ -214,12 +214,12 @@ pub fn drop_reason_names(btf: Option<&btf_rs::Btf>) -> HashMap<u32, String> {
 
 /// Drains the per-packet ring buffer into `writer` on a thread of its own
 /// until `stop` is set, so the buffer is emptied however busy the recorder's
-/// loop is; returns the rows written.
+/// loop is; returns what it wrote and dropped.
 pub fn spawn_event_reader(
     ebpf: &mut Ebpf,
     mut writer: crate::recording::NetEventWriter,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> Result<std::thread::JoinHandle<Result<u64>>> {
+) -> Result<std::thread::JoinHandle<Result<crate::recording::EventsWritten>>> {
     let map = ebpf
         .take_map("NET_EVENTS")
         .ok_or_else(|| Error::Ebpf("map NET_EVENTS missing".into()))?;

@@ -102,6 +102,7 @@ impl Layer for NetLayer {
             events_stop,
             events_reader,
             events_error: None,
+            events_unwritten: 0,
             tun_stats: Default::default(),
             losses: [0; net_loss::COUNT as usize],
         }))
@@ -128,8 +129,10 @@ struct NetRecorder {
     start_mono: u64,
     intervals: Vec<NetIntervalRow>,
     events_stop: Arc<AtomicBool>,
-    events_reader: Option<std::thread::JoinHandle<Result<u64>>>,
+    events_reader: Option<std::thread::JoinHandle<Result<crate::recording::EventsWritten>>>,
     events_error: Option<String>,
+    /// Events read from the ring but not written (disk space): counted as drops.
+    events_unwritten: u64,
     tun_stats: std::collections::BTreeMap<vtrace_common::TunIoKey, vtrace_common::DevStats>,
     losses: [u64; net_loss::COUNT as usize],
 }
@@ -196,7 +199,15 @@ impl Collector for NetRecorder {
         self.events_stop.store(true, Ordering::Release);
         if let Some(reader) = self.events_reader.take() {
             match reader.join() {
-                Ok(Ok(_rows)) => {}
+                Ok(Ok(written)) => {
+                    self.events_unwritten = written.dropped;
+                    if let Some(why) = written.stopped {
+                        self.events_error = Some(format!(
+                            "stopped writing after {} events ({why}); the {} after them were dropped",
+                            written.rows, written.dropped
+                        ));
+                    }
+                }
                 Ok(Err(e)) => self.events_error = Some(e.to_string()),
                 Err(_) => self.events_error = Some("their writer panicked".into()),
             }
@@ -220,7 +231,7 @@ impl Collector for NetRecorder {
         );
         let threads = ctx.tables.rows::<ThreadRow>();
         let (tun_io, tun_sizes) = rows::tun_rows(&self.tun_stats, ctx.system, threads);
-        overhead.net_event_drops = self.losses[net_loss::EVENT_DROPS as usize];
+        overhead.net_event_drops = self.losses[net_loss::EVENT_DROPS as usize] + self.events_unwritten;
         overhead.skb_marks_displaced = self.losses[net_loss::MARKS_DISPLACED as usize];
         out.tables.put(devices);
         out.tables.put(hops);
