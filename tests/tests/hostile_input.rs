@@ -313,3 +313,54 @@ fn corrupt_platform_files_give_one_line_errors_and_never_panic() {
         }
     });
 }
+
+/// Every bad command-line input: a non-zero exit, an error naming the bad
+/// value (one line, clap's two-line usage hint aside), and no recording.
+#[test]
+fn bad_command_line_inputs_get_one_line_errors() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("bad-cli");
+    let out = dir.join("run.vtrace");
+    let out = out.to_str().unwrap();
+    let no_pid = (400_000..4_000_000)
+        .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .unwrap()
+        .to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["record", "--duration", "10x", "-o", out], "10x"),
+        (vec!["record", "--interval", "abc", "-o", out], "abc"),
+        (vec!["record", "--pid", &no_pid, "-o", out], "no such process"),
+        (
+            vec!["record", "--cgroup", "/no/such/cgroup", "-o", out],
+            "no such cgroup",
+        ),
+        (
+            vec!["record", "--uprobe", "/no/such/binary:main", "-o", out],
+            "/no/such/binary not found",
+        ),
+        (
+            vec!["record", "--uprobe", "/bin/true:no_such_symbol_here", "-o", out],
+            "no_such_symbol_here",
+        ),
+        (vec!["record", "--uprobe", "justonepart", "-o", out], "BINARY:SYMBOL"),
+        (vec!["record", "--platform", "kata2", "-o", out], "known platforms are"),
+        (
+            vec!["record", "--layers", "cpu,bogus", "-o", out],
+            "unknown layer 'bogus'",
+        ),
+        (vec!["report", "/no/such.vtrace"], "not a vtrace recording"),
+        (vec!["lab", "up", "nosuchplatform"], "nosuchplatform"),
+    ];
+    for (args, expected) in cases {
+        let o = vtrace_tests::vtrace(&args);
+        let err = vtrace_tests::stderr(&o);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        let lines = err
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.contains("--help"))
+            .count();
+        assert_eq!(lines, 1, "{args:?}: not one line: {err}");
+        assert!(!Path::new(out).exists(), "{args:?} wrote a recording");
+    }
+}

@@ -285,3 +285,72 @@ fn a_failed_up_is_undone() {
     );
     assert_eq!(machine_state(), before, "a failed lab up left the machine changed");
 }
+
+/// A `lab up` killed half-way leaves its ledger, so `lab down` removes what
+/// it made; a second `lab up` of the same platform while one runs is
+/// refused, naming the first; `up` of what is up and `down` of what is not
+/// say so.
+#[test]
+fn lab_up_is_one_at_a_time_and_survives_a_crash_half_way() {
+    let before = machine_state();
+    let ledger = std::path::Path::new("/run/vtrace-lab/runc.json");
+    // Dropped last: whatever happens, runc is brought down after `first` is killed.
+    let _cleanup = LabGuard("runc");
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut first = KillOnDrop(
+        Command::new(vtrace_tests::bin("vtrace"))
+            .args(["lab", "up", "runc"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Half-way: the ledger has resources, the instance is not ready.
+    let start = std::time::Instant::now();
+    let resources = || -> usize {
+        std::fs::read(ledger)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|l| l["resources"].as_array().map(|r| r.len()))
+            .unwrap_or(0)
+    };
+    while resources() < 3 && start.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(resources() >= 3, "lab up made nothing in 30 s");
+    let second = vtrace(&["lab", "up", "runc"]);
+    assert!(!second.status.success(), "a second lab up must be refused");
+    let err = stderr(&second);
+    assert!(
+        err.contains("another `vtrace lab`") && err.contains(&first.0.id().to_string()),
+        "{err}"
+    );
+    first.0.kill().unwrap(); // SIGKILL, half-way
+    first.0.wait().unwrap();
+    assert_ne!(machine_state(), before, "the killed up had made something");
+    let o = vtrace(&["lab", "down", "runc"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        machine_state(),
+        before,
+        "lab down after a crashed up left the machine changed"
+    );
+    let o = vtrace(&["lab", "down", "runc"]);
+    assert!(o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("runc is not up"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // Up twice: the second says so and changes nothing.
+    let (_guard, _addr) = up("runc");
+    let o = vtrace(&["lab", "up", "runc"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("already up"));
+}

@@ -531,11 +531,12 @@ fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
         n(xmit, "bytes") + 12 * n(xmit, "packets"),
         "read bytes = frames + vnet headers"
     );
+    // Exact: the tun fd counts are read right beside the hops at both ends
+    // of the window (a fresh-clone run once read 4037 writes against 4034
+    // receives when they were read milliseconds apart, with a baseline for
+    // the hops only).
     let writes = n(dir("write"), "calls");
-    assert!(
-        writes >= received && writes <= received + 2,
-        "VMM writes {writes} vs tap receive {received}"
-    );
+    assert_eq!(writes, received, "VMM writes vs tap receive");
     eprintln!(
         "VMM fd: {} reads = {} tap xmit; {writes} writes vs {received} tap receive",
         n(dir("read"), "calls"),

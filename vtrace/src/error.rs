@@ -6,10 +6,17 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "vtrace needs root, or the capabilities CAP_BPF and CAP_PERFMON (plus CAP_SYS_RESOURCE), to load eBPF programs: \
-         run it with sudo, or grant them with `setcap cap_bpf,cap_perfmon,cap_sys_resource+ep <path to vtrace>`"
+        "vtrace record needs CAP_BPF and CAP_PERFMON (and, not as root, CAP_DAC_READ_SEARCH to read tracefs); \
+         this process lacks {missing}: run it as root, or grant them with \
+         `setcap cap_bpf,cap_perfmon,cap_dac_read_search+ep <path to vtrace>`"
     )]
-    MissingPrivilege,
+    MissingPrivilege { missing: String },
+
+    #[error(
+        "vtrace lab needs root: it creates network namespaces, links, mounts, cgroups and containers \
+         (run it with sudo)"
+    )]
+    LabNeedsRoot,
 
     #[error(
         "tracefs is not mounted at {path} and mounting it failed ({reason}): \
@@ -69,6 +76,12 @@ pub enum Error {
 
     #[error("vtrace lab cannot start {platform} on this machine: {reason}")]
     LabUnavailable { platform: String, reason: String },
+
+    #[error(
+        "another `vtrace lab` (pid {holder}) is bringing {platform} up or down: wait for it, or stop it and run \
+         `vtrace lab down {platform}`"
+    )]
+    LabBusy { platform: String, holder: String },
 
     #[error("vtrace lab down {platform} left behind: {what}")]
     LabLeftovers { platform: String, what: String },

@@ -447,6 +447,9 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Lab { action } => {
             match action {
                 LabAction::Up { platform } => {
+                    if vtrace::lab::is_up(&platform) {
+                        println!("{platform} is already up (`vtrace lab down {platform}` removes it)");
+                    }
                     let l = vtrace::lab::up(&platform)?;
                     let iperf = if platform == "lwip" {
                         String::new()
@@ -464,8 +467,11 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                     );
                 }
                 LabAction::Down { platform } => {
-                    vtrace::lab::down(&platform)?;
-                    println!("{platform} down: nothing left behind");
+                    if vtrace::lab::down(&platform)? {
+                        println!("{platform} down: nothing left behind");
+                    } else {
+                        println!("{platform} is not up: nothing to remove");
+                    }
                 }
                 LabAction::Exec { platform, command } => {
                     let argv = vtrace::lab::exec_command(&platform, &command)?;

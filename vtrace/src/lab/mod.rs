@@ -297,9 +297,55 @@ pub fn wait_listening(addr: &str, port: u16, timeout: Duration) -> Result<()> {
     })
 }
 
-/// Starts the platform's instance; on failure everything made so far is removed.
+/// One `vtrace lab up` or `down` at a time per platform: a second one is
+/// refused, naming the first (flock: released when its holder exits, however
+/// it exits). The lock file goes with the lock, so nothing stays behind.
+struct PlatformLock {
+    path: PathBuf,
+    _file: fs::File,
+}
+
+impl PlatformLock {
+    fn take(platform: &str) -> Result<PlatformLock> {
+        use std::{io::Write, os::fd::AsRawFd};
+        fs::create_dir_all(LEDGER_DIR).map_err(crate::error::io(format!("create {LEDGER_DIR}")))?;
+        let path = Path::new(LEDGER_DIR).join(format!("{platform}.lock"));
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(crate::error::io(format!("open {}", path.display())))?;
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(Error::LabBusy {
+                platform: platform.into(),
+                holder: fs::read_to_string(&path).unwrap_or_default().trim().to_string(),
+            });
+        }
+        let _ = file.set_len(0);
+        let _ = write!(file, "{}", std::process::id());
+        Ok(PlatformLock { path, _file: file })
+    }
+}
+
+impl Drop for PlatformLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+        let _ = fs::remove_dir(LEDGER_DIR); // only when nothing else is left there
+    }
+}
+
+/// Whether the platform's instance is up (its ledger says it became ready).
+pub fn is_up(name: &str) -> bool {
+    Ledger::load(name).is_some_and(|l| l.ready)
+}
+
+/// Starts the platform's instance; on failure everything made so far is
+/// removed. An instance already up is returned as it is; one a crashed
+/// `up` left half-made is removed first (its ledger was written as it went).
 pub fn up(name: &str) -> Result<Ledger> {
-    crate::privileges::check()?;
+    crate::privileges::check_root()?;
     let p = lab_platform(name)?;
     if let Some(missing) = availability(name) {
         return Err(Error::LabUnavailable {
@@ -307,11 +353,12 @@ pub fn up(name: &str) -> Result<Ledger> {
             reason: missing,
         });
     }
+    let _lock = PlatformLock::take(name)?;
     if let Some(l) = Ledger::load(name) {
         if l.ready {
             return Ok(l);
         }
-        down(name)?; // a half-made earlier attempt
+        down_locked(name)?; // a half-made earlier attempt
     }
     let (_, guest) = address(p);
     // The volume outlives instances (a cache, like the root filesystem).
@@ -341,7 +388,7 @@ pub fn up(name: &str) -> Result<Ledger> {
             _ => wait_listening(&addr, 5201, Duration::from_secs(10)),
         });
     if let Err(e) = made {
-        let _ = down(name);
+        let _ = down_locked(name);
         return Err(e);
     }
     ledger.ready = true;
@@ -350,10 +397,19 @@ pub fn up(name: &str) -> Result<Ledger> {
 }
 
 /// Undoes everything in the platform's ledger, newest first; then checks.
-pub fn down(name: &str) -> Result<()> {
-    crate::privileges::check()?;
+/// False when nothing was up.
+pub fn down(name: &str) -> Result<bool> {
+    crate::privileges::check_root()?;
+    if !NOT_RUNNABLE.iter().any(|(n, _, _)| *n == name) {
+        lab_platform(name)?; // an unknown name is an error, not "nothing was up"
+    }
+    let _lock = PlatformLock::take(name)?;
+    down_locked(name)
+}
+
+fn down_locked(name: &str) -> Result<bool> {
     let Some(ledger) = Ledger::load(name) else {
-        return Ok(());
+        return Ok(false);
     };
     for r in ledger.resources.iter().rev() {
         match r {
@@ -420,7 +476,7 @@ pub fn down(name: &str) -> Result<()> {
     let _ = fs::remove_dir(LEDGER_DIR); // only when no other platform's ledger is left
     let left = leftovers(&ledger);
     if left.is_empty() {
-        Ok(())
+        Ok(true)
     } else {
         Err(Error::LabLeftovers {
             platform: name.into(),

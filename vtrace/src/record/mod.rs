@@ -208,6 +208,40 @@ impl RecordOptions {
         self
     }
 
+    /// Selectors that name nothing fail here: a --pid of no process, a
+    /// --cgroup that does not exist, a --uprobe binary that is not there.
+    fn check_selectors(&self) -> Result<()> {
+        for pid in &self.pids {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(Error::BadArgument(format!("--pid {pid}: no such process")));
+            }
+        }
+        let root = crate::collectors::procfs::cgroup2_root().unwrap_or_default();
+        for c in &self.cgroups {
+            let under_root = std::path::Path::new(&root).join(c.strip_prefix("/").unwrap_or(c));
+            let exists = (c.is_absolute() && c.exists()) || under_root.exists();
+            if !exists {
+                return Err(Error::BadArgument(format!(
+                    "--cgroup {}: no such cgroup (neither that path nor {} exists)",
+                    c.display(),
+                    under_root.display()
+                )));
+            }
+        }
+        for u in &self.uprobes {
+            for spec in crate::probes::catalog::user_uprobe(u).map_err(Error::BadArgument)? {
+                for s in spec.strategies {
+                    if let crate::probes::Strategy::UProbe { binary, .. } = s
+                        && crate::probes::catalog::resolve_binary(binary).is_none()
+                    {
+                        return Err(Error::BadArgument(format!("--uprobe {u}: {binary} not found")));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Unknown layer names fail here, with the known ones.
     fn check_layers(&self) -> Result<()> {
         match self.layers.iter().find(|l| layers::find(l).is_none()) {
@@ -249,6 +283,7 @@ fn platform_instances(opts: &RecordOptions, profiles: &[Profile], system: &Syste
 /// Checks everything that can be checked before the workload starts.
 pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
     opts.check_layers()?;
+    opts.check_selectors()?;
     let profiles = platforms::profiles(opts.platform_file.as_deref())?;
     if opts.platform != platforms::HOST {
         // An unknown name fails here, before privileges are looked at.
@@ -455,6 +490,17 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     // The catalog's probes, the CPU engine's first; then what layers attach
     // themselves (perf events).
     let mut probes = probes::attach_all(&mut ebpf, &caps, &specs);
+    // A uprobe the user asked for by name must attach (a missing symbol).
+    if let Some(p) = probes
+        .iter()
+        .find(|p| (p.id.starts_with("uprobe:") || p.id.starts_with("uretprobe:")) && !p.available)
+    {
+        return Err(Error::BadArgument(format!(
+            "--uprobe {}: {}",
+            p.id.split_once(':').map_or("", |(_, rest)| rest),
+            p.reason.clone().unwrap_or_default()
+        )));
+    }
     for c in &mut collectors {
         probes.extend(c.attach(&mut ebpf)?);
     }

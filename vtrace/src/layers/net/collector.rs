@@ -263,12 +263,11 @@ pub fn tun_fds(system: &crate::platforms::SystemSnapshot) -> Vec<(u64, u64)> {
 }
 
 /// Reads the syscalls-on-tun-fds statistics.
-pub fn tun_io(ebpf: &Ebpf) -> Result<BTreeMap<vtrace_common::TunIoKey, DevStats>> {
-    let map = ebpf
-        .map("TUN_IO")
-        .ok_or_else(|| Error::Ebpf("map TUN_IO missing".into()))?;
-    let stats: PerCpuHashMap<_, vtrace_common::TunIoKey, DevStats> = PerCpuHashMap::try_from(map).map_err(map_err)?;
-    sum_per_cpu(&stats)
+pub type TunIoMap = PerCpuHashMap<aya::maps::MapData, vtrace_common::TunIoKey, DevStats>;
+
+/// Syscalls on tun fds so far (TUN_IO), summed over CPUs.
+pub fn tun_io(map: &TunIoMap) -> Result<BTreeMap<vtrace_common::TunIoKey, DevStats>> {
+    sum_per_cpu(map)
 }
 
 /// Fills TUN_FDS before the syscall programs attach.

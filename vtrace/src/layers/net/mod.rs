@@ -81,6 +81,7 @@ impl Layer for NetLayer {
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         collector::load_tun_fds(ebpf, &collector::tun_fds(setup.system))?;
         let maps = NetCollector::new(ebpf)?;
+        let tun_io_map = crate::collectors::maps::take(ebpf, "TUN_IO")?;
         let events_stop = Arc::new(AtomicBool::new(false));
         let events_reader = if setup.opts.events {
             let writer = NetEventWriter::create(setup.staging, setup.start_mono)?;
@@ -104,6 +105,8 @@ impl Layer for NetLayer {
             events_error: None,
             events_unwritten: 0,
             tun_stats: Default::default(),
+            tun_io_map,
+            tun_start: Default::default(),
             losses: [0; net_loss::COUNT as usize],
         }))
     }
@@ -134,6 +137,11 @@ struct NetRecorder {
     /// Events read from the ring but not written (disk space): counted as drops.
     events_unwritten: u64,
     tun_stats: std::collections::BTreeMap<vtrace_common::TunIoKey, vtrace_common::DevStats>,
+    /// The VMM side of taps (syscalls on tun fds), read right beside the
+    /// hops at both ends, so that a packet written at a window's edge is in
+    /// both or in neither.
+    tun_io_map: collector::TunIoMap,
+    tun_start: std::collections::BTreeMap<vtrace_common::TunIoKey, vtrace_common::DevStats>,
     losses: [u64; net_loss::COUNT as usize],
 }
 
@@ -176,6 +184,7 @@ impl Collector for NetRecorder {
             self.counters_start = DeviceCounterReader::new(&self.netdevs_at_start).read();
         }
         self.start = self.maps.snapshot()?;
+        self.tun_start = collector::tun_io(&self.tun_io_map)?;
         self.last = self.start.clone();
         Ok(())
     }
@@ -186,7 +195,7 @@ impl Collector for NetRecorder {
         Ok(())
     }
 
-    fn end(&mut self, ebpf: &Ebpf, end: &End) -> Result<()> {
+    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
         // The devices' counters and the probes' are read back to back, in the
         // same order as at the start, so that a packet can only fall between
         // the two windows in the microseconds that separate the reads.
@@ -194,6 +203,8 @@ impl Collector for NetRecorder {
             self.counters_end = DeviceCounterReader::new(&end.system.netdevs).read();
         }
         let snap = self.maps.snapshot()?;
+        let tun_end = collector::tun_io(&self.tun_io_map)?;
+        self.tun_stats = crate::collectors::maps::delta(&tun_end, &self.tun_start, |s| s.packets > 0);
         self.push_interval(snap, super::cpu::monotonic_ns());
         self.losses = self.maps.losses();
         self.events_stop.store(true, Ordering::Release);
@@ -212,7 +223,6 @@ impl Collector for NetRecorder {
                 Err(_) => self.events_error = Some("their writer panicked".into()),
             }
         }
-        self.tun_stats = collector::tun_io(ebpf)?;
         Ok(())
     }
 
