@@ -187,28 +187,6 @@ fn unwritable_output_fails_before_the_workload_runs() {
     );
 }
 
-#[test]
-fn unprivileged_user_gets_told_what_is_missing() {
-    let dir = TempDir::new("unpriv");
-    let o = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(bin("vtrace"))
-        .args(["record", "-o", dir.join("x.vtrace").to_str().unwrap(), "--", "true"])
-        .output()
-        .expect("setpriv (util-linux)");
-    assert_eq!(o.status.code(), Some(1));
-    let msg = stderr(&o);
-    assert!(
-        msg.contains("needs root, or the capabilities CAP_BPF and CAP_PERFMON"),
-        "{msg}"
-    );
-}
 
 #[test]
 fn unknown_platform_is_named() {
