@@ -364,3 +364,24 @@ fn bad_command_line_inputs_get_one_line_errors() {
         assert!(!Path::new(out).exists(), "{args:?} wrote a recording");
     }
 }
+
+/// Regression: the fuzzer's crash. One flipped byte in a Parquet table made
+/// polars ask for 2^61 bytes and abort; the checksum refuses the table first.
+#[test]
+fn a_flipped_byte_in_a_table_is_refused_by_name() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let tmp = TempDir::new("flipped-byte");
+    let rec = tmp.join("run.vtrace");
+    let o = vtrace_tests::vtrace(&["record", "--layers", "cpu", "-o", rec.to_str().unwrap(), "--", "true"]);
+    assert!(o.status.success(), "{}", vtrace_tests::stderr(&o));
+    let table = rec.join("threads.parquet");
+    let mut bytes = std::fs::read(&table).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x40;
+    std::fs::write(&table, bytes).unwrap();
+    let o = vtrace_tests::vtrace(&["report", rec.to_str().unwrap()]);
+    let err = vtrace_tests::stderr(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("threads.parquet is damaged"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -187,7 +187,6 @@ fn unwritable_output_fails_before_the_workload_runs() {
     );
 }
 
-
 #[test]
 fn unknown_platform_is_named() {
     let o = vtrace(&["record", "--platform", "no-such-platform", "--", "true"]);
