@@ -3,7 +3,8 @@
 //! every Parquet table and meta.json truncated, bit-flipped, swapped for
 //! another table of other column types, removed, or with meta.json's values
 //! replaced by wrong types and huge numbers) and over the platform profiles
-//! (`--platform-file`). Schema 7 recordings carry a checksum of every table:
+//! (`--platform-file`), and over the journal a killed vtrace leaves (its
+//! metadata, interval and thread lines, and its checkpoint). Schema 7 recordings carry a checksum of every table:
 //! a damaged table is refused before Parquet's decoder sees it (a flipped
 //! length in a page header made polars ask for 2^61 bytes and abort). A
 //! schema 5 or 6 recording has none, so its tables are damaged here only
@@ -222,11 +223,127 @@ fn corrupt_recordings_give_one_line_errors_and_never_panic() {
 }
 
 fn fuzz_recordings(target: &str, source: &Path, bytes: bool, inputs: usize, tmp: &TempDir) {
+    fuzz_reader(target, inputs, tmp, |dir, rng| {
+        copy_dir(source, dir);
+        (0..1 + rng.below(3)).map(|_| mutate(dir, rng, bytes)).collect()
+    });
+}
+
+/// An unfinished recording (what a killed vtrace leaves: its journal's
+/// metadata, interval and thread lines, and a checkpoint of every table)
+/// with its journal damaged: bits flipped, files truncated, JSON values of
+/// the wrong type, huge, or removed, lines torn or mutated.
+#[test]
+fn corrupt_journals_give_one_line_errors_and_never_panic() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let tmp = TempDir::new("fuzz-journal");
+    let out = tmp.join("killed.vtrace");
+    let mut vt = std::process::Command::new(vtrace_tests::bin("vtrace"))
+        .args([
+            "record",
+            "--interval",
+            "100ms",
+            "--checkpoint",
+            "300ms",
+            "--layers",
+            "cpu,net,fs,runq",
+        ])
+        .args(["-o", out.to_str().unwrap(), "--", "ping", "-i", "0.05", "127.0.0.1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let staging = || {
+        std::fs::read_dir(&tmp.0)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with(".killed.vtrace.tmp.")
+            })
+    };
+    let start = Instant::now();
+    while !staging().is_some_and(|s| s.join("journal/checkpoint.json").is_file()) {
+        assert!(start.elapsed() < Duration::from_secs(30), "no checkpoint written");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    vt.kill().unwrap();
+    vt.wait().unwrap();
+    // The journal alone (the staging directory also holds 8 MiB set aside for the tables).
+    let source = staging().unwrap().join("journal");
+    let ran = fuzz_reader("journal reader", 2000, &tmp, |dir, rng| {
+        let journal = dir.join("journal");
+        copy_dir(&source, &journal);
+        (0..1 + rng.below(3)).map(|_| mutate_journal(&journal, rng)).collect()
+    });
+    eprintln!("journal reader: {ran} inputs");
+}
+
+/// One mutation of a journal's files; says what it did.
+fn mutate_journal(journal: &Path, rng: &mut Rng) -> String {
+    let all = files(journal);
+    let f = &all[rng.below(all.len())];
+    let name = f.file_name().unwrap().to_string_lossy().into_owned();
+    let mut bytes = std::fs::read(f).unwrap();
+    match rng.below(4) {
+        0 if !bytes.is_empty() => {
+            let flips = 1 + rng.below(8);
+            for _ in 0..flips {
+                let i = rng.below(bytes.len());
+                bytes[i] ^= 1 << rng.below(8);
+            }
+            std::fs::write(f, bytes).unwrap();
+            format!("{flips} bits flipped in {name}")
+        }
+        1 => {
+            let at = rng.below(bytes.len());
+            std::fs::write(f, &bytes[..at]).unwrap();
+            format!("{name} truncated at {at} of {} bytes", bytes.len())
+        }
+        _ => {
+            // A JSON document, or one line of a JSONL file, with a value changed.
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+            if lines.is_empty() {
+                return format!("{name} empty");
+            }
+            let whole = name.ends_with(".json");
+            let i = if whole { 0 } else { rng.below(lines.len()) };
+            let doc = if whole { text.clone() } else { lines[i].clone() };
+            let Ok(mut v) = serde_json::from_str::<serde_json::Value>(&doc) else {
+                return format!("{name} unparsable already");
+            };
+            let what = mutate_json(&mut v, rng, 0);
+            if whole {
+                lines = vec![v.to_string()];
+            } else {
+                lines[i] = v.to_string();
+            }
+            std::fs::write(f, lines.join("\n")).unwrap();
+            format!(
+                "{name}{}: {what}",
+                if whole { String::new() } else { format!(" line {i}") }
+            )
+        }
+    }
+}
+
+/// Runs the reader and both renderers on `inputs` inputs that `make` builds
+/// in a fresh directory (returning what it did to them).
+fn fuzz_reader(
+    target: &str,
+    inputs: usize,
+    tmp: &TempDir,
+    mut make: impl FnMut(&Path, &mut Rng) -> Vec<String>,
+) -> usize {
     let ran = fuzz(target, inputs, Duration::from_secs(40), |seed| {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let dir = tmp.join(&format!("case{seed}.vtrace"));
-        copy_dir(source, &dir);
-        let mutations: Vec<String> = (0..1 + rng.below(3)).map(|_| mutate(&dir, &mut rng, bytes)).collect();
+        let mutations = make(&dir, &mut rng);
         let outcome = quietly(|| match vtrace::recording::read(&dir) {
             Ok(rec) => {
                 for format in [vtrace::report::Format::Text, vtrace::report::Format::Json] {
@@ -258,6 +375,7 @@ fn fuzz_recordings(target: &str, source: &Path, bytes: bool, inputs: usize, tmp:
         }
     });
     assert!(ran >= 50, "only {ran} inputs in the time given");
+    ran
 }
 
 #[test]

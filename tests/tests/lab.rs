@@ -132,6 +132,13 @@ fn lab_instance(
             .collect();
         assert_eq!(mine.len(), 1, "exactly one {platform} instance: {instances}");
         let inst = mine[0];
+        // A --platform vtrace does not know is refused naming what runs: this instance.
+        let o = vtrace(&["record", "--platform", "no-such-platform", "--", "true"]);
+        assert!(
+            stderr(&o).contains("running now: ") && stderr(&o).contains(inst["id"].as_str().unwrap()),
+            "{}",
+            stderr(&o)
+        );
         let threads = inst["threads"].as_array().unwrap();
         for (comm, role) in expect {
             assert!(

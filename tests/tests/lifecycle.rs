@@ -192,7 +192,7 @@ fn unknown_platform_is_named() {
     let o = vtrace(&["record", "--platform", "no-such-platform", "--", "true"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("unknown platform 'no-such-platform'"),
+        stderr(&o).contains("unknown platform 'no-such-platform'") && stderr(&o).contains("running now: "),
         "{}",
         stderr(&o)
     );

@@ -170,6 +170,17 @@ fn sigkill_leaves_a_journal_that_recovers_up_to_the_last_interval() {
     let incomplete = &r["incomplete"];
     let intervals = incomplete["intervals"].as_u64().expect("marked incomplete") as usize;
     assert!(intervals + 1 >= before_kill, "{intervals} intervals of {before_kill}");
+    // Killed before the first checkpoint (every 10 s): the CPU layer's journal alone, and a note says so.
+    assert!(incomplete["checkpoint_ns"].is_null(), "{incomplete}");
+    assert!(
+        r["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap_or_default().contains("before the first checkpoint")),
+        "{}",
+        r["notes"]
+    );
     // The spinner's CPU time up to the last interval: at most what schedstat
     // said at the kill, and short of it by no more than the time since the
     // last journaled interval (under two intervals) with 2 % slack.
@@ -200,6 +211,127 @@ fn sigkill_leaves_a_journal_that_recovers_up_to_the_last_interval() {
     assert_eq!(process_total(&recovered, pid), got);
     let text = String::from_utf8(vtrace(&["report", out.to_str().unwrap()]).stdout).unwrap();
     assert!(text.contains("INCOMPLETE"), "the text report says so");
+}
+
+/// SIGKILL after a checkpoint: every layer's tables survive as they stood
+/// at it, checked against ground truth: the preads file-reader counted
+/// itself, the loopback packets against lo's own counters (50 pings, 100
+/// packets each way at least), roles from the platform attribution. CPU
+/// time still runs to the last interval.
+#[test]
+fn sigkill_after_a_checkpoint_keeps_every_layers_tables() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("sigkill-checkpoint");
+    let out = dir.join("run.vtrace");
+    let truth = dir.join("reads.json");
+    let script = format!(
+        "ping -c 50 -i 0.01 -q 127.0.0.1 >/dev/null && {} --dir {} --reads 3000 --out {} >/dev/null && exec sleep 30",
+        bin("file-reader").display(),
+        dir.0.display(),
+        truth.display()
+    );
+    let mut vt = Command::new(bin("vtrace"))
+        .args([
+            "record",
+            "--interval",
+            &format!("{INTERVAL_MS}ms"),
+            "--checkpoint",
+            "1s",
+        ])
+        .args([
+            "--layers",
+            "cpu,net,fs",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start vtrace");
+    assert!(
+        wait_for(Duration::from_secs(30), || truth.is_file()),
+        "file-reader did not finish"
+    );
+    // A checkpoint written after the reads ended.
+    let reads_done = std::fs::metadata(&truth).unwrap().modified().unwrap();
+    let checkpoint = || {
+        staging_of(&out).and_then(|s| {
+            std::fs::metadata(s.join("journal/checkpoint.json"))
+                .ok()?
+                .modified()
+                .ok()
+        })
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || checkpoint().is_some_and(|t| t > reads_done)),
+        "no checkpoint after the reads"
+    );
+    let staging = staging_of(&out).unwrap();
+    vt.kill().unwrap();
+    vt.wait().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || vtrace_programs_loaded().is_empty()),
+        "programs still loaded after SIGKILL"
+    );
+
+    let r = report_json(&staging);
+    let incomplete = &r["incomplete"];
+    let at = incomplete["checkpoint_ns"].as_u64().expect("a checkpoint survived");
+    assert!(at <= incomplete["covered_ns"].as_u64().unwrap());
+    // The fs layer: every pread file-reader made, in its process's row.
+    let truth: Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
+    for p in truth["processes"].as_array().unwrap() {
+        let preads: u64 = r["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["pid"] == p["pid"] && f["op"] == "pread64")
+            .map(|f| f["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(preads, p["preads"].as_u64().unwrap(), "preads of {}", p["pid"]);
+    }
+    // The net layer: loopback's packets at both hops equal its own counters, read with them.
+    let counters = r["device_counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "lo")
+        .expect("lo's counters");
+    for (hop, counter) in [("xmit", "tx_packets"), ("receive", "rx_packets")] {
+        let packets = r["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == "lo" && d["hop"] == hop)
+            .and_then(|d| d["packets"].as_u64())
+            .unwrap_or(0);
+        eprintln!("lo {hop}: {packets} packets, counters {}", counters[counter]);
+        assert!(packets >= 100, "lo {hop}: {packets} packets, 50 pings make 100");
+        assert_eq!(Some(packets), counters[counter].as_u64(), "lo {hop}");
+    }
+    // Attribution from the checkpoint: ping is the workload's.
+    let ping = r["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["comm"] == "ping")
+        .expect("ping's thread");
+    assert_eq!(
+        (&ping["role"], &ping["selected"]),
+        (&Value::from("app"), &Value::from(true))
+    );
+
+    // `recover` keeps it all.
+    let o = vtrace(&["recover", out.to_str().unwrap()]);
+    assert!(o.status.success(), "recover failed: {}", stderr(&o));
+    let recovered = report_json(&out);
+    assert_eq!(recovered["incomplete"], r["incomplete"]);
+    assert_eq!(recovered["files"], r["files"]);
+    assert_eq!(recovered["devices"], r["devices"]);
 }
 
 /// SIGTERM and SIGHUP stop the recording, which is written whole; the

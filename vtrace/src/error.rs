@@ -60,8 +60,16 @@ pub enum Error {
         supported: u32,
     },
 
-    #[error("unknown platform '{name}': known platforms are {known}")]
-    UnknownPlatform { name: String, known: String },
+    #[error(
+        "unknown platform '{name}': known platforms are {known}{}",
+        running.as_ref().map(|r| format!("; running now: {r}")).unwrap_or_default()
+    )]
+    UnknownPlatform {
+        name: String,
+        known: String,
+        /// The instances detected now (`vtrace record`), or None where that does not apply (the lab).
+        running: Option<String>,
+    },
 
     #[error(
         "no running instance of platform '{platform}'{}: detected instances: {detected} \

@@ -96,6 +96,12 @@ enum Command {
         /// Time-series snapshot interval.
         #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
         interval: Duration,
+        /// How often every layer's tables are checkpointed into the recording's journal, so that a
+        /// vtrace killed mid-run (SIGKILL, the OOM killer) leaves them as of the last checkpoint; the
+        /// CPU layer's time series is journaled every interval regardless. Never sooner than 100 times
+        /// the last checkpoint took. 0 = never.
+        #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+        checkpoint: Duration,
         /// Where to write the recording (a directory).
         #[arg(short, long, default_value = "run.vtrace")]
         output: PathBuf,
@@ -275,6 +281,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             cgroups,
             duration,
             interval,
+            checkpoint,
             output,
             force,
             command,
@@ -288,6 +295,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 cgroups,
                 duration: Some(duration),
                 interval,
+                checkpoint,
                 output,
                 command,
                 uprobes,

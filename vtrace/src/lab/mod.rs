@@ -246,6 +246,7 @@ fn lab_platform(name: &str) -> Result<&'static LabPlatform> {
     Err(Error::UnknownPlatform {
         name: name.into(),
         known: known.join(", "),
+        running: None,
     })
 }
 

@@ -130,6 +130,9 @@ pub struct Emit<'a> {
     pub facts: &'a Facts,
     /// Tables emitted by the layers before this one (the CPU layer's first).
     pub tables: &'a TableSet,
+    /// A checkpoint mid-run ([`Collector::checkpoint`]), not the end: a
+    /// series the journal already holds line by line is left out.
+    pub checkpoint: bool,
 }
 
 /// What a collector emits.
@@ -168,10 +171,18 @@ pub trait Collector {
     fn close(&mut self, _end_mono: u64) -> Result<()> {
         Ok(())
     }
+    /// Mid-run, every checkpoint: bring the readings [`Collector::emit`]
+    /// uses up to now without ending anything, so that a killed vtrace
+    /// leaves this layer's tables as they stood (recording::journal). False
+    /// where its tables cannot be had before the end.
+    fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        Ok(false)
+    }
     /// Facts other layers need (see [`Facts`]).
     fn facts(&self, _facts: &mut Facts) {}
-    /// Its tables and notes; its loss counters into `overhead`.
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()>;
+    /// Its tables and notes; its loss counters into `overhead`. Called at
+    /// the end and, after [`Collector::checkpoint`], at each checkpoint.
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()>;
 }
 
 /// The layer named `name`.

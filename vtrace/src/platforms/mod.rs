@@ -44,6 +44,15 @@ pub fn known(profiles: &[Profile]) -> Vec<String> {
         .collect()
 }
 
+/// Instances by id, for messages ("none" when there are none).
+pub fn ids(instances: &[Instance]) -> String {
+    if instances.is_empty() {
+        "none".to_string()
+    } else {
+        instances.iter().map(|i| i.id.as_str()).collect::<Vec<_>>().join(", ")
+    }
+}
+
 /// Instances of `platform` (matched on platform or variant name) running now,
 /// optionally only the one with id `instance`.
 pub fn select(
@@ -60,13 +69,10 @@ pub fn select(
         return Err(Error::UnknownPlatform {
             name: platform.into(),
             known: names.join(", "),
+            running: None,
         });
     }
-    let detected = if all.is_empty() {
-        "none".to_string()
-    } else {
-        all.iter().map(|i| i.id.clone()).collect::<Vec<_>>().join(", ")
-    };
+    let detected = ids(&all);
     let chosen: Vec<Instance> = all
         .into_iter()
         .filter(|i| i.platform == platform || i.variant == platform)

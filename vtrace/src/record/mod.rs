@@ -46,6 +46,9 @@ pub struct RecordOptions {
     pub duration: Option<Duration>,
     /// Snapshot (time series) interval.
     pub interval: Duration,
+    /// Every layer's tables are checkpointed into the journal this often (a
+    /// killed vtrace leaves them as of the last one); zero: never.
+    pub checkpoint: Duration,
     pub output: PathBuf,
     pub command: Vec<String>,
     /// `--uprobe BINARY:SYMBOL[:ret]` specs.
@@ -87,6 +90,7 @@ impl Default for RecordOptions {
             cgroups: Vec::new(),
             duration: Some(Duration::from_secs(10)),
             interval: Duration::from_secs(1),
+            checkpoint: Duration::from_secs(10),
             output: PathBuf::from("run.vtrace"),
             command: Vec::new(),
             uprobes: Vec::new(),
@@ -155,6 +159,10 @@ impl RecordOptions {
     }
     pub fn duration(mut self, d: Option<Duration>) -> Self {
         self.duration = d;
+        self
+    }
+    pub fn checkpoint(mut self, d: Duration) -> Self {
+        self.checkpoint = d;
         self
     }
     pub fn interval(mut self, d: Duration) -> Self {
@@ -286,9 +294,17 @@ pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
     opts.check_selectors()?;
     let profiles = platforms::profiles(opts.platform_file.as_deref())?;
     if opts.platform != platforms::HOST {
-        // An unknown name fails here, before privileges are looked at.
-        if let Err(e @ Error::UnknownPlatform { .. }) = platforms::select(&profiles, Vec::new(), &opts.platform, None) {
-            return Err(e);
+        // An unknown name fails here, before privileges are looked at,
+        // naming the instances that do run.
+        if let Err(Error::UnknownPlatform { name, known, .. }) =
+            platforms::select(&profiles, Vec::new(), &opts.platform, None)
+        {
+            let running = platforms::detect(&profiles, &SystemSnapshot::live());
+            return Err(Error::UnknownPlatform {
+                name,
+                known,
+                running: Some(platforms::ids(&running)),
+            });
         }
     }
     crate::privileges::check()?;
@@ -551,6 +567,9 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         incomplete: None,
     };
     recording::journal::start(slot.staging(), &meta)?;
+    // Checkpoints see the platform's instances as they were at the start.
+    let attribution_at_start = Attribution::new(profiles.clone(), vec![instances_at_start.clone()]);
+    let mut checkpoints = Checkpoints::new(opts.checkpoint);
     let deadline = match (&child.child, opts.duration) {
         (None, Some(d)) => Some(tokio::time::Instant::now() + d),
         _ => None,
@@ -573,6 +592,22 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
                     c.tick(now)?;
                 }
                 stats.tick();
+                if checkpoints.due() {
+                    let parts = Emit {
+                        opts,
+                        caps: &caps,
+                        system: &system,
+                        attribution: &attribution_at_start,
+                        probes: &probes,
+                        workload: child.workload.as_ref(),
+                        own_threads: control.own_threads,
+                        facts: &Facts::default(),
+                        tables: &TableSet::default(),
+                        checkpoint: true,
+                    };
+                    let result = checkpoint(&mut collectors, &ebpf, &parts, &meta, (start_mono, now, &usage_at_start), slot.staging());
+                    checkpoints.done(result);
+                }
             }
         }
     }
@@ -619,11 +654,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     };
     let attribution = Attribution::new(profiles, vec![instances_at_start, instances_at_end]);
     notes.extend(instance_notes(&attribution));
-    let mut facts = Facts::default();
-    for c in &collectors {
-        c.facts(&mut facts);
-    }
-    let mut tables = TableSet::default();
+    notes.extend(checkpoints.notes());
     let usage_total = self_usage();
     let mut overhead = Overhead {
         vtrace_user_ns: usage_at_end
@@ -635,24 +666,21 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         vtrace_peak_rss_kib: usage_total.vtrace_peak_rss_kib,
         ..Default::default()
     };
+    checkpoints.count(&mut overhead);
     overhead.vtrace_setup_ns = usage_total.vtrace_cpu_ns().saturating_sub(overhead.vtrace_cpu_ns());
-    for c in collectors {
-        let mut out = LayerOutput::default();
-        let ctx = Emit {
-            opts,
-            caps: &caps,
-            system: &system,
-            attribution: &attribution,
-            probes: &probes,
-            workload: child.workload.as_ref(),
-            own_threads: control.own_threads,
-            facts: &facts,
-            tables: &tables,
-        };
-        c.emit(&ctx, &mut out, &mut overhead)?;
-        notes.extend(out.notes);
-        tables.extend(out.tables);
-    }
+    let parts = Emit {
+        opts,
+        caps: &caps,
+        system: &system,
+        attribution: &attribution,
+        probes: &probes,
+        workload: child.workload.as_ref(),
+        own_threads: control.own_threads,
+        facts: &Facts::default(),
+        tables: &TableSet::default(),
+        checkpoint: false,
+    };
+    let mut tables = emit_all(collectors.iter(), &parts, &mut overhead, &mut notes)?;
 
     let cpus = aya::util::nr_cpus().map(|n| n as u32).unwrap_or(1);
     let wall_ns = end_mono.saturating_sub(start_mono);
@@ -693,6 +721,159 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         exit_code,
         recording: rec,
     })
+}
+
+/// Every layer's tables and notes, in registry order: each sees the tables
+/// of those before it (the CPU layer's threads first) and the facts of all.
+/// `parts`: the context but for those two.
+fn emit_all<'c>(
+    collectors: impl Iterator<Item = &'c Box<dyn Collector>> + Clone,
+    parts: &Emit,
+    overhead: &mut Overhead,
+    notes: &mut Vec<String>,
+) -> Result<TableSet> {
+    let mut facts = Facts::default();
+    for c in collectors.clone() {
+        c.facts(&mut facts);
+    }
+    let mut tables = TableSet::default();
+    for c in collectors {
+        let mut out = LayerOutput::default();
+        let ctx = Emit {
+            facts: &facts,
+            tables: &tables,
+            ..*parts
+        };
+        c.emit(&ctx, &mut out, overhead)?;
+        notes.extend(out.notes);
+        tables.extend(out.tables);
+    }
+    Ok(tables)
+}
+
+/// Writes the recording as it stands into the journal (see
+/// [`recording::journal::checkpoint`]) right after a tick: the layers'
+/// readings brought up to now, their tables, and the metadata known at the start.
+fn checkpoint(
+    collectors: &mut [Box<dyn Collector>],
+    ebpf: &aya::Ebpf,
+    parts: &Emit,
+    started: &Metadata,
+    (start_mono, tick_mono, usage_at_start): (u64, u64, &Overhead),
+    staging: &std::path::Path,
+) -> Result<()> {
+    let now = End { system: parts.system };
+    let mut ready = Vec::with_capacity(collectors.len());
+    for c in collectors.iter_mut() {
+        ready.push(c.checkpoint(&now)?);
+    }
+    let mut meta = started.clone();
+    let usage = self_usage();
+    let mut overhead = Overhead {
+        vtrace_user_ns: usage.vtrace_user_ns.saturating_sub(usage_at_start.vtrace_user_ns),
+        vtrace_system_ns: usage.vtrace_system_ns.saturating_sub(usage_at_start.vtrace_system_ns),
+        vtrace_peak_rss_kib: usage.vtrace_peak_rss_kib,
+        ..Default::default()
+    };
+    let mut notes = Vec::new();
+    let ready_ones = collectors.iter().zip(&ready).filter(|(_, r)| **r).map(|(c, _)| c);
+    let mut tables = emit_all(ready_ones, parts, &mut overhead, &mut notes)?;
+    tables.put(bpf_stats::read(ebpf, parts.probes));
+    let left_out: Vec<&str> = meta
+        .layers
+        .iter()
+        .zip(&ready)
+        .filter(|(_, r)| !**r)
+        .map(|(l, _)| l.as_str())
+        .collect();
+    if !left_out.is_empty() {
+        notes.push(format!(
+            "layer(s) {} read their maps only at the end: nothing of them survives a killed vtrace",
+            left_out.join(", ")
+        ));
+    }
+    // As of the tick it follows: the CPU layer's tables are that tick's, and
+    // its interval is journaled before (the other layers read a moment later).
+    meta.wall_ns = tick_mono.saturating_sub(start_mono);
+    meta.end_unix_ns = meta.start_unix_ns + meta.wall_ns;
+    meta.notes.extend(notes);
+    meta.overhead = overhead;
+    let mut rec = Recording {
+        meta,
+        tables,
+        net_events: recording::NetEvents::default(),
+        read_notes: Vec::new(),
+    };
+    recording::journal::checkpoint(staging, &mut rec)
+}
+
+/// When the next checkpoint is due: every `every`, and never sooner than a
+/// hundred times the last one took (at most 1 % of a CPU); none after one fails.
+struct Checkpoints {
+    every: Duration,
+    next: Option<std::time::Instant>,
+    written: u64,
+    took: Duration,
+    failed: Option<String>,
+}
+
+impl Checkpoints {
+    fn new(every: Duration) -> Self {
+        Checkpoints {
+            every,
+            next: (!every.is_zero()).then(|| std::time::Instant::now() + every),
+            written: 0,
+            took: Duration::ZERO,
+            failed: None,
+        }
+    }
+
+    fn due(&mut self) -> bool {
+        let due = self.next.is_some_and(|t| std::time::Instant::now() >= t);
+        if due {
+            self.next = Some(std::time::Instant::now());
+        }
+        due
+    }
+
+    /// After the checkpoint `due` allowed.
+    fn done(&mut self, result: Result<()>) {
+        let began = self.next.expect("a checkpoint was due");
+        let took = began.elapsed();
+        self.took += took;
+        match result {
+            Ok(()) => {
+                self.written += 1;
+                self.next = Some(std::time::Instant::now() + self.every.max(took * 100));
+            }
+            Err(e) => {
+                self.failed = Some(e.to_string());
+                self.next = None;
+            }
+        }
+    }
+
+    /// Their count and cost into `overhead`.
+    fn count(&self, overhead: &mut Overhead) {
+        overhead.checkpoints = self.written;
+        overhead.checkpoint_ns = self.took.as_nanos() as u64;
+    }
+
+    fn notes(&self) -> Vec<String> {
+        match &self.failed {
+            Some(why) => vec![format!(
+                "checkpoints stopped after {} ({why}): had vtrace been killed, only the CPU layer's journal would \
+                 have survived past the last one",
+                self.written
+            )],
+            None if self.every.is_zero() => vec![
+                "no checkpoints (--checkpoint 0): had vtrace been killed, only the CPU layer's journal would have \
+                 survived"
+                    .into(),
+            ],
+            None => Vec::new(),
+        }
+    }
 }
 
 /// One note per platform instance: its processes, threads and devices.

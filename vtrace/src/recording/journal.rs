@@ -1,11 +1,13 @@
 //! The journal of a recording in progress, written into its staging
 //! directory as it goes: the metadata known once probes are attached, then
-//! every interval's per-thread CPU time and each thread's identity, appended
-//! line by line. A vtrace killed mid-run (SIGKILL, the OOM killer, a CI
-//! timeout) leaves everything up to its last completed interval readable:
-//! `vtrace report` reads such a directory as an incomplete recording and
-//! `vtrace recover` turns it into a normal one. A finished recording holds
-//! no journal (its tables say more).
+//! every interval's per-thread CPU time, each CPU's, and each thread's
+//! identity, appended line by line; and every `--checkpoint` (10 s) every
+//! layer's tables as they stand (`checkpoint.json`). A vtrace killed mid-run (SIGKILL, the OOM killer, a CI
+//! timeout) leaves its CPU time up to its last completed interval and every
+//! other table up to its last checkpoint readable: `vtrace report` reads
+//! such a directory as an incomplete recording and `vtrace recover` turns
+//! it into a normal one. A finished recording holds no journal (its tables
+//! say more).
 //!
 //! Lines are appended without fsync: what a killed process wrote is in the
 //! page cache and survives it; a crash of the machine is not covered.
@@ -23,13 +25,14 @@ use vtrace_common::state;
 use super::{Incomplete, META, Metadata, Recording, TableSet};
 use crate::{
     Error, Result,
-    layers::cpu::{IntervalRow, ThreadRow},
+    layers::cpu::{CpuRow, IntervalRow, ThreadRow, analysis::StateTimes},
 };
 
 pub const DIR: &str = "journal";
 const META_FILE: &str = "meta.json";
 const INTERVALS: &str = "intervals.jsonl";
 const THREADS: &str = "threads.jsonl";
+const CHECKPOINT: &str = "checkpoint.json";
 
 /// A thread as the journal names it (the last line for a tid wins).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -45,6 +48,9 @@ pub struct ThreadIdentity {
 struct IntervalEnd {
     end_ns: u64,
     owed: Vec<(u32, [u64; state::REPORTED])>,
+    /// Each CPU's time from the start to here.
+    #[serde(default)]
+    cpus: Vec<CpuRow>,
 }
 
 /// One line of the intervals journal.
@@ -103,11 +109,12 @@ impl Journal {
         rows: &[IntervalRow],
         end_ns: u64,
         owed: &[(u32, [u64; state::REPORTED])],
+        cpus: Vec<CpuRow>,
     ) {
         if self.failed.is_some() {
             return;
         }
-        if let Err(e) = self.try_append(threads, rows, end_ns, owed) {
+        if let Err(e) = self.try_append(threads, rows, end_ns, owed, cpus) {
             self.failed = Some(e.to_string());
         }
     }
@@ -118,6 +125,7 @@ impl Journal {
         rows: &[IntervalRow],
         end_ns: u64,
         owed: &[(u32, [u64; state::REPORTED])],
+        cpus: Vec<CpuRow>,
     ) -> Result<()> {
         let mut out = Vec::new();
         for t in threads {
@@ -138,6 +146,7 @@ impl Journal {
             &IntervalEnd {
                 end_ns,
                 owed: owed.to_vec(),
+                cpus,
             },
         )
         .expect("end serializes");
@@ -200,15 +209,70 @@ fn lines<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
         .collect())
 }
 
-/// The recording a journal holds: its metadata, the intervals it completed
-/// and per-thread totals summed from them, marked incomplete.
+/// A checkpoint: the recording as it stood mid-run.
+#[derive(Serialize, Deserialize)]
+struct Checkpoint {
+    meta: Metadata,
+    /// Rows per table name, as JSON (a few ms for all, where Parquet files
+    /// took ten times that).
+    tables: BTreeMap<String, serde_json::Value>,
+}
+
+/// Writes the recording as it stands mid-run into journal/checkpoint.json:
+/// every layer's tables (the CPU layer's series aside: the lines hold it).
+/// Written beside and renamed over the previous one, so that a kill at any
+/// point leaves one whole checkpoint. Not synced, like the lines.
+pub fn checkpoint(staging: &Path, rec: &mut Recording) -> Result<()> {
+    rec.meta.tables.clear();
+    let mut tables = BTreeMap::new();
+    for table in rec.tables.iter() {
+        rec.meta.tables.insert(table.name().to_string(), table.version());
+        tables.insert(table.name().to_string(), table.json());
+    }
+    let checkpoint = Checkpoint {
+        meta: rec.meta.clone(),
+        tables,
+    };
+    let bytes = serde_json::to_vec(&checkpoint).expect("checkpoint serializes");
+    let dir = staging.join(DIR);
+    let tmp = dir.join(format!("{CHECKPOINT}.tmp"));
+    fs::write(&tmp, bytes).map_err(io("write the checkpoint"))?;
+    fs::rename(&tmp, dir.join(CHECKPOINT)).map_err(io("put the checkpoint in place"))
+}
+
+/// The last checkpoint of an unfinished recording, if it wrote one.
+fn read_checkpoint(dir: &Path) -> Option<std::result::Result<Recording, String>> {
+    let bytes = fs::read(dir.join(DIR).join(CHECKPOINT)).ok()?;
+    let parse = || -> std::result::Result<Recording, String> {
+        let mut checkpoint: Checkpoint = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+        let mut tables = TableSet::default();
+        for kind in crate::layers::table_kinds() {
+            if let Some(rows) = checkpoint.tables.remove(kind.name) {
+                tables.insert((kind.read_json)(rows).map_err(|e| format!("table {}: {e}", kind.name))?);
+            }
+        }
+        Ok(Recording {
+            meta: checkpoint.meta,
+            tables,
+            net_events: Default::default(),
+            read_notes: Vec::new(),
+        })
+    };
+    Some(parse())
+}
+
+/// The recording a journal holds, marked incomplete: every layer's tables
+/// as of the last checkpoint, and the CPU layer's intervals to the last
+/// completed one with per-thread CPU time summed from them (so that the
+/// two agree). Without a checkpoint (killed within the first, or a
+/// damaged one), the CPU layer's alone, with approximate roles.
 pub fn recover(dir: &Path) -> Result<Recording> {
     let corrupt = |reason: String| Error::CorruptRecording {
         path: dir.to_path_buf(),
         reason,
     };
     let meta_bytes = fs::read(dir.join(DIR).join(META_FILE)).map_err(|e| corrupt(format!("journal/meta.json: {e}")))?;
-    let mut meta: Metadata =
+    let started: Metadata =
         serde_json::from_slice(&meta_bytes).map_err(|e| corrupt(format!("journal/meta.json: {e}")))?;
     // Whole intervals only: rows after the last end line were cut short.
     let mut intervals: Vec<IntervalRow> = Vec::new();
@@ -216,6 +280,7 @@ pub fn recover(dir: &Path) -> Result<Recording> {
     let mut ends = 0u64;
     let mut covered_ns = 0;
     let mut owed = Vec::new();
+    let mut cpus = Vec::new();
     for line in lines::<IntervalLine>(&dir.join(DIR).join(INTERVALS))? {
         match line {
             IntervalLine::Row(r) => pending.push(r),
@@ -224,10 +289,33 @@ pub fn recover(dir: &Path) -> Result<Recording> {
                 ends += 1;
                 covered_ns = e.end_ns;
                 owed = e.owed;
+                cpus = e.cpus;
             }
         }
     }
     let intervals = crate::layers::cpu::rows::settle(intervals, owed);
+    let mut unreadable = None;
+    let checkpoint = match read_checkpoint(dir) {
+        Some(Ok(rec)) => Some(rec),
+        Some(Err(e)) => {
+            unreadable = Some(e);
+            None
+        }
+        None => None,
+    };
+    let (mut meta, mut tables, mut threads) = match checkpoint {
+        Some(rec) => {
+            let threads: BTreeMap<u32, ThreadRow> = rec
+                .tables
+                .rows::<ThreadRow>()
+                .iter()
+                .map(|t| (t.tid, t.clone()))
+                .collect();
+            (rec.meta, rec.tables, threads)
+        }
+        None => (started, TableSet::default(), BTreeMap::new()),
+    };
+    let checkpoint_ns = (!meta.tables.is_empty()).then_some(meta.wall_ns);
     let names: BTreeMap<u32, ThreadIdentity> = lines::<ThreadIdentity>(&dir.join(DIR).join(THREADS))?
         .into_iter()
         .map(|t| (t.tid, t))
@@ -236,12 +324,16 @@ pub fn recover(dir: &Path) -> Result<Recording> {
         .file_name()
         .and_then(|n| n.to_str()?.rsplit('.').next()?.parse::<u32>().ok());
     let workload_pid = meta.workload.as_ref().map(|w| w.pid);
-    let mut threads: BTreeMap<u32, ThreadRow> = BTreeMap::new();
+    let mut times: BTreeMap<u32, StateTimes> = BTreeMap::new();
     for r in &intervals {
-        let who = names.get(&r.tid);
-        let t = threads.entry(r.tid).or_insert_with(|| {
+        times.entry(r.tid).or_default().add(&StateTimes::of_interval(r));
+        // Threads the checkpoint did not know (or all, without one): roles from what the journal says.
+        threads.entry(r.tid).or_insert_with(|| {
+            let who = names.get(&r.tid);
             let kthread = who.is_some_and(|w| w.kthread);
-            let role = if kthread {
+            let role = if r.tid == 0 {
+                "idle"
+            } else if kthread {
                 "kernel"
             } else if Some(r.pid) == vtrace_pid {
                 "vtrace"
@@ -255,19 +347,16 @@ pub fn recover(dir: &Path) -> Result<Recording> {
                 pid: r.pid,
                 comm: who.map(|w| w.comm.clone()).unwrap_or_default(),
                 platform: crate::platforms::HOST.into(),
-                role: if r.tid == 0 { "idle" } else { role }.into(),
+                role: role.into(),
                 selected: Some(r.pid) == workload_pid,
                 kthread,
                 guest_source: "none".into(),
                 ..Default::default()
             }
         });
-        t.user_ns += r.user_ns;
-        t.system_ns += r.system_ns;
-        t.softirq_ns += r.softirq_ns;
-        t.hardirq_ns += r.hardirq_ns;
-        t.guest_ns += r.guest_ns;
-        t.idle_ns += r.idle_ns;
+    }
+    for t in threads.values_mut() {
+        times.get(&t.tid).copied().unwrap_or_default().put_into(t);
     }
     meta.wall_ns = covered_ns;
     meta.end_unix_ns = meta.start_unix_ns + covered_ns;
@@ -275,22 +364,38 @@ pub fn recover(dir: &Path) -> Result<Recording> {
     meta.incomplete = Some(Incomplete {
         intervals: ends,
         covered_ns,
+        checkpoint_ns,
     });
-    meta.notes.push(format!(
-        "incomplete recording, recovered from its journal: vtrace ended before writing it; {} intervals \
-         ({:.1} s) survive, with per-thread CPU time summed from them. Roles are approximate (kernel \
-         threads, the workload's process, vtrace, other) and only the CPU layer's time series was journaled",
-        ends,
-        covered_ns as f64 / 1e9
-    ));
-    let mut tables = TableSet::default();
-    meta.tables.clear();
-    meta.tables
-        .insert("threads".into(), <ThreadRow as super::Table>::VERSION);
-    meta.tables
-        .insert("intervals".into(), <IntervalRow as super::Table>::VERSION);
+    meta.notes.push(match checkpoint_ns {
+        Some(at) => format!(
+            "incomplete recording, recovered from its journal: vtrace ended before writing it. CPU time per \
+             thread and interval covers {} intervals ({:.1} s); every other table is as of the last checkpoint, \
+             at {:.1} s",
+            ends,
+            covered_ns as f64 / 1e9,
+            at as f64 / 1e9
+        ),
+        None => format!(
+            "incomplete recording, recovered from its journal: vtrace ended before writing it; {} intervals \
+             ({:.1} s) survive, with per-thread CPU time summed from them. Roles are approximate (kernel \
+             threads, the workload's process, vtrace, other) and no other layer's tables survive: {}",
+            ends,
+            covered_ns as f64 / 1e9,
+            unreadable
+                .map(|e| format!("the checkpoint is unreadable ({e})"))
+                .unwrap_or_else(|| "it ended before the first checkpoint".into())
+        ),
+    });
     tables.put(threads.into_values().collect::<Vec<_>>());
     tables.put(intervals);
+    // Each CPU's time to the same point (journals before it lack it: the checkpoint's then).
+    if !cpus.is_empty() {
+        tables.put(cpus);
+    }
+    meta.tables.clear();
+    for table in tables.iter() {
+        meta.tables.insert(table.name().to_string(), table.version());
+    }
     Ok(Recording {
         meta,
         tables,

@@ -135,6 +135,13 @@ pub struct Overhead {
     /// File syscalls not counted: a fs map was full.
     #[serde(default)]
     pub fs_dropped: u64,
+    /// Checkpoints written into the journal while recording (`--checkpoint`).
+    #[serde(default)]
+    pub checkpoints: u64,
+    /// Wall time spent writing them, all together (vtrace's main loop, in
+    /// vtrace's CPU time above).
+    #[serde(default)]
+    pub checkpoint_ns: u64,
 }
 
 impl Overhead {
@@ -204,6 +211,11 @@ pub struct Incomplete {
     pub intervals: u64,
     /// ns from the start to the end of the last of them.
     pub covered_ns: u64,
+    /// ns from the start to the last checkpoint, which every table other
+    /// than the CPU layer's threads and intervals is as of; None when none
+    /// survived (only the CPU layer's tables did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_ns: Option<u64>,
 }
 
 /// Everything in one recording: its metadata and every table its layers

@@ -4,8 +4,9 @@ use std::any::Any;
 
 use polars_core::prelude::*;
 
-/// A recording table: a Vec of rows stored as one Parquet file.
-pub trait Table: Sized + Send + Sync + 'static {
+/// A recording table: a Vec of rows stored as one Parquet file (and as
+/// JSON in a journal's checkpoint).
+pub trait Table: Sized + Send + Sync + serde::Serialize + serde::de::DeserializeOwned + 'static {
     const NAME: &'static str;
     /// Bumped when the table's columns change; the manifest in meta.json
     /// records it, and a reader refuses versions newer than its own.
@@ -20,6 +21,8 @@ pub trait StoredTable: Any + Send + Sync {
     fn name(&self) -> &'static str;
     fn version(&self) -> u32;
     fn frame(&self) -> PolarsResult<DataFrame>;
+    /// Its rows as a JSON array.
+    fn json(&self) -> serde_json::Value;
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -32,6 +35,9 @@ impl<T: Table> StoredTable for Vec<T> {
     }
     fn frame(&self) -> PolarsResult<DataFrame> {
         T::to_frame(self)
+    }
+    fn json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("rows serialize")
     }
     fn as_any(&self) -> &dyn Any {
         self
@@ -48,6 +54,8 @@ pub struct TableKind {
     pub version: u32,
     /// Reads a frame written as the given version of the table.
     pub read: ReadTable,
+    /// Reads rows written as JSON by this vtrace ([`StoredTable::json`]).
+    pub read_json: fn(serde_json::Value) -> Result<Box<dyn StoredTable>, serde_json::Error>,
 }
 
 impl TableKind {
@@ -56,6 +64,7 @@ impl TableKind {
             name: T::NAME,
             version: T::VERSION,
             read: |df, version| Ok(Box::new(T::from_frame(df, version)?)),
+            read_json: |value| Ok(Box::new(serde_json::from_value::<Vec<T>>(value)?)),
         }
     }
 }

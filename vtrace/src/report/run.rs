@@ -52,9 +52,13 @@ pub fn header(rec: &Recording) -> Section {
     if let Some(i) = &m.incomplete {
         lines.push(format!(
             "INCOMPLETE: vtrace ended before writing this recording; recovered from its journal: {} intervals, \
-             the first {} s of the run (per-thread CPU time and its time series only)",
+             the first {} s of the run (CPU time per thread and CPU), {}",
             i.intervals,
-            secs(i.covered_ns)
+            secs(i.covered_ns),
+            match i.checkpoint_ns {
+                Some(at) => format!("every other table as of its last checkpoint, at {} s", secs(at)),
+                None => "and nothing else (it ended before its first checkpoint)".into(),
+            }
         ));
     }
     // What was recorded and how (recordings before schema 6 do not say).
@@ -201,6 +205,14 @@ pub fn overhead(rec: &Recording) -> Section {
             ov.untraced_switches
         ),
     ]);
+    if ov.checkpoints > 0 {
+        s.lines([format!(
+            "  checkpoints of every table into the journal (what a killed vtrace leaves): {} written, {} ms each on \
+             average",
+            ov.checkpoints,
+            ov.checkpoint_ns / ov.checkpoints / 1_000_000
+        )]);
+    }
     if calibrated {
         s.lines([format!(
             "  ns/event: as the kernel's statistics measured it, less the {floor:.0} ns they add to every run \
@@ -285,6 +297,8 @@ pub fn overhead(rec: &Recording) -> Section {
             "untraced_switches": ov.untraced_switches,
             "net_event_drops": ov.net_event_drops,
             "skb_marks_displaced": ov.skb_marks_displaced,
+            "checkpoints": ov.checkpoints,
+            "checkpoint_ns": ov.checkpoint_ns,
             "programs": programs,
         }),
     );

@@ -75,14 +75,18 @@ impl Collector for BlockRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
+        self.checkpoint(end).map(drop)
+    }
+
+    fn checkpoint(&mut self, _now: &End) -> Result<bool> {
         self.end = self.maps.snapshot()?;
         self.devices_end = collector::device_stats();
         self.inflight_peaks = self.maps.inflight_peaks();
-        Ok(())
+        Ok(true)
     }
 
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
         let (rows, hists, devices) = collector::rows(
             &self.start,
             &self.end,

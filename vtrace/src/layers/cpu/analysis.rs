@@ -51,6 +51,15 @@ impl StateTimes {
             idle_ns: i.idle_ns,
         }
     }
+    /// Sets a thread's six state columns to these.
+    pub fn put_into(&self, t: &mut ThreadRow) {
+        t.user_ns = self.user_ns;
+        t.system_ns = self.system_ns;
+        t.softirq_ns = self.softirq_ns;
+        t.hardirq_ns = self.hardirq_ns;
+        t.guest_ns = self.guest_ns;
+        t.idle_ns = self.idle_ns;
+    }
     pub fn of_thread(t: &ThreadRow) -> Self {
         StateTimes {
             user_ns: t.user_ns,

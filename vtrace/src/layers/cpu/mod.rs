@@ -100,7 +100,7 @@ struct CpuRecorder {
     start_mono: u64,
     split: CpuSplit,
     syscall_hooks: bool,
-    /// The snapshot at the end of the recording.
+    /// The latest snapshot: the last tick's, then the end's.
     last: Option<CpuSnapshot>,
 }
 
@@ -131,8 +131,15 @@ impl Collector for CpuRecorder {
             &self.series.rows[journaled..],
             now_mono.saturating_sub(self.start_mono),
             &self.series.owed(),
+            rows::cpu_rows(&snap),
         );
+        self.last = Some(snap);
         Ok(())
+    }
+
+    /// The last tick's snapshot stands for now.
+    fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        Ok(true)
     }
 
     fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
@@ -149,8 +156,9 @@ impl Collector for CpuRecorder {
         Ok(())
     }
 
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
-        let snap = self.last.unwrap_or_default();
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+        let none = CpuSnapshot::default();
+        let snap = self.last.as_ref().unwrap_or(&none);
         if let Some(why) = &self.journal.failed {
             out.notes.push(format!(
                 "the journal stopped ({why}): had vtrace been killed, less of this recording would have survived"
@@ -168,9 +176,9 @@ impl Collector for CpuRecorder {
                 }
             ));
         }
-        let selection = Selection::new(ctx.opts, ctx.own_threads, ctx.workload, &self.tasks_at_start, &snap);
+        let selection = Selection::new(ctx.opts, ctx.own_threads, ctx.workload, &self.tasks_at_start, snap);
         let threads = rows::thread_rows(
-            &snap,
+            snap,
             &selection,
             ctx.attribution,
             &self.guest.deltas(),
@@ -189,10 +197,13 @@ impl Collector for CpuRecorder {
         overhead.state_repairs = snap.cpus.iter().map(|c| c.state_repairs).sum();
         overhead.untraced_switches = snap.cpus.iter().map(|c| c.untraced_switches).sum();
         out.tables.put(threads);
-        out.tables.put(rows::cpu_rows(&snap));
-        out.tables.put(rows::softirq_rows(&snap));
-        out.tables.put(rows::irq_rows(&snap));
-        out.tables.put(self.series.finish());
+        out.tables.put(rows::cpu_rows(snap));
+        out.tables.put(rows::softirq_rows(snap));
+        out.tables.put(rows::irq_rows(snap));
+        // At a checkpoint the journal holds the series, line by line.
+        if !ctx.checkpoint {
+            out.tables.put(self.series.finish());
+        }
         Ok(())
     }
 }

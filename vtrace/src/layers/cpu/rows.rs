@@ -93,9 +93,8 @@ impl Series {
     }
 
     /// The rows, after the last snapshot (see [`settle`]).
-    pub fn finish(self) -> Vec<IntervalRow> {
-        let owed = self.owed();
-        settle(self.rows, owed)
+    pub fn finish(&self) -> Vec<IntervalRow> {
+        settle(self.rows.clone(), self.owed())
     }
 }
 

@@ -73,13 +73,17 @@ impl Collector for FsRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
-        self.end = self.maps.snapshot()?;
-        self.creds_end = self.maps.creds();
-        Ok(())
+    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
+        self.checkpoint(end).map(drop)
     }
 
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+    fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        self.end = self.maps.snapshot()?;
+        self.creds_end = self.maps.creds();
+        Ok(true)
+    }
+
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
         let threads = ctx.tables.rows::<ThreadRow>();
         let (rows, hists) = collector::rows(&self.start, &self.end, threads);
         out.tables

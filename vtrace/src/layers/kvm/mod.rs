@@ -133,11 +133,16 @@ impl Collector for KvmRecorder {
         Ok(())
     }
 
+    /// Its readings at the last tick stand for now.
+    fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        Ok(true)
+    }
+
     fn facts(&self, facts: &mut Facts) {
         facts.vcpu_tids.extend(self.last.vcpu_tids());
     }
 
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         let threads = ctx.tables.rows::<ThreadRow>();
         let (latency, hists, events) = collector::rows(&self.last, &self.names, threads);
         if let Some(e) = &self.stats.error {
@@ -164,7 +169,7 @@ impl Collector for KvmRecorder {
         out.tables.put(hists);
         out.tables.put(events);
         out.tables.put(self.stats.rows());
-        out.tables.put(self.intervals);
+        out.tables.put(self.intervals.clone());
         Ok(())
     }
 }

@@ -97,6 +97,7 @@ impl Layer for NetLayer {
             counters_end: HashMap::new(),
             start: NetSnapshot::default(),
             last: NetSnapshot::default(),
+            at_checkpoint: None,
             last_at: setup.start_mono,
             start_mono: setup.start_mono,
             intervals: Vec::new(),
@@ -128,6 +129,8 @@ struct NetRecorder {
     start: NetSnapshot,
     /// The latest snapshot (the end one after `end`).
     last: NetSnapshot,
+    /// The maps at the last checkpoint, read beside the devices' counters.
+    at_checkpoint: Option<NetSnapshot>,
     last_at: u64,
     start_mono: u64,
     intervals: Vec<NetIntervalRow>,
@@ -226,12 +229,27 @@ impl Collector for NetRecorder {
         Ok(())
     }
 
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+    /// Read as at the end (the same order), without ending an interval.
+    fn checkpoint(&mut self, now: &End) -> Result<bool> {
+        if self.probes_on {
+            self.counters_end = DeviceCounterReader::new(&now.system.netdevs).read();
+        }
+        self.at_checkpoint = Some(self.maps.snapshot()?);
+        let tun_now = collector::tun_io(&self.tun_io_map)?;
+        self.tun_stats = crate::collectors::maps::delta(&tun_now, &self.tun_start, |s| s.packets > 0);
+        Ok(true)
+    }
+
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
         if let Some(e) = &self.events_error {
             out.notes.push(format!("per-packet events incomplete: {e}"));
         }
         let drop_names = collector::drop_reason_names(ctx.caps.btf.as_ref().ok().map(|b| b.as_ref()));
-        let delta = self.last.since(&self.start);
+        let latest = match &self.at_checkpoint {
+            Some(snap) if ctx.checkpoint => snap,
+            _ => &self.last,
+        };
+        let delta = latest.since(&self.start);
         let (devices, hops, sizes, drops) = rows::net_rows(
             &delta,
             &self.counters_start,
@@ -249,7 +267,7 @@ impl Collector for NetRecorder {
         out.tables.put(drops);
         out.tables.put(rows::latency_rows(&delta));
         out.tables.put(tun_io);
-        out.tables.put(self.intervals);
+        out.tables.put(self.intervals.clone());
         Ok(())
     }
 }

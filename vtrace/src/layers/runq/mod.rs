@@ -107,12 +107,17 @@ impl Collector for RunqRecorder {
         Ok(())
     }
 
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+    /// Its readings at the last tick stand for now.
+    fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
         let (rows, hists) = collector::rows(&self.last, ctx.tables.rows::<ThreadRow>(), self.start_mono);
         overhead.runq_drops = self.last.drops;
         out.tables.put(rows);
         out.tables.put(hists);
-        out.tables.put(self.intervals);
+        out.tables.put(self.intervals.clone());
         Ok(())
     }
 }

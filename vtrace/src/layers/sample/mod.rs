@@ -101,11 +101,11 @@ impl Collector for SampleRecorder {
         Ok(())
     }
 
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
         overhead.sample_hz = self.hz;
         overhead.sample_drops = self.drops;
         out.tables
-            .put(collector::rows(self.folded, ctx.tables.rows::<ThreadRow>()));
+            .put(collector::rows(self.folded.clone(), ctx.tables.rows::<ThreadRow>()));
         Ok(())
     }
 }

@@ -60,12 +60,16 @@ impl Collector for TunRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
-        self.end = self.maps.snapshot()?;
-        Ok(())
+    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
+        self.checkpoint(end).map(drop)
     }
 
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
+    fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        self.end = self.maps.snapshot()?;
+        Ok(true)
+    }
+
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         out.tables.put(collector::rows(
             &self.start,
             &self.end,

@@ -110,7 +110,12 @@ impl Collector for UprobeRecorder {
         self.push_interval(super::cpu::monotonic_ns())
     }
 
-    fn emit(self: Box<Self>, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
+    /// Its readings at the last tick stand for now.
+    fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         let (rows, hists) = uprobe_rows(&self.last, ctx.probes, ctx.tables.rows::<ThreadRow>());
         let probe_of = |slot: u32| ctx.probes.iter().find(|p| p.slot == Some(slot)).map(|p| p.id.clone());
         let intervals = self
