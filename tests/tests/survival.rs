@@ -516,6 +516,33 @@ fn a_disk_that_fills_drops_events_counted_and_keeps_the_tables() {
     assert_eq!(r["workload"]["exit_code"], 0);
 }
 
+/// A vtrace killed before its probes were attached has recorded nothing: the
+/// next recording to the same path removes the staging directory it left
+/// (8 MiB set aside for tables), which no `recover` could use.
+#[test]
+fn a_staging_directory_with_nothing_recorded_is_removed_by_the_next_recording() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("dead-staging");
+    let out = dir.join("run.vtrace");
+    let mut vt = start_recording(&out, 30, None);
+    // Killed as soon as its staging directory exists: loading and attaching
+    // the programs (hundreds of ms) come before the journal.
+    assert!(wait_for(Duration::from_secs(10), || staging_of(&out).is_some()));
+    unsafe { libc::kill(vt.id() as i32, libc::SIGSTOP) };
+    let left = staging_of(&out).unwrap();
+    assert!(
+        !left.join("journal").exists(),
+        "stopped too late: it had journaled already"
+    );
+    vt.kill().unwrap();
+    vt.wait().unwrap();
+    assert!(left.is_dir(), "SIGKILL leaves it");
+    let o = vtrace(&["record", "--layers", "cpu", "-o", out.to_str().unwrap(), "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!left.exists(), "{} is still there", left.display());
+    assert!(out.join("meta.json").is_file());
+}
+
 /// A path that cannot hold a recording is refused before the workload starts.
 #[test]
 fn an_unwritable_output_fails_before_the_workload_starts() {

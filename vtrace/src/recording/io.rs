@@ -71,6 +71,7 @@ impl OutputSlot {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        remove_dead_stagings(&parent, &name);
         let staging = parent.join(format!(".{name}.tmp.{}", std::process::id()));
         let _ = fs::remove_dir_all(&staging);
         fs::create_dir(&staging).map_err(|e| not_writable(e.to_string()))?;
@@ -94,6 +95,32 @@ impl OutputSlot {
     /// (tables streamed while recording go straight there).
     pub fn staging(&self) -> &Path {
         &self.staging
+    }
+}
+
+/// Staging directories of `name` whose vtrace is gone (`.NAME.tmp.PID`, no
+/// process PID): removed when they hold nothing recorded (killed before its
+/// probes were attached), named when they hold a journal.
+fn remove_dead_stagings(parent: &Path, name: &str) {
+    let prefix = format!(".{name}.tmp.");
+    for entry in fs::read_dir(parent).into_iter().flatten().flatten() {
+        let file_name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = file_name.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        if super::journal::is_unfinished(&path) {
+            eprintln!(
+                "vtrace: {} holds an unfinished recording of a vtrace that was killed (`vtrace recover {}` writes it)",
+                path.display(),
+                path.display()
+            );
+        } else {
+            let _ = fs::remove_dir_all(&path);
+        }
     }
 }
 
