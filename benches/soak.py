@@ -7,7 +7,8 @@ redis-benchmark loops GET/SET (64 B, 20 clients) against a local
 redis-server for the whole run while `vtrace record --interval 1s
 --duration M` records everything. Every `--every` seconds it prints
 vtrace's resident memory, open fds, CPU time, the size of what it has
-written so far (the staging directory: its journal) and the occupancy of
+written so far (the staging directory: its journal), the size of its last
+checkpoint (every table as it stands, rewritten every 10 s) and the occupancy of
 its hash maps (entries, read with the bpf syscall: BPF_MAP_GET_NEXT_KEY).
 Memory, fds and maps must stay flat; the output may grow only with the
 run. The recording's own losses (ring-buffer drops, full maps) are printed
@@ -105,6 +106,13 @@ def du(path):
     return total
 
 
+def checkpoint_kib(staging):
+    try:
+        return os.path.getsize(os.path.join(staging, "journal/checkpoint.json")) / 1024
+    except OSError:
+        return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=30)
@@ -122,7 +130,8 @@ def main():
     vt = subprocess.Popen([VTRACE, "record", "--force", "--interval", "1s", "--duration", f"{int(a.minutes * 60)}s",
                            "-o", out])
     staging = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp.{vt.pid}")
-    print(f"{'min':>5} {'rss MiB':>8} {'fds':>5} {'cpu s':>7} {'written MiB':>12}  hash maps (entries/max)", flush=True)
+    print(f"{'min':>5} {'rss MiB':>8} {'fds':>5} {'cpu s':>7} {'written MiB':>12} {'ckpt KiB':>9}  hash maps (entries/max)",
+          flush=True)
     start = time.time()
     try:
         while vt.poll() is None:
@@ -135,7 +144,7 @@ def main():
                 shown = ", ".join(f"{n} {e}/{mx}" for n, _, e, mx in maps[:6])
                 print(f"{(time.time() - start) / 60:5.1f} {status(vt.pid, 'VmRSS') / 1024:8.1f} "
                       f"{len(os.listdir(f'/proc/{vt.pid}/fd')):5d} {cpu_s(vt.pid):7.1f} "
-                      f"{du(staging) / 2**20:12.2f}  {shown}", flush=True)
+                      f"{du(staging) / 2**20:12.2f} {checkpoint_kib(staging):9.0f}  {shown}", flush=True)
             except (OSError, ValueError):
                 break
         vt.wait()
@@ -146,7 +155,8 @@ def main():
     ov = meta["overhead"]
     print(f"recording: {du(out) / 2**20:.2f} MiB in {out}; peak RSS {ov['vtrace_peak_rss_kib'] / 1024:.1f} MiB; "
           f"lost: thread map overflows {ov['thread_map_overflows']}, net event drops {ov['net_event_drops']}, "
-          f"untraced switches {ov['untraced_switches']}")
+          f"untraced switches {ov['untraced_switches']}; checkpoints {ov.get('checkpoints', 0)}, "
+          f"{ov.get('checkpoint_ns', 0) / max(ov.get('checkpoints', 0), 1) / 1e6:.1f} ms each on average")
 
 
 if __name__ == "__main__":

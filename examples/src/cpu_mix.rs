@@ -12,6 +12,9 @@
 //! (`--only`: just those workers; `net` is the rx/tx pair; `--spinners`:
 //! that many `mix-spin` threads, more than the CPUs to make them queue).
 
+mod args;
+
+use args::Args;
 use std::{
     io::{Read, Write},
     net::{TcpListener, TcpStream},
@@ -63,23 +66,13 @@ fn spin_hot(mut x: u64) -> u64 {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let seconds: f64 = arg("--seconds")
-        .map(|s| s.parse().expect("--seconds takes a number"))
-        .unwrap_or(3.0);
-    let out = arg("--out");
+    let args = Args::from_env();
+    let seconds: f64 = args.num("--seconds", 3.0);
+    let out = args.value("--out");
     let run_for = Duration::from_secs_f64(seconds);
-    let only = arg("--only");
+    let only = args.value("--only");
     let wanted = |kind: &str| only.as_deref().is_none_or(|o| o.split(',').any(|k| k == kind));
-    let spinners: usize = arg("--spinners")
-        .map(|s| s.parse().expect("--spinners takes a number"))
-        .unwrap_or(1);
+    let spinners: usize = args.num("--spinners", 1);
     let workers = [("spin", spinners), ("syscall", 1), ("net", 2)]
         .iter()
         .filter(|(k, _)| wanted(k))

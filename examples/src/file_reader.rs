@@ -11,6 +11,9 @@
 //! prints (and writes to FILE) one JSON object: every process's pid,
 //! preads and bytes, and the preads per second of all together.
 
+mod args;
+
+use args::Args;
 use std::{
     ffi::CString,
     io::Write,
@@ -18,24 +21,13 @@ use std::{
 };
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let num = |flag: &str, default: u64| {
-        arg(flag).map_or(default, |v| {
-            v.parse().unwrap_or_else(|_| panic!("{flag} takes a number"))
-        })
-    };
-    let dir = arg("--dir").expect("--dir DIR");
-    let procs = num("--procs", 1);
-    let block = num("--block", 4096) as usize;
-    let blocks = num("--blocks", 64);
-    let reads = arg("--reads").map(|v| v.parse::<u64>().expect("--reads takes a number"));
-    let seconds = arg("--seconds").map(|v| v.parse::<f64>().expect("--seconds takes a number"));
+    let args = Args::from_env();
+    let dir = args.value("--dir").expect("--dir DIR");
+    let procs: u64 = args.num("--procs", 1);
+    let block: usize = args.num("--block", 4096);
+    let blocks: u64 = args.num("--blocks", 64);
+    let reads: Option<u64> = args.num_opt("--reads");
+    let seconds: Option<f64> = args.num_opt("--seconds");
     assert!(
         reads.is_some() != seconds.is_some(),
         "give one of --reads and --seconds"
@@ -103,7 +95,7 @@ fn main() {
         rows.join(",")
     );
     println!("{json}");
-    if let Some(path) = arg("--out") {
+    if let Some(path) = args.value("--out") {
         std::fs::File::create(path)
             .and_then(|mut f| f.write_all(json.as_bytes()))
             .expect("--out written");

@@ -7,6 +7,9 @@
 //! prints one JSON line: the vCPU thread, the exits it handled and its own
 //! measure of the time between KVM_RUN returning and the next KVM_RUN.
 
+mod args;
+
+use args::Args;
 use std::time::{Duration, Instant};
 
 use kvm_bindings::kvm_userspace_memory_region;
@@ -17,14 +20,6 @@ const MEM_SIZE: usize = 0x4000;
 /// Outside the only memory slot: writes there exit as MMIO.
 const MMIO_GPA: u16 = 0x8000;
 const PIO_PORT: u8 = 0x10;
-
-fn arg(args: &[String], name: &str, default: u64) -> u64 {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: not a number: {v}")))
-        .unwrap_or(default)
-}
 
 /// Three counted loops (CX = count, so each count must be 1..=65535).
 fn guest_code(pio: u16, mmio: u16, halts: u16) -> Vec<u8> {
@@ -86,15 +81,15 @@ fn kvm_stats(vcpu: &kvm_ioctls::VcpuFd) -> Vec<(String, u64)> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let args = Args::from_env();
     let count = |name: &str, default: u64| -> u16 {
-        let v = arg(&args, name, default);
+        let v = args.num(name, default);
         assert!((1..=65535).contains(&v), "{name} must be 1..=65535");
         v as u16
     };
     let (pio, mmio, halts) = (count("--pio", 50), count("--mmio", 30), count("--halts", 20));
-    let sleep = Duration::from_micros(arg(&args, "--sleep-us", 1000));
-    let linger = Duration::from_millis(arg(&args, "--linger-ms", 0));
+    let sleep = Duration::from_micros(args.num("--sleep-us", 1000));
+    let linger = Duration::from_millis(args.num("--linger-ms", 0));
 
     let kvm = Kvm::new().expect("open /dev/kvm");
     let vm = kvm.create_vm().expect("KVM_CREATE_VM");

@@ -10,6 +10,9 @@
 //! counts), the tap's counters before and after, and the vhost worker's pid.
 //! Needs /dev/vhost-net and /dev/net/tun (vhost_net and tun loaded).
 
+mod args;
+
+use args::Args;
 use std::{
     fs,
     os::fd::RawFd,
@@ -132,14 +135,6 @@ impl Queue {
     }
 }
 
-fn arg(args: &[String], name: &str, default: u64) -> u64 {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}: not a number: {v}")))
-        .unwrap_or(default)
-}
-
 fn check(what: &str, rc: libc::c_int) {
     if rc < 0 {
         panic!("{what}: {}", std::io::Error::last_os_error());
@@ -179,19 +174,10 @@ fn frame(buf: *mut u8, size: usize, seq: u32) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let tap = args
-        .iter()
-        .position(|a| a == "--tap")
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-        .unwrap_or_else(|| "vtg0".into());
-    let (writes, tx, rx) = (
-        arg(&args, "--write", 100),
-        arg(&args, "--tx", 300),
-        arg(&args, "--rx", 200),
-    );
-    let size = arg(&args, "--size", 256) as usize;
+    let args = Args::from_env();
+    let tap = args.value("--tap").unwrap_or_else(|| "vtg0".into());
+    let (writes, tx, rx): (u64, u64, u64) = (args.num("--write", 100), args.num("--tx", 300), args.num("--rx", 200));
+    let size: usize = args.num("--size", 256);
     assert!((60..=1514).contains(&size), "--size: 60..=1514 bytes");
     assert!(tx < 65536 && rx <= RING as u64, "--tx below 65536, --rx at most {RING}");
 

@@ -52,6 +52,35 @@ pub fn report_json(recording: &Path) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("report JSON parses")
 }
 
+/// Every thread cpu-mix reports in its ground truth (`--out FILE`: each
+/// thread's own /proc schedstat run time) has a total in `report` within 2 %
+/// of it. `label` names the recording in failures.
+pub fn assert_threads_match_schedstat(report: &serde_json::Value, truth_file: &Path, label: &str) {
+    let truth: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(truth_file).expect("cpu-mix's truth")).expect("truth parses");
+    for t in truth["threads"].as_array().expect("truth threads") {
+        let expected = t["schedstat_ns"].as_u64().unwrap();
+        let got = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["tid"] == t["tid"])
+            .and_then(|x| x["total_ns"].as_u64())
+            .unwrap_or_else(|| panic!("{label}: thread {} missing", t["tid"]));
+        let err = (got as f64 - expected as f64).abs() / expected as f64;
+        eprintln!(
+            "{label} {}: vtrace {got} ns, schedstat {expected} ns ({:.2} %)",
+            t["name"],
+            err * 100.0
+        );
+        assert!(
+            err <= 0.02,
+            "{label}: {} {got} ns vs schedstat {expected} ns",
+            t["name"]
+        );
+    }
+}
+
 /// A directory removed when dropped, even when the test fails.
 pub struct TempDir(pub PathBuf);
 

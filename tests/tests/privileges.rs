@@ -5,7 +5,6 @@
 
 use std::{path::Path, process::Command};
 
-use serde_json::Value;
 use vtrace_tests::{TempDir, bin, report_json};
 
 /// The nobody user, with exactly `caps` (setpriv names: "bpf,perfmon").
@@ -72,25 +71,7 @@ fn the_documented_capabilities_are_enough_and_fewer_are_named() {
         ],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let truth: Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
-    let r = report_json(&rec);
-    for t in truth["threads"].as_array().unwrap() {
-        let expected = t["schedstat_ns"].as_u64().unwrap();
-        let got = r["threads"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["tid"] == t["tid"])
-            .and_then(|x| x["total_ns"].as_u64())
-            .expect("the thread's row");
-        let err = (got as f64 - expected as f64).abs() / expected as f64;
-        eprintln!(
-            "{}: vtrace {got} ns, schedstat {expected} ns ({:.2} %)",
-            t["name"],
-            err * 100.0
-        );
-        assert!(err <= 0.02, "{}: {got} vs {expected}", t["name"]);
-    }
+    vtrace_tests::assert_threads_match_schedstat(&report_json(&rec), &truth, "as nobody");
     // Fewer: the error names each missing capability, and nothing runs.
     for (caps, missing) in [
         ("", "CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH"),

@@ -426,25 +426,7 @@ fn two_recordings_at_once_are_each_exact() {
     for (out, truth, mut child) in runs {
         let status = child.wait().unwrap();
         assert!(status.success(), "{}: {status:?}", out.display());
-        let truth: Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
-        let r = report_json(&out);
-        for t in truth["threads"].as_array().unwrap() {
-            let expected = t["schedstat_ns"].as_u64().unwrap();
-            let got = r["threads"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|x| x["tid"] == t["tid"])
-                .and_then(|x| x["total_ns"].as_u64())
-                .unwrap_or_else(|| panic!("{}: thread {} missing", out.display(), t["tid"]));
-            let err = (got as f64 - expected as f64).abs() / expected as f64;
-            assert!(
-                err <= 0.02,
-                "{}: {} {got} ns vs schedstat {expected} ns",
-                out.display(),
-                t["name"]
-            );
-        }
+        vtrace_tests::assert_threads_match_schedstat(&report_json(&out), &truth, &out.display().to_string());
     }
 }
 

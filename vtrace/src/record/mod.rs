@@ -605,8 +605,9 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
                         tables: &TableSet::default(),
                         checkpoint: true,
                     };
+                    let began = std::time::Instant::now();
                     let result = checkpoint(&mut collectors, &ebpf, &parts, &meta, (start_mono, now, &usage_at_start), slot.staging());
-                    checkpoints.done(result);
+                    checkpoints.done(result, began.elapsed());
                 }
             }
         }
@@ -828,18 +829,12 @@ impl Checkpoints {
         }
     }
 
-    fn due(&mut self) -> bool {
-        let due = self.next.is_some_and(|t| std::time::Instant::now() >= t);
-        if due {
-            self.next = Some(std::time::Instant::now());
-        }
-        due
+    fn due(&self) -> bool {
+        self.next.is_some_and(|t| std::time::Instant::now() >= t)
     }
 
-    /// After the checkpoint `due` allowed.
-    fn done(&mut self, result: Result<()>) {
-        let began = self.next.expect("a checkpoint was due");
-        let took = began.elapsed();
+    /// After a checkpoint, which took `took`.
+    fn done(&mut self, result: Result<()>, took: Duration) {
         self.took += took;
         match result {
             Ok(()) => {

@@ -47,6 +47,9 @@ pub struct ThreadIdentity {
 #[derive(Serialize, Deserialize)]
 struct IntervalEnd {
     end_ns: u64,
+    /// What threads' snapshots owe, where it changed since the last end
+    /// line (zeros: paid off). Only changes: a thread that exited owing
+    /// something would otherwise be repeated on every line after.
     owed: Vec<(u32, [u64; state::REPORTED])>,
     /// Each CPU's time from the start to here.
     #[serde(default)]
@@ -66,6 +69,8 @@ pub struct Journal {
     intervals: File,
     threads: File,
     named: BTreeMap<u32, String>,
+    /// What the last end line left owed, per thread.
+    owed: BTreeMap<u32, [u64; state::REPORTED]>,
     /// Why journaling stopped (a full disk): the recording goes on without it.
     pub failed: Option<String>,
 }
@@ -93,6 +98,7 @@ impl Journal {
             intervals: open(INTERVALS)?,
             threads: open(THREADS)?,
             named: BTreeMap::new(),
+            owed: BTreeMap::new(),
             failed: None,
         })
     }
@@ -141,18 +147,32 @@ impl Journal {
             serde_json::to_writer(&mut out, r).expect("row serializes");
             out.push(b'\n');
         }
+        let owed: BTreeMap<u32, [u64; state::REPORTED]> = owed.iter().copied().collect();
+        let mut changed: Vec<(u32, [u64; state::REPORTED])> = owed
+            .iter()
+            .filter(|(tid, o)| self.owed.get(tid) != Some(o))
+            .map(|(tid, o)| (*tid, *o))
+            .collect();
+        changed.extend(
+            self.owed
+                .keys()
+                .filter(|tid| !owed.contains_key(tid))
+                .map(|tid| (*tid, [0; state::REPORTED])),
+        );
         serde_json::to_writer(
             &mut out,
             &IntervalEnd {
                 end_ns,
-                owed: owed.to_vec(),
+                owed: changed,
                 cpus,
             },
         )
         .expect("end serializes");
         out.push(b'\n');
         // One write per interval: a kill leaves at most its last line torn.
-        self.intervals.write_all(&out).map_err(io(INTERVALS))
+        self.intervals.write_all(&out).map_err(io(INTERVALS))?;
+        self.owed = owed;
+        Ok(())
     }
 }
 
@@ -236,8 +256,14 @@ pub fn checkpoint(staging: &Path, rec: &mut Recording) -> Result<()> {
     let bytes = serde_json::to_vec(&checkpoint).expect("checkpoint serializes");
     let dir = staging.join(DIR);
     let tmp = dir.join(format!("{CHECKPOINT}.tmp"));
-    fs::write(&tmp, bytes).map_err(io("write the checkpoint"))?;
-    fs::rename(&tmp, dir.join(CHECKPOINT)).map_err(io("put the checkpoint in place"))
+    let written = fs::write(&tmp, bytes)
+        .map_err(io("write the checkpoint"))
+        .and_then(|()| fs::rename(&tmp, dir.join(CHECKPOINT)).map_err(io("put the checkpoint in place")));
+    if written.is_err() {
+        // A full disk: the last whole checkpoint stays, the torn one goes.
+        let _ = fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The last checkpoint of an unfinished recording, if it wrote one.
@@ -279,7 +305,7 @@ pub fn recover(dir: &Path) -> Result<Recording> {
     let mut pending: Vec<IntervalRow> = Vec::new();
     let mut ends = 0u64;
     let mut covered_ns = 0;
-    let mut owed = Vec::new();
+    let mut owed: BTreeMap<u32, [u64; state::REPORTED]> = BTreeMap::new();
     let mut cpus = Vec::new();
     for line in lines::<IntervalLine>(&dir.join(DIR).join(INTERVALS))? {
         match line {
@@ -288,7 +314,7 @@ pub fn recover(dir: &Path) -> Result<Recording> {
                 intervals.append(&mut pending);
                 ends += 1;
                 covered_ns = e.end_ns;
-                owed = e.owed;
+                owed.extend(e.owed);
                 cpus = e.cpus;
             }
         }
