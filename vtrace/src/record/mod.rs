@@ -809,13 +809,15 @@ fn checkpoint(
 }
 
 /// When the next checkpoint is due: every `every`, and never sooner than a
-/// hundred times the last one took (at most 1 % of a CPU); none after one fails.
+/// hundred times the last one took (at most 1 % of a CPU). One that fails
+/// (a full disk) leaves the last whole one, and the next is tried as usual.
 struct Checkpoints {
     every: Duration,
     next: Option<std::time::Instant>,
     written: u64,
     took: Duration,
-    failed: Option<String>,
+    failures: u64,
+    last_failure: Option<String>,
 }
 
 impl Checkpoints {
@@ -825,7 +827,8 @@ impl Checkpoints {
             next: (!every.is_zero()).then(|| std::time::Instant::now() + every),
             written: 0,
             took: Duration::ZERO,
-            failed: None,
+            failures: 0,
+            last_failure: None,
         }
     }
 
@@ -837,15 +840,13 @@ impl Checkpoints {
     fn done(&mut self, result: Result<()>, took: Duration) {
         self.took += took;
         match result {
-            Ok(()) => {
-                self.written += 1;
-                self.next = Some(std::time::Instant::now() + self.every.max(took * 100));
-            }
+            Ok(()) => self.written += 1,
             Err(e) => {
-                self.failed = Some(e.to_string());
-                self.next = None;
+                self.failures += 1;
+                self.last_failure = Some(e.to_string());
             }
         }
+        self.next = Some(std::time::Instant::now() + self.every.max(took * 100));
     }
 
     /// Their count and cost into `overhead`.
@@ -855,11 +856,12 @@ impl Checkpoints {
     }
 
     fn notes(&self) -> Vec<String> {
-        match &self.failed {
+        match &self.last_failure {
             Some(why) => vec![format!(
-                "checkpoints stopped after {} ({why}): had vtrace been killed, only the CPU layer's journal would \
-                 have survived past the last one",
-                self.written
+                "{} of {} checkpoints failed (the last: {why}): had vtrace been killed then, every table but the CPU \
+                 layer's would have been as of the last one written",
+                self.failures,
+                self.failures + self.written
             )],
             None if self.every.is_zero() => vec![
                 "no checkpoints (--checkpoint 0): had vtrace been killed, only the CPU layer's journal would have \
