@@ -525,6 +525,85 @@ fn a_staging_directory_with_nothing_recorded_is_removed_by_the_next_recording() 
     assert!(out.join("meta.json").is_file());
 }
 
+/// A disk that fills mid-run under the journal: checkpoints fail (each
+/// counted, the last whole one kept, never a stop), the workload runs to its
+/// end, and the recording is written whole from the space set aside.
+#[test]
+fn a_disk_that_fills_under_the_journal_keeps_recording() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("full-journal");
+    let mnt = dir.join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=12m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let _mounted = Tmpfs(mnt.clone());
+    let out = mnt.join("run.vtrace");
+    let vt = Command::new(bin("vtrace"))
+        .args([
+            "record",
+            "--interval",
+            "100ms",
+            "--checkpoint",
+            "200ms",
+            "--layers",
+            "cpu,net",
+        ])
+        .args([
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "ping",
+            "-c",
+            "30",
+            "-i",
+            "0.1",
+            "127.0.0.1",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(20), || staging_of(&out)
+            .is_some_and(|s| s.join("journal/checkpoint.json").is_file())),
+        "no checkpoint written"
+    );
+    // Every byte left goes to a filler file.
+    let filled = Command::new("dd")
+        .args(["if=/dev/zero", "bs=64k"])
+        .arg(format!("of={}", mnt.join("filler").display()))
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!filled.success(), "dd stops at a full disk");
+    let o = vt.wait_with_output().unwrap();
+    assert!(o.status.success(), "vtrace exits as ping did: {}", stderr(&o));
+    let r = report_json(&out);
+    assert!(r["incomplete"].is_null());
+    assert_eq!(r["workload"]["exit_code"], 0);
+    let notes = r["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap_or_default().contains("checkpoints failed")),
+        "a note counts the failed checkpoints: {notes:?}"
+    );
+    // The recording's tables are whole: ping's thread and loopback's 60 packets each way.
+    assert!(r["threads"].as_array().unwrap().iter().any(|t| t["comm"] == "ping"));
+    let lo_xmit = r["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "lo" && d["hop"] == "xmit")
+        .and_then(|d| d["packets"].as_u64())
+        .unwrap_or(0);
+    assert!(lo_xmit >= 60, "lo xmit {lo_xmit}");
+}
+
 /// A path that cannot hold a recording is refused before the workload starts.
 #[test]
 fn an_unwritable_output_fails_before_the_workload_starts() {
