@@ -433,6 +433,21 @@ fn two_recordings_at_once_are_each_exact() {
 /// A tmpfs mounted for one test, unmounted when dropped (a failure included).
 struct Tmpfs(PathBuf);
 
+impl Tmpfs {
+    /// `dir`/mnt, a tmpfs of `size` (mount's syntax: "12m").
+    fn mount(dir: &TempDir, size: &str) -> Tmpfs {
+        let mnt = dir.join("mnt");
+        std::fs::create_dir_all(&mnt).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&mnt)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount a tmpfs");
+        Tmpfs(mnt)
+    }
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
@@ -447,15 +462,8 @@ impl Drop for Tmpfs {
 fn a_disk_that_fills_drops_events_counted_and_keeps_the_tables() {
     assert!(vtrace_tests::is_root(), "run as root");
     let dir = TempDir::new("tiny-disk");
-    let mnt = dir.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=28m", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    let _mounted = Tmpfs(mnt.clone());
+    let mounted = Tmpfs::mount(&dir, "28m");
+    let mnt = mounted.0.clone();
     let out = mnt.join("run.vtrace");
     let o = vtrace(&[
         "record",
@@ -532,15 +540,8 @@ fn a_staging_directory_with_nothing_recorded_is_removed_by_the_next_recording() 
 fn a_disk_that_fills_under_the_journal_keeps_recording() {
     assert!(vtrace_tests::is_root(), "run as root");
     let dir = TempDir::new("full-journal");
-    let mnt = dir.join("mnt");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=12m", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    let _mounted = Tmpfs(mnt.clone());
+    let mounted = Tmpfs::mount(&dir, "12m");
+    let mnt = mounted.0.clone();
     let out = mnt.join("run.vtrace");
     let vt = Command::new(bin("vtrace"))
         .args([
