@@ -2,14 +2,18 @@
 //!
 //! - `mix-spin`: a busy loop in user space (the clock is read via the vDSO, no syscalls);
 //! - `mix-syscall`: reads /dev/zero in 64 KiB chunks (mostly system time);
-//! - `mix-tx` / `mix-rx`: a loopback TCP stream (NET_RX softirq on the way).
+//! - `mix-tx` / `mix-rx`: a loopback TCP stream (NET_RX softirq on the way);
+//! - `mix-sleep` (only with `--only ...,sleep`): 20 000 additions, a 4 KiB
+//!   write to /dev/null and a 200 us nanosleep in a loop: thousands of
+//!   sleeps and wakeups, each a short slice (the case that needs every slice
+//!   matched to the scheduler's clock).
 //!
 //! When the time is up every worker parks; the main thread then reads each
 //! one's /proc/self/task/<tid>/schedstat (run time and run-queue wait, exact while it sleeps) and the
 //! kernel's tick-sampled utime/stime from .../stat, prints them as JSON, and exits the process with the workers still parked.
 //!
-//! Usage: cpu-mix [--seconds S] [--out FILE] [--only spin,syscall,net] [--spinners N]
-//! (`--only`: just those workers; `net` is the rx/tx pair; `--spinners`:
+//! Usage: cpu-mix [--seconds S] [--out FILE] [--only spin,syscall,net,sleep] [--spinners N]
+//! (`--only`: just those workers, default spin,syscall,net; `net` is the rx/tx pair; `--spinners`:
 //! that many `mix-spin` threads, more than the CPUs to make them queue).
 
 mod args;
@@ -71,9 +75,10 @@ fn main() {
     let out = args.value("--out");
     let run_for = Duration::from_secs_f64(seconds);
     let only = args.value("--only");
-    let wanted = |kind: &str| only.as_deref().is_none_or(|o| o.split(',').any(|k| k == kind));
+    let only = only.unwrap_or_else(|| "spin,syscall,net".into());
+    let wanted = |kind: &str| only.split(',').any(|k| k == kind);
     let spinners: usize = args.num("--spinners", 1);
-    let workers = [("spin", spinners), ("syscall", 1), ("net", 2)]
+    let workers = [("spin", spinners), ("syscall", 1), ("net", 2), ("sleep", 1)]
         .iter()
         .filter(|(k, _)| wanted(k))
         .map(|(_, n)| n)
@@ -126,6 +131,27 @@ fn main() {
                     reads += 1;
                 }
                 reads
+            }),
+        ));
+    }
+    if wanted("sleep") {
+        handles.push(worker(
+            "mix-sleep",
+            Box::new(|until| {
+                let mut null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
+                let page = [1u8; 4096];
+                let mut x: u64 = 0;
+                let mut loops = 0;
+                while Instant::now() < until {
+                    for i in 0..20_000u64 {
+                        x = std::hint::black_box(x.wrapping_add(i));
+                    }
+                    null.write_all(&page).unwrap();
+                    thread::sleep(Duration::from_micros(200));
+                    loops += 1;
+                }
+                std::hint::black_box(x);
+                loops
             }),
         ));
     }

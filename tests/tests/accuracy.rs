@@ -202,3 +202,68 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
     // differ by scheduler-path gaps handed to and from the idle task, and by steal time.
     assert!(diff < 0.03, "per-CPU busy {per_cpu} vs per-thread busy {busy}");
 }
+
+/// A thread that sleeps and wakes thousands of times (cpu-mix's `mix-sleep`:
+/// 200 us sleeps between short bursts) beside a spinner and a syscall thread:
+/// every thread within 2 % of its own schedstat in five recordings in a row,
+/// in both split modes. Each wakeup is a switch-in; where the kernel does
+/// not report one (this machine's PID-1 blind spot), only the thread's own
+/// scheduler clock keeps the next slice from taking the previous thread's
+/// time (issue #25: +6 % in one run of two before).
+#[test]
+fn a_thread_that_sleeps_and_wakes_matches_schedstat_five_times_in_a_row() {
+    for split in ["ticks", "syscalls"] {
+        for round in 1..=5 {
+            let dir = TempDir::new(&format!("accuracy-sleep-{split}-{round}"));
+            let rec = dir.join("run.vtrace");
+            let truth_path = dir.join("truth.json");
+            let mix = bin("cpu-mix");
+            let o = vtrace_env(
+                &[
+                    "record",
+                    "--layers",
+                    "cpu",
+                    "--cpu-split",
+                    split,
+                    "-o",
+                    rec.to_str().unwrap(),
+                    "--",
+                    mix.to_str().unwrap(),
+                    "--seconds",
+                    "3",
+                    "--only",
+                    "spin,syscall,sleep",
+                    "--out",
+                    truth_path.to_str().unwrap(),
+                ],
+                &[],
+            );
+            assert!(o.status.success(), "record failed: {}", stderr(&o));
+            let truth: Value = serde_json::from_slice(&std::fs::read(&truth_path).unwrap()).unwrap();
+            let report = report_json(&rec);
+            let untraced = report["overhead"]["untraced_switches"].as_u64().unwrap_or(0);
+            for t in truth["threads"].as_array().unwrap() {
+                let name = t["name"].as_str().unwrap();
+                let expected = ns(t, "schedstat_ns");
+                let got = thread(&report, t["tid"].as_u64().unwrap());
+                let total = ns(got, "total_ns");
+                let err = (total as f64 - expected as f64) / expected as f64;
+                eprintln!(
+                    "{split} #{round} {name:<12} schedstat {expected:>12} vtrace {total:>12} err {:+.3} % \
+                     unbounded {} ns, switches {}, untraced switches in the run {untraced}",
+                    err * 100.0,
+                    ns(got, "unbounded_ns"),
+                    ns(got, "switches"),
+                );
+                if name == "mix-sleep" {
+                    assert!(ns(t, "units") >= 1000, "mix-sleep slept only {} times", ns(t, "units"));
+                }
+                assert!(
+                    err.abs() <= 0.02,
+                    "{split} round {round}: {name}: vtrace {total} ns vs schedstat {expected} ns ({:+.2} %)",
+                    err * 100.0
+                );
+            }
+        }
+    }
+}

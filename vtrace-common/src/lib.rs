@@ -94,6 +94,10 @@ pub struct ThreadTimes {
     /// seen whole: the ratio that splits `unsplit_ns`.
     pub user_tick_ns: u64,
     pub system_tick_ns: u64,
+    /// Time in slices that no scheduler clock bounded (switch-in unreported
+    /// and no earlier switch-out of the thread seen): its total may be off
+    /// by at most this much.
+    pub unbounded_ns: u64,
     pub tgid: u32,
     /// tgid of the process that forked this thread's process (0 if unknown).
     pub parent_tgid: u32,
@@ -126,6 +130,24 @@ pub struct ThreadSlot {
     pub times: ThreadTimes,
 }
 
+/// A thread's scheduler clocks as its last switch-out read them, in a
+/// global array direct-mapped by tid ([`thread_slot`]). At its next
+/// switch-out the gains are exactly what it ran since, even where the
+/// switch that brought it in was never reported (a slice timed from the
+/// last event seen on the CPU then also holds the previous thread's time).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastSwitchOut {
+    pub tid: u32,
+    /// [`clocks_in`] bits: which readings below are valid.
+    pub clocks: u32,
+    /// The task's `start_time`: a reused tid is another thread.
+    pub start_time: u64,
+    pub runtime: u64,
+    pub utime: u64,
+    pub stime: u64,
+}
+
 /// Per-CPU accounting state machine. One instance per CPU in a per-CPU array,
 /// so the hot path (syscall, irq, softirq events) touches nothing else.
 #[repr(C)]
@@ -151,6 +173,9 @@ pub struct CpuState {
     /// Context switches whose outgoing thread was not the one the last
     /// sched_switch switched in: a switch happened that no tracepoint reported.
     pub untraced_switches: u64,
+    /// What slices whose switch-in went unreported would have over-charged
+    /// their thread: taken back by its own scheduler clock.
+    pub untraced_trimmed_ns: u64,
     /// What the idle task (tid 0) was charged on this CPU, and its
     /// switch-outs: kept here rather than in the per-thread map, which
     /// spares about half of all context switches a hash lookup.

@@ -18,8 +18,8 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
 };
 use vtrace_common::{
-    CpuState, IRQ_SLOTS, IrqStat, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, THREAD_SLOTS, ThreadSlot,
-    ThreadTimes, state, thread_flag, thread_slot,
+    CpuState, IRQ_SLOTS, IrqStat, LastSwitchOut, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, THREAD_SLOTS,
+    ThreadSlot, ThreadTimes, state, thread_flag, thread_slot,
 };
 
 #[map]
@@ -37,6 +37,14 @@ pub static THREADS: HashMap<u32, ThreadTimes> = HashMap::with_max_entries(MAX_TH
 /// on any CPU, which only the hash map holds.)
 #[map]
 pub static THREAD_SLOT_TIMES: PerCpuArray<ThreadSlot> = PerCpuArray::with_max_entries(THREAD_SLOTS, 0);
+
+/// Each thread's scheduler clocks at its last switch-out, direct-mapped by
+/// tid (global: a thread's next switch-out may come on another CPU). A
+/// switch-out always runs in the outgoing thread's context, so it is seen
+/// even where the switch that brought the thread in was not: the gain since
+/// then bounds the slice exactly (see [`LastSwitchOut`]).
+#[map]
+pub static LAST_SWITCH_OUT: Array<LastSwitchOut> = Array::with_max_entries(THREAD_SLOTS, 0);
 
 /// NET_RX softirq ns per device ([`vtrace_common::dev_key`]; 0: softirqs that received no packet).
 #[map]
@@ -203,7 +211,8 @@ pub struct Outgoing {
 }
 
 /// Adds the CPU's accumulated time for the outgoing thread to its entry.
-/// Called once per context switch.
+/// Called once per context switch. Returns the ns the scheduler's clock
+/// added to (or, negative, took from) the slice.
 ///
 /// Slices are timed from tracepoint to tracepoint, but the scheduler starts
 /// and stops a thread's clock a few microseconds away from them (in
@@ -212,10 +221,10 @@ pub struct Outgoing {
 /// slice is set to the scheduler's own length and the difference, scheduler
 /// code either way, is taken to or from system time.
 #[inline(always)]
-pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: SliceClocks) {
-    let adjust = match slice.runtime {
-        Some(ns) => match_scheduler(st, ns),
-        None => 0,
+pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: SliceClocks) -> i64 {
+    let (adjust, unbounded) = match slice.runtime {
+        Some(ns) => (match_scheduler(st, ns), 0),
+        None => (0, st.acc.iter().sum::<u64>()),
     };
     let guest = if st.acc[state::GUEST] != 0 {
         thread_flag::GUEST_TRACED
@@ -227,9 +236,10 @@ pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: Sli
         if let Some(t) = THREADS.get_ptr_mut(&OVERFLOW_TID) {
             add_times(unsafe { &mut *t }, st);
         }
-        return;
+        return adjust;
     };
     t.sched_adjust_ns += adjust;
+    t.unbounded_ns += unbounded;
     if let Some((user, system)) = slice.ticks {
         t.user_tick_ns += user;
         t.system_tick_ns += system;
@@ -242,6 +252,7 @@ pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: Sli
     }
     t.flags = (t.flags & !thread_flag::IN_SYSCALL) | flags_set | guest;
     t.tgid = who.tgid;
+    adjust
 }
 
 /// The outgoing thread's entry on this CPU: its slot (taken if free) with

@@ -7,7 +7,7 @@ use aya_ebpf::{
     macros::{btf_tracepoint, raw_tracepoint, tracepoint},
     programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
-use vtrace_common::{CpuState, ThreadTimes, clocks_in, state, thread_flag};
+use vtrace_common::{CpuState, LastSwitchOut, ThreadTimes, clocks_in, state, thread_flag, thread_slot};
 
 use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
 use crate::{
@@ -74,26 +74,56 @@ fn read_clocks<M: KernelMem>(task: u64) -> (Option<u64>, Option<(u64, u64)>) {
     (runtime, ticks)
 }
 
-/// What the outgoing thread ran since its switch-in, by the scheduler's
-/// clocks; nothing where the switch-in was not seen.
+/// What the outgoing thread ran in this slice, by the scheduler's clocks
+/// as read now (`out`): the gain since its last switch-out where that was
+/// seen (exact even when the switch that brought it in went unreported),
+/// else the gain since its switch-in where that was seen; nothing
+/// otherwise. `last.clocks` is 0 where its last switch-out is not known.
+/// (Plain values throughout, no Option payloads: the verifier refuses a
+/// spilled register that one path left unset.)
 #[inline(always)]
-fn slice_clocks(st: &CpuState, seen_in: bool, runtime: Option<u64>, ticks: Option<(u64, u64)>) -> SliceClocks {
-    if !seen_in {
-        return SliceClocks::default();
-    }
-    let runtime = match runtime {
-        Some(r) if st.in_clocks & clocks_in::RUNTIME != 0 && r >= st.in_runtime => Some(r - st.in_runtime),
-        _ => None,
+fn slice_clocks(st: &CpuState, seen_in: bool, last: &LastSwitchOut, out: &LastSwitchOut) -> SliceClocks {
+    let from_last = |bit: u32| out.clocks & last.clocks & bit != 0;
+    let from_in = |bit: u32| seen_in && out.clocks & st.in_clocks & bit != 0;
+    let runtime = if from_last(clocks_in::RUNTIME) && out.runtime >= last.runtime {
+        Some(out.runtime - last.runtime)
+    } else if from_in(clocks_in::RUNTIME) && out.runtime >= st.in_runtime {
+        Some(out.runtime - st.in_runtime)
+    } else {
+        None
     };
-    // utime/stime only move while the thread runs: the gain since its
-    // switch-in is exactly this slice's ticks.
-    let ticks = match ticks {
-        Some((u, s)) if st.in_clocks & clocks_in::TICKS != 0 => {
-            Some((u.saturating_sub(st.in_utime), s.saturating_sub(st.in_stime)))
-        }
-        _ => None,
+    // utime/stime only move while the thread runs: the gain since it last
+    // ran is exactly this slice's ticks.
+    let ticks = if from_last(clocks_in::TICKS) {
+        Some((
+            out.utime.saturating_sub(last.utime),
+            out.stime.saturating_sub(last.stime),
+        ))
+    } else if from_in(clocks_in::TICKS) {
+        Some((
+            out.utime.saturating_sub(st.in_utime),
+            out.stime.saturating_sub(st.in_stime),
+        ))
+    } else {
+        None
     };
     SliceClocks { runtime, ticks }
+}
+
+/// The outgoing thread's readings in [`account::LAST_SWITCH_OUT`] (all zero
+/// when another thread's are there), and the entry to overwrite.
+#[inline(always)]
+fn last_switch_out(tid: u32, start_time: u64) -> (LastSwitchOut, Option<&'static mut LastSwitchOut>) {
+    let Some(entry) = account::LAST_SWITCH_OUT.get_ptr_mut(thread_slot(tid)) else {
+        return (LastSwitchOut::default(), None);
+    };
+    let entry = unsafe { &mut *entry };
+    let mine = if entry.tid == tid && entry.start_time == start_time {
+        *entry
+    } else {
+        LastSwitchOut::default()
+    };
+    (mine, Some(entry))
 }
 
 /// `prev_running`: the outgoing thread was preempted (TASK_RUNNING) rather
@@ -158,13 +188,30 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next: Option<u64>, nex
             st.idle_switches += 1;
         } else {
             let (runtime, ticks) = read_clocks::<M>(prev);
-            let slice = slice_clocks(st, seen_in, runtime, ticks);
+            let start_time = read_task_u64::<M>(prev, conf!(task_start_time)).unwrap_or(0);
+            let out = LastSwitchOut {
+                tid: prev_tid,
+                clocks: if runtime.is_some() { clocks_in::RUNTIME } else { 0 }
+                    | if ticks.is_some() { clocks_in::TICKS } else { 0 },
+                start_time,
+                runtime: runtime.unwrap_or(0),
+                utime: ticks.map_or(0, |t| t.0),
+                stime: ticks.map_or(0, |t| t.1),
+            };
+            let (last, entry) = last_switch_out(prev_tid, start_time);
+            let slice = slice_clocks(st, seen_in, &last, &out);
             let who = account::Outgoing {
                 tid: prev_tid,
                 tgid: prev_tgid,
-                start_time: read_task_u64::<M>(prev, conf!(task_start_time)).unwrap_or(0),
+                start_time,
             };
-            account::flush_thread(st, who, flags, slice);
+            let adjust = account::flush_thread(st, who, flags, slice);
+            if !seen_in && adjust < 0 {
+                st.untraced_trimmed_ns += adjust.unsigned_abs();
+            }
+            if let Some(entry) = entry {
+                *entry = out;
+            }
         }
     }
     st.acc = [0; state::SLOTS];

@@ -113,6 +113,10 @@ pub struct Overhead {
     pub state_repairs: u64,
     /// Context switches no sched_switch event reported (detected at the next one).
     pub untraced_switches: u64,
+    /// What the slices after those switches would have over-charged their
+    /// threads, taken back by each thread's own scheduler clock.
+    #[serde(default)]
+    pub untraced_trimmed_ns: u64,
     /// Per-packet events lost because the ring buffer was full (`--events`).
     pub net_event_drops: u64,
     /// In-flight skbs whose latency mark another skb took (a `SKB_MARKS` slot

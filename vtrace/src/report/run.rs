@@ -193,7 +193,7 @@ pub fn overhead(rec: &Recording) -> Section {
         String::new(),
         format!("vtrace's own cost{coverage}"),
         format!(
-            "  eBPF programs: {} s over {} events ({:.4}% of capacity); vtrace process: user {} s, system {} s, peak RSS {} MiB; per-thread map overflows: {}; interrupt state repairs: {}; untraced context switches: {}",
+            "  eBPF programs: {} s over {} events ({:.4}% of capacity); vtrace process: user {} s, system {} s, peak RSS {} MiB; per-thread map overflows: {}; interrupt state repairs: {}; untraced context switches: {}{}",
             secs(ov.bpf_run_time_ns),
             ov.bpf_run_count,
             ov.bpf_cpu_fraction * 100.0,
@@ -202,7 +202,16 @@ pub fn overhead(rec: &Recording) -> Section {
             ov.vtrace_peak_rss_kib / 1024,
             ov.thread_map_overflows,
             ov.state_repairs,
-            ov.untraced_switches
+            ov.untraced_switches,
+            // Recordings before each slice was bounded by the scheduler's clock have none.
+            if ov.untraced_trimmed_ns > 0 {
+                format!(
+                    " ({} s they would have over-charged, taken back by each thread's scheduler clock)",
+                    secs(ov.untraced_trimmed_ns)
+                )
+            } else {
+                String::new()
+            }
         ),
     ]);
     if ov.checkpoints > 0 {
@@ -295,6 +304,7 @@ pub fn overhead(rec: &Recording) -> Section {
             "thread_map_overflows": ov.thread_map_overflows,
             "state_repairs": ov.state_repairs,
             "untraced_switches": ov.untraced_switches,
+            "untraced_trimmed_ns": ov.untraced_trimmed_ns,
             "net_event_drops": ov.net_event_drops,
             "skb_marks_displaced": ov.skb_marks_displaced,
             "checkpoints": ov.checkpoints,

@@ -220,6 +220,7 @@ fn add_thread_times(total: &mut ThreadTimes, part: &ThreadTimes) {
     }
     total.switches += part.switches;
     total.sched_adjust_ns += part.sched_adjust_ns;
+    total.unbounded_ns += part.unbounded_ns;
     total.unsplit_ns += part.unsplit_ns;
     total.user_tick_ns += part.user_tick_ns;
     total.system_tick_ns += part.system_tick_ns;

@@ -196,6 +196,7 @@ impl Collector for CpuRecorder {
         overhead.thread_map_overflows = snap.cpus.iter().map(|c| c.thread_map_overflows).sum();
         overhead.state_repairs = snap.cpus.iter().map(|c| c.state_repairs).sum();
         overhead.untraced_switches = snap.cpus.iter().map(|c| c.untraced_switches).sum();
+        overhead.untraced_trimmed_ns = snap.cpus.iter().map(|c| c.untraced_trimmed_ns).sum();
         out.tables.put(threads);
         out.tables.put(rows::cpu_rows(snap));
         out.tables.put(rows::softirq_rows(snap));

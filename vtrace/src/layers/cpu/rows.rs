@@ -361,6 +361,7 @@ pub fn thread_rows(
                 guest_source: guest_source.into(),
                 switches: t.switches,
                 cgroup_id: t.cgroup_id,
+                unbounded_ns: t.unbounded_ns,
             }
         })
         .collect();

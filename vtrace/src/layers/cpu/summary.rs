@@ -147,6 +147,24 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         threads.row(cells);
     }
     s.table(threads);
+    // Totals follow each thread's scheduler clock slice by slice; where no
+    // clock bounded a slice, say by how much a total may be off.
+    let mut unbounded: Vec<_> = cpu.threads.iter().filter(|t| t.unbounded_ns > 0).collect();
+    if !unbounded.is_empty() {
+        unbounded.sort_by_key(|t| std::cmp::Reverse(t.unbounded_ns));
+        let named: Vec<String> = unbounded
+            .iter()
+            .take(5)
+            .map(|t| format!("{} ({}) up to {} s", t.comm, t.tid, secs(t.unbounded_ns)))
+            .collect();
+        s.lines([format!(
+            "{} thread(s) ran slices no scheduler clock bounded (their switch-in was not reported): totals may be off \
+             by at most: {}{}",
+            unbounded.len(),
+            named.join(", "),
+            if unbounded.len() > 5 { ", ..." } else { "" }
+        )]);
+    }
 
     let mut vectors = Table::new(
         "Softirq vectors (all CPUs)",
@@ -219,7 +237,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                 "user_ns": t.user_ns, "system_ns": t.system_ns, "softirq_ns": t.softirq_ns,
                 "hardirq_ns": t.hardirq_ns, "guest_ns": t.guest_ns, "idle_ns": t.idle_ns,
                 "total_ns": StateTimes::of_thread(t).busy_ns(),
-                "guest_source": t.guest_source, "switches": t.switches,
+                "guest_source": t.guest_source, "switches": t.switches, "unbounded_ns": t.unbounded_ns,
             });
             if let Some(r) = runq.get(&t.tid) {
                 row["runq_delay_ns"] = json!(r.delay_ns);

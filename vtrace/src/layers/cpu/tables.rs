@@ -4,7 +4,7 @@ use crate::recording::table;
 
 table! {
     /// CPU time per thread over the whole run (exited threads included).
-    ThreadRow = "threads" {
+    ThreadRow = "threads" version 2 {
         tid: u32,
         /// Thread group id (the process id).
         pid: u32,
@@ -32,6 +32,10 @@ table! {
         guest_source: String,
         switches: u64,
         cgroup_id: u64,
+        /// Time in slices no scheduler clock bounded (the switch that brought
+        /// the thread in went unreported and none of its switch-outs had been
+        /// seen yet): its total may be off by at most this much.
+        unbounded_ns: u64 [since 2],
     }
 }
 
