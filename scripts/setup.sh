@@ -46,6 +46,10 @@ fi
 # The Debian redis-server package starts a daemon on :6379; vtrace starts its own.
 if systemctl is-active --quiet redis-server 2>/dev/null; then systemctl stop redis-server || true; fi
 
+# The test command's gates (cargo fmt --check, cargo clippy) on the stable toolchain.
+for c in rustfmt clippy; do
+  rustup component list --installed | grep -q "^$c" || rustup component add "$c"
+done
 rustup component list --toolchain nightly --installed | grep -q '^rust-src' \
   || rustup component add rust-src --toolchain nightly
 

@@ -12,9 +12,8 @@ use std::{
 };
 
 use vtrace::{
-    layers::cpu::ThreadRow,
+    layers::{self, cpu::ThreadRow},
     record::{RecordOptions, Recorder},
-    recording,
 };
 
 /// Half the time spinning in user space, half in short syscalls.
@@ -65,7 +64,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     worker.join().unwrap();
 
     // The reader API: the recording as any later program reads it.
-    let rec = recording::read(&outcome.path)?;
+    let rec = layers::read(&outcome.path)?;
     let t = rec
         .rows::<ThreadRow>()
         .iter()

@@ -344,7 +344,7 @@ fn fuzz_reader(
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let dir = tmp.join(&format!("case{seed}.vtrace"));
         let mutations = make(&dir, &mut rng);
-        let outcome = quietly(|| match vtrace::recording::read(&dir) {
+        let outcome = quietly(|| match vtrace::layers::read(&dir) {
             Ok(rec) => {
                 for format in [vtrace::report::Format::Text, vtrace::report::Format::Json] {
                     let opts = vtrace::report::ReportOptions { format, top: 15 };

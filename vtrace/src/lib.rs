@@ -17,6 +17,7 @@ pub mod analysis;
 pub mod bench;
 pub mod collectors;
 pub mod compare;
+pub mod demo;
 pub mod ebpf;
 pub mod error;
 pub mod lab;
@@ -27,6 +28,7 @@ pub mod probes;
 pub mod record;
 pub mod recording;
 pub mod report;
+pub mod report_model;
 pub mod workload;
 
 pub use error::{Error, Result};

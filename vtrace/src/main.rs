@@ -324,8 +324,8 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             recording: path,
             output,
         } => {
-            let written = recording::journal::recover_into(&path, output.as_deref())?;
-            let rec = recording::read(&written)?;
+            let written = layers::recover_into(&path, output.as_deref())?;
+            let rec = layers::read(&written)?;
             let covered = rec.meta.incomplete.as_ref().map_or(0, |i| i.covered_ns);
             eprintln!(
                 "vtrace: recovered {:.1} s ({} intervals) into {}",
@@ -357,13 +357,12 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 };
                 return emit(&text, output.as_deref());
             }
-            let mut rec = recording::read(&path)?;
+            let mut rec = layers::read(&path)?;
             if let Some(n) = ops {
                 rec.set_ops(vtrace::workload::ops::Operations::given(n));
             }
             if format == Format::Flamegraph {
-                let svg =
-                    layers::sample::flamegraph::svg(&rec, &report::title(&rec), lines).map_err(anyhow::Error::msg)?;
+                let svg = layers::sample::flamegraph::svg(&rec, &rec.title(), lines).map_err(anyhow::Error::msg)?;
                 return emit(&svg, output.as_deref());
             }
             let text = if let Some(name) = table {
@@ -403,7 +402,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                 let read = |p: &PathBuf| -> anyhow::Result<Vec<recording::Recording>> {
                     vtrace::compare::recordings_in(p)?
                         .iter()
-                        .map(|r| Ok(recording::read(r)?))
+                        .map(|r| Ok(layers::read(r)?))
                         .collect()
                 };
                 let title = format!("{} (B) against {} (A)", b.display(), a.display());
@@ -513,7 +512,7 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Demo { output, requests } => {
-            let outcome = vtrace::workload::demo::run(output, requests)?;
+            let outcome = vtrace::demo::run(output, requests)?;
             print!(
                 "{}",
                 report::render(

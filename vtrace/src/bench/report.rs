@@ -120,7 +120,7 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
         let path = run_path(&dir, rep);
         if path.join(recording::META).is_file() {
             outputs.push(std::fs::read_to_string(path.join("workload.out")).unwrap_or_default());
-            recs.push(recording::read(&path)?);
+            recs.push(crate::layers::read(&path)?);
         } else if let Ok(why) = std::fs::read_to_string(error_path(&dir, rep)) {
             errors.push(format!("rep {rep}: {}", why.trim()));
         }

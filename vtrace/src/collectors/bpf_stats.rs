@@ -11,13 +11,11 @@
 //! the windows' run counts instead would be biased low: the statistics slow
 //! the workload down while they are on.)
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 use aya::{Ebpf, maps::PerCpuArray, sys::Stats};
 use vtrace_common::COUNTED_HOOKS;
-
-use crate::{probes::ProbeStatus, recording::ProgramRow};
 
 /// When the kernel's BPF statistics are on (`record --self-stats`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -180,7 +178,7 @@ pub fn calibrate(ebpf: &mut Ebpf) -> Result<Calibration, String> {
 /// Runs the kernel skipped because the program was already running on that
 /// CPU (a softirq interrupting it, say): `recursion_misses` of bpf_prog_info,
 /// which aya does not expose.
-fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
+pub fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
     use std::os::fd::AsRawFd;
     let mut info: aya_obj::generated::bpf_prog_info = unsafe { std::mem::zeroed() };
     #[repr(C)]
@@ -208,7 +206,7 @@ fn recursion_misses(fd: std::os::fd::BorrowedFd<'_>) -> u64 {
 
 /// Runs per hook over the whole recording, summed over CPUs (HOOK_RUNS,
 /// indexed as [`COUNTED_HOOKS`]).
-fn hook_runs(ebpf: &Ebpf) -> Vec<u64> {
+pub fn hook_runs(ebpf: &Ebpf) -> Vec<u64> {
     let Some(map) = ebpf.map("HOOK_RUNS") else {
         return Vec::new();
     };
@@ -221,43 +219,11 @@ fn hook_runs(ebpf: &Ebpf) -> Vec<u64> {
 }
 
 /// The hook a program counts its runs under: its name without the attach prefix.
-fn hook_of(program: &str) -> &str {
+pub fn hook_of(program: &str) -> &str {
     ["raw_", "tp_", "btf_", "kprobe_", "fentry_"]
         .iter()
         .find_map(|p| program.strip_prefix(p))
         .unwrap_or(program)
-}
-
-/// Runs, run count and run time of each attached program.
-pub fn read(ebpf: &Ebpf, probes: &[ProbeStatus]) -> Vec<ProgramRow> {
-    let runs = hook_runs(ebpf);
-    // A program attached at several points (the shared uprobe programs) is listed once.
-    let mut seen = std::collections::HashSet::new();
-    probes
-        .iter()
-        .filter_map(|p| {
-            let name = p.program.as_deref()?;
-            if !seen.insert(name) {
-                return None;
-            }
-            let program = ebpf.program(name)?;
-            let info = program.info().ok()?;
-            let misses = program.fd().map(|fd| recursion_misses(fd.as_fd())).unwrap_or(0);
-            Some(ProgramRow {
-                probe: p.id.clone(),
-                program: name.to_string(),
-                method: p.method.clone().unwrap_or_default(),
-                events: COUNTED_HOOKS
-                    .iter()
-                    .position(|h| *h == hook_of(name))
-                    .and_then(|i| runs.get(i).copied())
-                    .unwrap_or(0),
-                run_count: info.run_count(),
-                run_time_ns: info.run_time().as_nanos() as u64,
-                recursion_misses: misses,
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -58,7 +58,10 @@ impl Subject {
     /// Reads a recording, or every recording directly under a directory.
     pub fn load(path: &Path) -> Result<Subject> {
         let paths = recordings_in(path)?;
-        let recs = paths.iter().map(|p| recording::read(p)).collect::<Result<Vec<_>>>()?;
+        let recs = paths
+            .iter()
+            .map(|p| crate::layers::read(p))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Subject::of(path.display().to_string(), &recs))
     }
 

@@ -16,13 +16,13 @@ use std::{collections::HashSet, path::Path};
 use aya::Ebpf;
 use vtrace_common::Config;
 
+use self::options::RecordOptions;
 use crate::{
     Result,
     platforms::{SystemSnapshot, attribute::Attribution},
     probes::{Capabilities, ProbeSpec, ProbeStatus},
-    record::RecordOptions,
     recording::{Overhead, Recording, TableKind, TableSet, Workload},
-    report::model::Section,
+    report_model::Section,
 };
 
 pub mod block;
@@ -30,6 +30,7 @@ pub mod cpu;
 pub mod fs;
 pub mod kvm;
 pub mod net;
+pub mod options;
 pub mod runq;
 pub mod sample;
 pub mod tun;
@@ -93,6 +94,19 @@ pub trait Layer: Sync {
     /// Its report section (`top` rows per text table), from any recording,
     /// with or without its tables.
     fn summarize(&self, rec: &Recording, top: usize) -> Section;
+    /// Columns it adds to every thread's row of the JSON report (the CPU
+    /// layer's `threads`), where it ran: their names and each thread's
+    /// values (0 for a thread it has none for). The report joins them; no
+    /// layer edits another's rows.
+    fn thread_columns(&self, _rec: &Recording) -> Option<ThreadColumns> {
+        None
+    }
+}
+
+/// Per-thread columns a layer adds to the threads of the JSON report.
+pub struct ThreadColumns {
+    pub names: &'static [&'static str],
+    pub by_tid: std::collections::HashMap<u32, Vec<u64>>,
 }
 
 /// What a layer's collector sees once its probes are attached.
@@ -207,6 +221,17 @@ pub fn default_names() -> Vec<String> {
 /// Every probe of every layer, in attach order.
 pub fn catalog() -> Vec<ProbeSpec> {
     REGISTRY.iter().flat_map(|l| l.catalog().iter().copied()).collect()
+}
+
+/// Reads any recording, its tables as the layers declare them; an
+/// unfinished one (vtrace was killed) is recovered from its journal.
+pub fn read(path: &Path) -> Result<Recording> {
+    crate::recording::read_with(path, &table_kinds(), cpu::journal::recover)
+}
+
+/// Writes the recording an unfinished directory holds (`vtrace recover`).
+pub fn recover_into(path: &Path, output: Option<&Path>) -> Result<std::path::PathBuf> {
+    cpu::journal::recover_into(path, output, &table_kinds())
 }
 
 /// How to read every table a layer (or the recording itself) writes.

@@ -5,7 +5,6 @@
 use std::collections::HashMap;
 
 use super::{Instance, Profile, snapshot::ProcInfo, thread_role};
-use crate::layers::cpu::ThreadRow;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attributed {
@@ -97,108 +96,5 @@ impl Attribution {
             }
         }
         None
-    }
-}
-
-/// The recorded threads by tid, by process and by cgroup: how every layer's
-/// rows name what they counted (pid, comm, platform, instance, role) the way
-/// the threads table does, with one lookup. The cgroup index serves work
-/// the kernel does on a task's behalf and charges to its cgroup (block I/O
-/// submitted by a container, say).
-pub struct ThreadIndex<'a> {
-    by_tid: HashMap<u32, &'a ThreadRow>,
-    by_pid: HashMap<u32, &'a ThreadRow>,
-    by_cgroup: HashMap<u64, &'a ThreadRow>,
-}
-
-impl<'a> ThreadIndex<'a> {
-    pub fn new(threads: &'a [ThreadRow]) -> Self {
-        let mut by_pid: HashMap<u32, &'a ThreadRow> = HashMap::new();
-        for t in threads {
-            let e = by_pid.entry(t.pid).or_insert(t);
-            if t.tid == t.pid {
-                *e = t;
-            }
-        }
-        // A cgroup is named after a process in it: one a platform instance
-        // claims first, then the lowest pid (stable across reports).
-        let mut by_cgroup: HashMap<u64, &'a ThreadRow> = HashMap::new();
-        for t in by_pid.values().filter(|t| t.cgroup_id != 0) {
-            let e = by_cgroup.entry(t.cgroup_id).or_insert(t);
-            if (t.instance.is_empty(), t.pid) < (e.instance.is_empty(), e.pid) {
-                *e = t;
-            }
-        }
-        ThreadIndex {
-            by_tid: threads.iter().map(|t| (t.tid, t)).collect(),
-            by_pid,
-            by_cgroup,
-        }
-    }
-
-    /// The process that names cgroup `id` (see [`ThreadIndex`]).
-    pub fn cgroup(&self, id: u64) -> Option<&'a ThreadRow> {
-        self.by_cgroup.get(&id).copied()
-    }
-
-    pub fn thread(&self, tid: u32) -> Option<&'a ThreadRow> {
-        self.by_tid.get(&tid).copied()
-    }
-
-    /// A process's main thread, or another of its threads when the main one was not recorded.
-    pub fn process(&self, pid: u32) -> Option<&'a ThreadRow> {
-        self.by_pid.get(&pid).copied()
-    }
-
-    /// A process's name: as recorded, else from /proc while it lives
-    /// (a process that never ran on a CPU the engine saw); empty once gone.
-    pub fn process_comm(&self, pid: u32) -> String {
-        self.process(pid).map_or_else(
-            || {
-                std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .map(|c| c.trim().to_string())
-                    .unwrap_or_default()
-            },
-            |t| t.comm.clone(),
-        )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn thread(tid: u32, pid: u32, cgroup_id: u64, instance: &str) -> ThreadRow {
-        ThreadRow {
-            tid,
-            pid,
-            cgroup_id,
-            instance: instance.into(),
-            comm: format!("t{tid}"),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn one_lookup_by_thread_process_and_cgroup() {
-        let threads = vec![
-            thread(10, 10, 7, ""),
-            thread(11, 10, 7, ""),
-            thread(30, 30, 7, "runc:30"),
-            thread(31, 30, 7, "runc:30"),
-            thread(20, 20, 8, ""),
-            thread(5, 5, 0, ""),
-        ];
-        let index = ThreadIndex::new(&threads);
-        assert_eq!(index.thread(31).map(|t| t.tid), Some(31));
-        assert_eq!(
-            index.process(10).map(|t| t.tid),
-            Some(10),
-            "the main thread names a process"
-        );
-        // A claimed process names the cgroup before a lower, unclaimed pid.
-        assert_eq!(index.cgroup(7).map(|t| t.pid), Some(30));
-        assert_eq!(index.cgroup(8).map(|t| t.pid), Some(20));
-        assert!(index.cgroup(0).is_none() && index.cgroup(9).is_none());
     }
 }

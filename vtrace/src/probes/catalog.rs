@@ -212,11 +212,6 @@ macro_rules! kfunc_probe {
 }
 pub(crate) use kfunc_probe;
 
-/// The catalog entry `id` of any layer.
-pub fn find(id: &str) -> Option<ProbeSpec> {
-    crate::layers::catalog().into_iter().find(|p| p.id == id)
-}
-
 /// Directories searched for a uprobe binary given by file name.
 pub const UPROBE_SEARCH_PATH: &[&str] = &[
     "/usr/lib/x86_64-linux-gnu",

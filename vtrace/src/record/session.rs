@@ -71,8 +71,7 @@ impl Signals {
     }
 }
 
-/// The file of a recording that keeps its workload's output.
-pub const OUTPUT_FILE: &str = "workload.out";
+pub use crate::recording::OUTPUT_FILE;
 
 /// The `-- CMD` child, if any.
 #[derive(Default)]

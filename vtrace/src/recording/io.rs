@@ -10,11 +10,15 @@ use polars_io::{
     parquet::{read::ParquetReader, write::ParquetWriter},
 };
 
-use super::{FORMAT_NAME, Metadata, OLDEST_READABLE_SCHEMA, Recording, SCHEMA_VERSION, StoredTable, TableSet};
+use super::{
+    FORMAT_NAME, Metadata, OLDEST_READABLE_SCHEMA, Recording, SCHEMA_VERSION, StoredTable, TableKind, TableSet,
+};
 use crate::{Error, Result};
 
 /// The file whose presence marks a complete recording.
 pub const META: &str = "meta.json";
+/// The file of a recording that keeps its workload's output.
+pub const OUTPUT_FILE: &str = "workload.out";
 /// Space held in the staging directory until the tables are written.
 const RESERVE: &str = ".reserve";
 const RESERVE_BYTES: usize = 8 << 20;
@@ -244,12 +248,16 @@ pub fn checksum(path: &Path) -> Result<String> {
     Ok(format!("{hash:016x}"))
 }
 
+/// How a journal's recording is rebuilt (the CPU layer's journal, from above).
+pub type Recover = fn(&Path, &[TableKind]) -> Result<Recording>;
+
 /// Reads a recording of any schema from [`OLDEST_READABLE_SCHEMA`] to
-/// [`SCHEMA_VERSION`]. Tables are read as their layers declare them
-/// ([`crate::layers::table_kinds`]); a table that is missing reads as empty
-/// with a note, one this vtrace does not know is skipped with a note, and
-/// only a table or meta.json newer than this vtrace can read is refused.
-pub fn read(path: &Path) -> Result<Recording> {
+/// [`SCHEMA_VERSION`]. Tables are read as `kinds` declare them (the layers'
+/// tables, given from above: `layers::read`); a table that is missing reads
+/// as empty with a note, one this vtrace does not know is skipped with a
+/// note, and only a table or meta.json newer than this vtrace can read is
+/// refused. An unfinished directory (a journal) is rebuilt by `recover`.
+pub fn read_with(path: &Path, kinds: &[TableKind], recover: Recover) -> Result<Recording> {
     let not_rec = |reason: &str| Error::NotARecording {
         path: path.to_path_buf(),
         reason: reason.into(),
@@ -272,7 +280,7 @@ pub fn read(path: &Path) -> Result<Recording> {
         ));
     }
     if super::journal::is_unfinished(path) {
-        return super::journal::recover(path);
+        return recover(path, kinds);
     }
     let meta_path = path.join(META);
     let meta_bytes = fs::read(&meta_path).map_err(|_| not_rec("meta.json missing"))?;
@@ -329,8 +337,7 @@ pub fn read(path: &Path) -> Result<Recording> {
     };
     let mut tables = TableSet::default();
     let mut read_notes = Vec::new();
-    let kinds = crate::layers::table_kinds();
-    for kind in &kinds {
+    for kind in kinds {
         let version = meta.tables.get(kind.name).copied().unwrap_or(1);
         if version > kind.version {
             return Err(Error::TableVersion {

@@ -235,6 +235,15 @@ pub struct Recording {
 }
 
 impl Recording {
+    /// What the recording is of, in a few words: its workload's command
+    /// line, or vtrace's own.
+    pub fn title(&self) -> String {
+        match &self.meta.workload {
+            Some(w) => w.command.join(" "),
+            None => self.meta.command_line.join(" "),
+        }
+    }
+
     /// The rows of table `T`; empty when the recording has none.
     pub fn rows<T: super::Table>(&self) -> &[T] {
         self.tables.rows::<T>()

@@ -6,7 +6,8 @@
 pub mod csv;
 mod html;
 mod json;
-pub mod model;
+/// The typed report model lives below the layers, which build its sections.
+pub use crate::report_model as model;
 mod per_op;
 pub mod plot;
 pub mod run;
@@ -44,6 +45,7 @@ pub struct ReportOptions {
 pub fn sections(rec: &Recording, top: usize) -> Vec<model::Section> {
     let mut sections = vec![run::header(rec)];
     sections.extend(layers::REGISTRY.iter().map(|l| l.summarize(rec, top)));
+    join_thread_columns(&mut sections, rec);
     sections.extend([run::probes(rec), run::overhead(rec)]);
     if let Some(ops) = rec.ops() {
         per_op::divide(&mut sections, ops.count);
@@ -53,14 +55,37 @@ pub fn sections(rec: &Recording, top: usize) -> Vec<model::Section> {
     sections
 }
 
+/// Adds every layer's per-thread columns (`Layer::thread_columns`) to the
+/// CPU section's `threads`.
+fn join_thread_columns(sections: &mut [model::Section], rec: &Recording) {
+    let columns: Vec<_> = layers::REGISTRY.iter().filter_map(|l| l.thread_columns(rec)).collect();
+    let Some(threads) = sections
+        .iter_mut()
+        .find(|s| s.id == "cpu")
+        .and_then(|s| s.json.iter_mut().find(|(k, _)| *k == "threads"))
+        .and_then(|(_, v)| v.as_array_mut())
+    else {
+        return;
+    };
+    for row in threads {
+        let tid = row["tid"].as_u64().unwrap_or(u64::MAX) as u32;
+        for c in &columns {
+            let values = c.by_tid.get(&tid);
+            for (i, name) in c.names.iter().enumerate() {
+                row[*name] = values.and_then(|v| v.get(i)).copied().unwrap_or(0).into();
+            }
+        }
+    }
+}
+
 pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
     match opts.format {
         Format::Csv => csv::threads(&CpuBreakdown::of(rec)),
         Format::Folded => folded(rec),
         Format::Trace => trace::render(rec),
-        Format::Flamegraph => layers::sample::flamegraph::svg(rec, &title(rec), false).unwrap_or_default(),
-        Format::Json => render_sections(&sections(rec, usize::MAX), Format::Json, &title(rec)),
-        format => render_sections(&sections(rec, opts.top), format, &title(rec)),
+        Format::Flamegraph => layers::sample::flamegraph::svg(rec, &rec.title(), false).unwrap_or_default(),
+        Format::Json => render_sections(&sections(rec, usize::MAX), Format::Json, &rec.title()),
+        format => render_sections(&sections(rec, opts.top), format, &rec.title()),
     }
 }
 
@@ -72,15 +97,6 @@ pub fn render_sections(sections: &[model::Section], format: Format, title: &str)
         Format::Json => serde_json::to_string_pretty(&json::document(sections)).expect("report serializes"),
         Format::Html => html::render(title, sections),
         Format::Csv | Format::Folded | Format::Trace | Format::Flamegraph => String::new(),
-    }
-}
-
-/// What a recording is of, in a few words: its workload's command line,
-/// or vtrace's own.
-pub fn title(rec: &Recording) -> String {
-    match &rec.meta.workload {
-        Some(w) => w.command.join(" "),
-        None => rec.meta.command_line.join(" "),
     }
 }
 

@@ -4,95 +4,13 @@
 
 use plotters::{coord::ranged1d::SegmentValue, prelude::*};
 
-use super::model::{Figure, FigureKind, LineSeries as Line, RangedSeries, Series};
+use crate::report_model::{
+    Figure, FigureKind, LineSeries as Line, RangedSeries, Series,
+    palette::{STATE_COLORS, color_of},
+};
 
 const WIDTH: u32 = 860;
 const FONT: &str = "sans-serif";
-
-/// The CPU states, in the order every figure stacks them.
-const STATE_COLORS: [(&str, RGBColor); 6] = [
-    ("user", RGBColor(0x4c, 0x72, 0xb0)),
-    ("system", RGBColor(0xdd, 0x84, 0x52)),
-    ("softirq", RGBColor(0x55, 0xa8, 0x68)),
-    ("hardirq", RGBColor(0xc4, 0x4e, 0x52)),
-    ("guest", RGBColor(0x81, 0x72, 0xb3)),
-    ("idle", RGBColor(0xbb, 0xbb, 0xbb)),
-];
-
-/// Colours for everything else (roles, platforms, devices), chosen by a
-/// hash of the name: the same name gets the same colour in every figure and
-/// every report.
-const PALETTE: [RGBColor; 10] = [
-    RGBColor(0x1f, 0x77, 0xb4),
-    RGBColor(0xff, 0x7f, 0x0e),
-    RGBColor(0x2c, 0xa0, 0x2c),
-    RGBColor(0xd6, 0x27, 0x28),
-    RGBColor(0x94, 0x67, 0xbd),
-    RGBColor(0x8c, 0x56, 0x4b),
-    RGBColor(0xe3, 0x77, 0xc2),
-    RGBColor(0x7f, 0x7f, 0x7f),
-    RGBColor(0xbc, 0xbd, 0x22),
-    RGBColor(0x17, 0xbe, 0xcf),
-];
-
-/// The platform roles (vtrace/src/platforms/profiles.toml and the host's
-/// own), each its own colour, none a state's.
-const ROLE_COLORS: [(&str, RGBColor); 18] = [
-    ("app", RGBColor(0x1f, 0x77, 0xb4)),
-    ("vmm", RGBColor(0xff, 0x7f, 0x0e)),
-    ("vcpu", RGBColor(0x94, 0x67, 0xbd)),
-    ("vhost", RGBColor(0x2c, 0xa0, 0x2c)),
-    ("io-thread", RGBColor(0x17, 0xbe, 0xcf)),
-    ("agent", RGBColor(0x8c, 0x56, 0x4b)),
-    ("sandbox", RGBColor(0xe3, 0x77, 0xc2)),
-    ("gofer", RGBColor(0xbc, 0xbd, 0x22)),
-    ("shim", RGBColor(0x6b, 0x6e, 0xcf)),
-    ("runtime", RGBColor(0x9c, 0x9e, 0xde)),
-    ("stack", RGBColor(0xad, 0x49, 0x4a)),
-    ("api", RGBColor(0xe7, 0xba, 0x52)),
-    ("monitor", RGBColor(0x63, 0x79, 0x39)),
-    ("kernel", RGBColor(0x52, 0x54, 0xa3)),
-    ("other", RGBColor(0xd6, 0x27, 0x28)),
-    ("vtrace", RGBColor(0x33, 0x33, 0x33)),
-    ("stress", RGBColor(0x99, 0x99, 0x99)),
-    ("idle", RGBColor(0xbb, 0xbb, 0xbb)),
-];
-
-/// The platforms vtrace knows (vtrace/src/platforms/profiles.toml), each its
-/// own colour: bench figures put up to all of them side by side.
-const PLATFORM_COLORS: [(&str, RGBColor); 12] = [
-    ("host", RGBColor(0x4e, 0x79, 0xa7)),
-    ("runc", RGBColor(0xf2, 0x8e, 0x2b)),
-    ("crun", RGBColor(0xed, 0xc9, 0x48)),
-    ("lxc", RGBColor(0x76, 0xb7, 0xb2)),
-    ("docker", RGBColor(0x59, 0xa1, 0x4f)),
-    ("gvisor", RGBColor(0xb0, 0x7a, 0xa1)),
-    ("linuxvm", RGBColor(0xe1, 0x57, 0x59)),
-    ("lwip", RGBColor(0x9c, 0x75, 0x5f)),
-    ("firecracker", RGBColor(0xff, 0x9d, 0xa7)),
-    ("kata", RGBColor(0x17, 0xbe, 0xcf)),
-    ("unikraft", RGBColor(0xbc, 0xbd, 0x22)),
-    ("sriov", RGBColor(0x7f, 0x7f, 0x7f)),
-];
-
-pub fn color_of(name: &str) -> RGBColor {
-    if let Some((_, c)) = STATE_COLORS.iter().find(|(s, _)| *s == name) {
-        return *c;
-    }
-    // "platform/role": by its role, so a role looks the same on every platform.
-    let role = name.rsplit('/').next().unwrap_or(name);
-    if let Some((_, c)) = ROLE_COLORS.iter().find(|(r, _)| *r == role) {
-        return *c;
-    }
-    if let Some((_, c)) = PLATFORM_COLORS.iter().find(|(p, _)| *p == name) {
-        return *c;
-    }
-    // FNV-1a: stable across runs and builds, unlike std's hasher.
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    });
-    PALETTE[(hash % PALETTE.len() as u64) as usize]
-}
 
 /// The figure as an `<svg>` element.
 pub fn svg(figure: &Figure) -> String {
@@ -379,6 +297,7 @@ pub fn html_escape(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::report::model::{LineSeries, Series};
+    use crate::report_model::palette::{PLATFORM_COLORS, ROLE_COLORS};
 
     fn figure(kind: FigureKind) -> Figure {
         Figure {

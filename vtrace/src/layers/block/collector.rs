@@ -13,8 +13,9 @@ use super::tables::{BlockDeviceRow, BlockHistRow, BlockRow};
 use crate::{
     Result,
     collectors::maps::{Counters, counters, delta, sum_per_cpu, take},
+    layers::cpu::ThreadIndex,
     layers::cpu::ThreadRow,
-    platforms::{self, attribute::ThreadIndex},
+    platforms,
 };
 
 counters!(BlockStats { requests, bytes, queued, queue_ns, device_ns } [queue_hist, device_hist, size_hist]);

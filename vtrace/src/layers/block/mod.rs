@@ -43,7 +43,7 @@ impl Layer for BlockLayer {
             TableKind::of::<BlockDeviceRow>(),
         ]
     }
-    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
     fn start(&self, ebpf: &mut Ebpf, _setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {

@@ -8,7 +8,7 @@ use super::{BlockDeviceRow, BlockHistRow, BlockRow};
 use crate::{
     analysis::histogram::Histogram,
     recording::Recording,
-    report::model::{Figure, FigureKind, Section, Table, col, left, log2_bucket, us},
+    report_model::{Figure, FigureKind, Section, Table, col, left, log2_bucket, us},
 };
 
 pub fn section(rec: &Recording, top: usize) -> Section {

@@ -5,6 +5,8 @@
 
 pub mod analysis;
 pub mod collector;
+pub mod index;
+pub mod journal;
 pub mod probes;
 pub mod rows;
 pub mod summary;
@@ -16,6 +18,7 @@ use aya::Ebpf;
 use vtrace_common::{Config, thread_flag};
 
 pub use collector::{CpuSplit, monotonic_ns};
+pub use index::ThreadIndex;
 pub use tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow};
 
 use self::{
@@ -23,13 +26,13 @@ use self::{
     rows::{GuestSampler, Selection, Series},
 };
 use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup};
-use crate::recording::journal::{Journal, ThreadIdentity};
 use crate::{
     Error, Result,
     collectors::procfs::{self, TaskStat},
     probes::{self as probe, ProbeSpec},
     recording::{Overhead, TableKind},
 };
+use journal::{Journal, ThreadIdentity};
 
 pub struct CpuLayer;
 
@@ -38,7 +41,7 @@ impl Layer for CpuLayer {
         "cpu"
     }
     /// Always: every other layer's rows are attributed through its threads.
-    fn wanted(&self, _opts: &crate::record::RecordOptions) -> bool {
+    fn wanted(&self, _opts: &crate::layers::options::RecordOptions) -> bool {
         true
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
@@ -65,7 +68,7 @@ impl Layer for CpuLayer {
             TableKind::of::<IntervalRow>(),
         ]
     }
-    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, config: &Config) -> Result<Box<dyn Collector>> {

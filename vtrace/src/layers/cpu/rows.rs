@@ -14,8 +14,8 @@ use super::{
 };
 use crate::{
     collectors::procfs::{self, TaskStat},
+    layers::options::RecordOptions,
     platforms::{self, attribute::Attribution},
-    record::RecordOptions,
     recording::Workload,
 };
 

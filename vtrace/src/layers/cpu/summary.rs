@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     recording::Recording,
-    report::model::{Column, Figure, FigureKind, LineSeries, Section, Series, Table, col, left, pct, secs},
+    report_model::{Column, Figure, FigureKind, LineSeries, Section, Series, Table, col, left, pct, secs},
 };
 
 /// The seven state columns every CPU table ends with.
@@ -221,32 +221,20 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     }
     s.table(per_cpu);
 
-    // The run-queue layer's waits beside each thread, where it ran.
-    let runq: std::collections::HashMap<u32, &crate::layers::runq::RunqRow> = rec
-        .rows::<crate::layers::runq::RunqRow>()
-        .iter()
-        .map(|r| (r.tid, r))
-        .collect();
+    // Other layers' per-thread columns join these rows in the report
+    // (`Layer::thread_columns`), not here.
     let threads_json: Vec<_> = cpu
         .threads
         .iter()
         .map(|t| {
-            let mut row = json!({
+            json!({
                 "pid": t.pid, "tid": t.tid, "comm": t.comm, "role": t.role, "platform": t.platform, "instance": t.instance,
                 "selected": t.selected, "kthread": t.kthread, "exited": t.exited,
                 "user_ns": t.user_ns, "system_ns": t.system_ns, "softirq_ns": t.softirq_ns,
                 "hardirq_ns": t.hardirq_ns, "guest_ns": t.guest_ns, "idle_ns": t.idle_ns,
                 "total_ns": StateTimes::of_thread(t).busy_ns(),
                 "guest_source": t.guest_source, "switches": t.switches, "unbounded_ns": t.unbounded_ns,
-            });
-            if let Some(r) = runq.get(&t.tid) {
-                row["runq_delay_ns"] = json!(r.delay_ns);
-                row["runq_waits"] = json!(r.waits);
-            } else if !runq.is_empty() {
-                row["runq_delay_ns"] = json!(0);
-                row["runq_waits"] = json!(0);
-            }
-            row
+            })
         })
         .collect();
     s.json("states", cpu.total);

@@ -13,8 +13,9 @@ use super::tables::{FsHistRow, FsRow, OverlayCredsRow};
 use crate::{
     Result,
     collectors::maps::{Counters, delta, sum_per_cpu, take},
+    layers::cpu::ThreadIndex,
     layers::cpu::ThreadRow,
-    platforms::{self, attribute::ThreadIndex},
+    platforms,
 };
 
 impl Counters for FsStats {

@@ -11,7 +11,7 @@ use crate::{
     analysis::histogram::Histogram,
     layers::sample::SampleRow,
     recording::{ProgramRow, Recording},
-    report::model::{Section, Table, col, left, us},
+    report_model::{Section, Table, col, left, us},
 };
 
 /// The kernel functions of overlayfs's credential switch; a sampled stack

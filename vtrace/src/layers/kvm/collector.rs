@@ -20,11 +20,11 @@ use vtrace_common::{
 use crate::{
     Result,
     collectors::maps::{sum_per_cpu, take},
+    layers::cpu::ThreadIndex,
     layers::{
         cpu::ThreadRow,
         kvm::tables::{KvmEventRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow},
     },
-    platforms::attribute::ThreadIndex,
 };
 
 pub struct KvmCollector {

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::{
     recording::Recording,
-    report::model::{Column, Section, Table, col, left, us},
+    report_model::{Column, Section, Table, col, left, us},
 };
 
 fn reason_columns() -> Vec<Column> {
@@ -244,8 +244,8 @@ fn json_value(rec: &Recording, kvm: &KvmSummary) -> Value {
 
 /// Time spent per exit reason, all vCPUs together, stacked by kind of exit
 /// (KVM exit, user-space exit, halt); None without exits.
-fn reasons_figure(k: &KvmSummary, top: usize) -> Option<crate::report::model::Figure> {
-    use crate::report::model::{Figure, FigureKind, Series};
+fn reasons_figure(k: &KvmSummary, top: usize) -> Option<crate::report_model::Figure> {
+    use crate::report_model::{Figure, FigureKind, Series};
     let mut reasons: Vec<(&str, u64)> = Vec::new();
     for r in &k.total {
         match reasons.iter_mut().find(|(name, _)| *name == r.reason) {
@@ -291,10 +291,10 @@ fn reasons_figure(k: &KvmSummary, top: usize) -> Option<crate::report::model::Fi
 
 /// Latency distributions of the most frequent exit reasons (each kind of
 /// exit apart), all vCPUs together, in power-of-two buckets.
-fn latency_figures(rec: &Recording) -> Vec<crate::report::model::Figure> {
+fn latency_figures(rec: &Recording) -> Vec<crate::report_model::Figure> {
     use std::collections::BTreeMap;
 
-    use crate::report::model::{Figure, FigureKind, log2_bucket};
+    use crate::report_model::{Figure, FigureKind, log2_bucket};
     const SHOWN: usize = 3;
     let mut by_reason: BTreeMap<(&str, &str), BTreeMap<u32, u64>> = BTreeMap::new();
     for h in rec.rows::<KvmLatencyHistRow>() {

@@ -75,7 +75,7 @@ impl Layer for NetLayer {
             TableKind::of::<NetIntervalRow>(),
         ]
     }
-    fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report::model::Section {
+    fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report_model::Section {
         summary::section(rec)
     }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {

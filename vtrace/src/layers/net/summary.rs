@@ -7,7 +7,7 @@ use super::{NetDeviceRow, NetDropRow, NetHopRow, NetLatencyRow, NetSizeRow, TunI
 use crate::{
     analysis::histogram::Histogram,
     recording::Recording,
-    report::model::{Figure, FigureKind, RangedSeries, Section, Table, col, left},
+    report_model::{Figure, FigureKind, RangedSeries, Section, Table, col, left},
 };
 
 fn device(rec: &Recording, netns: u32, ifindex: u32) -> Option<&NetDeviceRow> {

@@ -10,7 +10,11 @@ use aya::{
 use vtrace_common::{FINE_BUCKETS, RunqStats, fine_bucket_range};
 
 use super::tables::{RunqHistRow, RunqRow};
-use crate::{Error, Result, collectors::maps::take, layers::cpu::ThreadRow, platforms::attribute::ThreadIndex};
+use crate::{
+    Error, Result,
+    collectors::maps::take,
+    layers::cpu::{ThreadIndex, ThreadRow},
+};
 
 /// The waits of every thread, with the longest of each.
 #[derive(Default)]

@@ -19,9 +19,9 @@ use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
 use crate::{
     Result,
     layers::cpu::monotonic_ns,
+    layers::options::RecordOptions,
     platforms,
     probes::ProbeSpec,
-    record::RecordOptions,
     recording::{Overhead, TableKind},
 };
 
@@ -49,8 +49,16 @@ impl Layer for RunqLayer {
             TableKind::of::<RunqIntervalRow>(),
         ]
     }
-    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
+    }
+    /// Each thread's total wait and number of waits beside its CPU time.
+    fn thread_columns(&self, rec: &crate::recording::Recording) -> Option<crate::layers::ThreadColumns> {
+        let rows = rec.rows::<RunqRow>();
+        (!rows.is_empty()).then(|| crate::layers::ThreadColumns {
+            names: &["runq_delay_ns", "runq_waits"],
+            by_tid: rows.iter().map(|r| (r.tid, vec![r.delay_ns, r.waits])).collect(),
+        })
     }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         Ok(Box::new(RunqRecorder {

@@ -305,7 +305,7 @@ pub fn frame_location_stripped(frame: &str) -> &str {
 
 /// Rows of the samples table.
 pub fn rows(folded: Vec<FoldedStack>, threads: &[ThreadRow]) -> Vec<SampleRow> {
-    let index = crate::platforms::attribute::ThreadIndex::new(threads);
+    let index = crate::layers::cpu::ThreadIndex::new(threads);
     folded
         .into_iter()
         .map(|(pid, tid, stack, count)| {

@@ -1,7 +1,7 @@
 //! Flamegraphs of the sampled stacks (inferno): each stack rooted at its
 //! thread's `platform/role`, then its instance and thread, so one graph
 //! shows who burns what; every frame coloured by the role it is under (the
-//! role colours of every other figure, `report::plot::color_of`).
+//! role colours of every other figure, `report_model::palette::color_of`).
 
 use std::collections::BTreeMap;
 
@@ -196,7 +196,7 @@ fn color_by_role(svg: &str) -> String {
             attr(rect, "y").and_then(|y| y.parse::<usize>().ok()),
         ) {
             (Some((_, _, name)), Some(fill), Some(y)) if y <= role_row => {
-                let c = crate::report::plot::color_of(name);
+                let c = crate::report_model::palette::color_of(name);
                 // Up to 45 % lighter towards the top of the graph.
                 let lift = ((role_row - y) as f64 / role_row.max(1) as f64 * 0.45).min(0.45);
                 let mix = |v: u8| (v as f64 + (255.0 - v as f64) * lift).round() as u8;

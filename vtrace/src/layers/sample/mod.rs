@@ -17,8 +17,8 @@ use self::collector::{FoldedStack, Sampler};
 use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
 use crate::{
     Result,
+    layers::options::RecordOptions,
     probes::{ProbeSpec, ProbeStatus},
-    record::RecordOptions,
     recording::{Overhead, TableKind},
 };
 
@@ -50,7 +50,7 @@ impl Layer for SampleLayer {
     fn tables(&self) -> Vec<TableKind> {
         vec![TableKind::of::<SampleRow>()]
     }
-    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
     fn start(&self, _ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {

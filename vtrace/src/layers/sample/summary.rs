@@ -3,7 +3,7 @@
 use super::SampleRow;
 use crate::{
     recording::Recording,
-    report::model::{Section, Table, col, left, pct},
+    report_model::{Section, Table, col, left, pct},
 };
 
 pub fn section(rec: &Recording, top: usize) -> Section {
@@ -37,7 +37,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             ]);
         }
         s.table(t);
-        if let Ok(svg) = super::flamegraph::svg(rec, &crate::report::title(rec), false) {
+        if let Ok(svg) = super::flamegraph::svg(rec, &rec.title(), false) {
             s.picture(super::flamegraph::without_script(&svg));
         }
     }

@@ -13,8 +13,9 @@ use super::tables::TunRow;
 use crate::{
     Result,
     collectors::maps::{Counters, delta, sum_per_cpu, take},
+    layers::cpu::ThreadIndex,
     layers::cpu::ThreadRow,
-    platforms::{self, attribute::ThreadIndex},
+    platforms,
     probes::ProbeStatus,
 };
 

@@ -36,7 +36,7 @@ impl Layer for TunLayer {
     fn tables(&self) -> Vec<TableKind> {
         vec![TableKind::of::<TunRow>()]
     }
-    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report::model::Section {
+    fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
     fn start(&self, ebpf: &mut Ebpf, _setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::TunRow;
 use crate::{
     recording::Recording,
-    report::model::{Section, Table, col, left},
+    report_model::{Section, Table, col, left},
 };
 
 pub fn section(rec: &Recording, top: usize) -> Section {

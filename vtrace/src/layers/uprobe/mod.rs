@@ -21,9 +21,9 @@ use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
 use crate::{
     Error, Result,
     collectors::maps::delta,
+    layers::options::RecordOptions,
     platforms,
     probes::{ProbeSpec, ProbeStatus, catalog::user_uprobe},
-    record::RecordOptions,
     recording::{Overhead, TableKind},
 };
 
@@ -59,7 +59,7 @@ impl Layer for UprobeLayer {
             TableKind::of::<UprobeIntervalRow>(),
         ]
     }
-    fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report::model::Section {
+    fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report_model::Section {
         summary::section(rec)
     }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
@@ -148,7 +148,7 @@ pub fn uprobe_rows(
     use vtrace_common::SIZE_BUCKETS;
     let mut rows = Vec::new();
     let mut hists = Vec::new();
-    let index = platforms::attribute::ThreadIndex::new(threads);
+    let index = crate::layers::cpu::ThreadIndex::new(threads);
     for (k, v) in stats {
         let Some(p) = probes.iter().find(|p| p.slot == Some(k.slot)) else {
             continue;

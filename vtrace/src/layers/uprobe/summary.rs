@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use super::{UprobeHistRow, UprobeRow};
 use crate::{
     recording::Recording,
-    report::model::{Section, Table, col, left},
+    report_model::{Section, Table, col, left},
 };
 
 pub fn section(rec: &Recording) -> Section {

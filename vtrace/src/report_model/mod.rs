@@ -3,6 +3,8 @@
 //! text, JSON, CSV and HTML renderers render any section the same way, so a
 //! new layer adds its section in its own `summary.rs` without touching them.
 
+pub mod palette;
+
 use serde::Serialize;
 use serde_json::Value;
 

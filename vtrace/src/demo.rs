@@ -7,7 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::netns::Netns;
+use crate::workload::netns::Netns;
 use crate::{
     Error, Result,
     record::{RecordOptions, RecordOutcome, record},
