@@ -485,6 +485,13 @@ fn a_disk_that_fills_drops_events_counted_and_keeps_the_tables() {
     eprintln!("events written {written}, dropped {dropped}");
     assert!(dropped > 0, "the disk was too small for every event");
     assert!(written > 0, "events up to the margin are kept");
+    // The loss is in both reports, under its layer's name.
+    assert_eq!(r["overhead"]["losses"]["net.event_drops"].as_u64(), Some(dropped));
+    let text = vtrace_tests::vtrace(&["report", out.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains(&format!("lost: net.event_drops {dropped}:")),
+        "the text report names the loss"
+    );
     assert!(
         r["notes"]
             .as_array()

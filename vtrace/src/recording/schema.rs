@@ -149,6 +149,59 @@ pub struct Overhead {
 }
 
 impl Overhead {
+    /// Every counter of what vtrace could not count, as `layer.counter`,
+    /// its count, and what it means: the report shows each one that is not
+    /// zero (text) and all of them (JSON `overhead.losses`).
+    pub fn losses(&self) -> [(&'static str, u64, &'static str); 9] {
+        [
+            (
+                "cpu.thread_map_overflows",
+                self.thread_map_overflows,
+                "context switches whose thread found the per-thread map full (its time kept under tid 4294967295)",
+            ),
+            (
+                "cpu.state_repairs",
+                self.state_repairs,
+                "interrupts whose exit event was missed, closed at the next syscall or switch",
+            ),
+            (
+                "cpu.untraced_switches",
+                self.untraced_switches,
+                "context switches no sched_switch event reported (each slice still bounded by its thread's scheduler clock)",
+            ),
+            (
+                "net.event_drops",
+                self.net_event_drops,
+                "per-packet events lost: the ring buffer was full or the disk nearly so (--events)",
+            ),
+            (
+                "net.skb_marks_displaced",
+                self.skb_marks_displaced,
+                "packets whose hop-latency mark another in-flight packet took: their hop latencies not measured",
+            ),
+            (
+                "sample.drops",
+                self.sample_drops,
+                "stack samples not counted: the sample map was full",
+            ),
+            (
+                "runq.drops",
+                self.runq_drops,
+                "run-queue waits not kept: the per-thread map was full",
+            ),
+            (
+                "block.unpaired",
+                self.block_unpaired,
+                "block completions not counted: the request was inserted before the layer started, or a block map was full",
+            ),
+            (
+                "fs.dropped",
+                self.fs_dropped,
+                "file syscalls not counted: a fs map was full",
+            ),
+        ]
+    }
+
     /// vtrace's own process: user + system ns in the window.
     pub fn vtrace_cpu_ns(&self) -> u64 {
         self.vtrace_user_ns + self.vtrace_system_ns

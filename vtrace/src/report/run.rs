@@ -214,6 +214,14 @@ pub fn overhead(rec: &Recording) -> Section {
             }
         ),
     ]);
+    let lost: Vec<String> = ov
+        .losses()
+        .iter()
+        // The CPU engine's are on the line above.
+        .filter(|(name, n, _)| *n > 0 && !name.starts_with("cpu."))
+        .map(|(name, n, meaning)| format!("  lost: {name} {n}: {meaning}"))
+        .collect();
+    s.lines(lost);
     if ov.checkpoints > 0 {
         s.lines([format!(
             "  checkpoints of every table into the journal (what a killed vtrace leaves): {} written, {} ms each on \
@@ -309,6 +317,7 @@ pub fn overhead(rec: &Recording) -> Section {
             "skb_marks_displaced": ov.skb_marks_displaced,
             "checkpoints": ov.checkpoints,
             "checkpoint_ns": ov.checkpoint_ns,
+            "losses": ov.losses().iter().map(|(name, n, _)| (*name, *n)).collect::<std::collections::BTreeMap<_, _>>(),
             "programs": programs,
         }),
     );
