@@ -105,3 +105,41 @@ impl Drop for TempDir {
 pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
+
+/// `vtrace lab down` of each platform when dropped, also when a test fails
+/// or panics.
+pub struct LabDown(pub Vec<&'static str>);
+
+impl LabDown {
+    pub fn new(platforms: &[&'static str]) -> Self {
+        LabDown(platforms.to_vec())
+    }
+}
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = vtrace(&["lab", "down", p]);
+        }
+    }
+}
+
+/// The schema-5 recording kept readable in tests/fixtures.
+pub fn schema5_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/schema5.vtrace")
+}
+
+/// Copies the files of a directory (a recording: no subdirectories) into `to`.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// `v[field]` as a number; a missing or non-numeric field fails the test, naming it.
+pub fn num(v: &serde_json::Value, field: &str) -> u64 {
+    v[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} missing or not a number in {v}"))
+}

@@ -4,7 +4,7 @@
 //! tick-sampled utime/stime.
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, bin, report_json, stderr, vtrace_env};
+use vtrace_tests::{TempDir, bin, num, report_json, stderr, vtrace_env};
 
 fn thread(report: &Value, tid: u64) -> &Value {
     report["threads"]
@@ -13,10 +13,6 @@ fn thread(report: &Value, tid: u64) -> &Value {
         .iter()
         .find(|t| t["tid"] == tid)
         .unwrap_or_else(|| panic!("tid {tid} missing from the report"))
-}
-
-fn ns(v: &Value, field: &str) -> u64 {
-    v[field].as_u64().unwrap_or_else(|| panic!("{field} missing in {v}"))
 }
 
 #[test]
@@ -108,7 +104,7 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
         }
         assert!(report["self_cost_fraction"].as_f64().unwrap() > 0.0);
     }
-    let wall = ns(&report, "wall_ns");
+    let wall = num(&report, "wall_ns");
     let cpus = report["cpus"].as_u64().unwrap();
 
     let mut max_err: f64 = 0.0;
@@ -118,13 +114,13 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
     );
     for t in truth["threads"].as_array().unwrap() {
         let name = t["name"].as_str().unwrap();
-        let expected = ns(t, "schedstat_ns");
+        let expected = num(t, "schedstat_ns");
         let got = thread(&report, t["tid"].as_u64().unwrap());
-        let total = ns(got, "total_ns");
+        let total = num(got, "total_ns");
         let err = (total as f64 - expected as f64).abs() / expected as f64;
         max_err = max_err.max(err);
-        let share = |f: &str| ns(got, f) as f64 * 100.0 / total.max(1) as f64;
-        let (utime, stime) = (ns(t, "utime_ticks"), ns(t, "stime_ticks"));
+        let share = |f: &str| num(got, f) as f64 * 100.0 / total.max(1) as f64;
+        let (utime, stime) = (num(t, "utime_ticks"), num(t, "stime_ticks"));
         let kernel_user = utime as f64 * 100.0 / (utime + stime).max(1) as f64;
         eprintln!(
             "{name:<12}{expected:>14}{total:>14}{:>9.3}{:>7.1}{:>7.1}{:>8.2}{kernel_user:>14.1}",
@@ -174,11 +170,11 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
         .iter()
         .find(|v| v["vector"] == "NET_RX")
         .expect("NET_RX seen");
-    assert!(ns(net_rx, "ns") > 0 && ns(net_rx, "count") > 0, "NET_RX: {net_rx}");
+    assert!(num(net_rx, "ns") > 0 && num(net_rx, "count") > 0, "NET_RX: {net_rx}");
 
     let threads = report["threads"].as_array().unwrap();
-    let busy: u64 = threads.iter().map(|t| ns(t, "total_ns")).sum();
-    let all: u64 = threads.iter().map(|t| ns(t, "total_ns") + ns(t, "idle_ns")).sum();
+    let busy: u64 = threads.iter().map(|t| num(t, "total_ns")).sum();
+    let all: u64 = threads.iter().map(|t| num(t, "total_ns") + num(t, "idle_ns")).sum();
     assert!(busy <= wall * cpus, "busy {busy} ns > wall x CPUs {}", wall * cpus);
     assert!(
         all <= wall * cpus + wall / 100,
@@ -193,7 +189,7 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
         .map(|c| {
             ["user_ns", "system_ns", "softirq_ns", "hardirq_ns", "guest_ns"]
                 .iter()
-                .map(|f| ns(c, f))
+                .map(|f| num(c, f))
                 .sum::<u64>()
         })
         .sum();
@@ -244,19 +240,23 @@ fn a_thread_that_sleeps_and_wakes_matches_schedstat_five_times_in_a_row() {
             let untraced = report["overhead"]["untraced_switches"].as_u64().unwrap_or(0);
             for t in truth["threads"].as_array().unwrap() {
                 let name = t["name"].as_str().unwrap();
-                let expected = ns(t, "schedstat_ns");
+                let expected = num(t, "schedstat_ns");
                 let got = thread(&report, t["tid"].as_u64().unwrap());
-                let total = ns(got, "total_ns");
+                let total = num(got, "total_ns");
                 let err = (total as f64 - expected as f64) / expected as f64;
                 eprintln!(
                     "{split} #{round} {name:<12} schedstat {expected:>12} vtrace {total:>12} err {:+.3} % \
                      unbounded {} ns, switches {}, untraced switches in the run {untraced}",
                     err * 100.0,
-                    ns(got, "unbounded_ns"),
-                    ns(got, "switches"),
+                    num(got, "unbounded_ns"),
+                    num(got, "switches"),
                 );
                 if name == "mix-sleep" {
-                    assert!(ns(t, "units") >= 1000, "mix-sleep slept only {} times", ns(t, "units"));
+                    assert!(
+                        num(t, "units") >= 1000,
+                        "mix-sleep slept only {} times",
+                        num(t, "units")
+                    );
                 }
                 assert!(
                     err.abs() <= 0.02,

@@ -8,18 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, report_json, stderr, vtrace};
-
-/// Brings the bench's lab platforms down when dropped (a failed test included).
-struct LabDown;
-
-impl Drop for LabDown {
-    fn drop(&mut self) {
-        for p in ["host", "runc"] {
-            let _ = vtrace(&["lab", "down", p]);
-        }
-    }
-}
+use vtrace_tests::{LabDown, TempDir, report_json, stderr, vtrace};
 
 const REQUESTS: u32 = 4000;
 
@@ -62,7 +51,7 @@ fn rate_from_output(run: &Path) -> f64 {
 fn a_small_matrix_records_every_cell_reports_their_numbers_and_resumes() {
     let dir = TempDir::new("bench");
     let out = dir.join("bench");
-    let _down = LabDown;
+    let _down = LabDown::new(&["host", "runc"]);
     let o = bench(&out);
     assert!(o.status.success(), "bench: {}", stderr(&o));
     let said = stderr(&o);
@@ -180,7 +169,7 @@ fn a_small_matrix_records_every_cell_reports_their_numbers_and_resumes() {
 /// reply leaves it out, as it leaves vtrace's own CPU out.
 #[test]
 fn stressors_run_beside_the_workload_under_their_own_role_left_out_of_the_cost() {
-    let _down = LabDown;
+    let _down = LabDown::new(&["host", "runc"]);
     let dir = TempDir::new("bench-stress");
     let out = dir.join("bench");
     let o = vtrace(&[
@@ -273,7 +262,7 @@ fn stressors_run_beside_the_workload_under_their_own_role_left_out_of_the_cost()
 /// afterwards (its cgroup removed).
 #[test]
 fn a_noisy_neighbours_writes_are_named_beside_the_victims_reads() {
-    let _down = LabDown;
+    let _down = LabDown::new(&["host", "runc"]);
     let dir = TempDir::new("bench-neighbour");
     let out = dir.join("bench");
     let o = vtrace(&[
@@ -358,7 +347,7 @@ fn a_noisy_neighbours_writes_are_named_beside_the_victims_reads() {
 /// counted by the fs layer on the instance's processes.
 #[test]
 fn node_loads_the_generated_modules_and_their_file_calls_are_the_instances() {
-    let _down = LabDown;
+    let _down = LabDown::new(&["host", "runc"]);
     let dir = TempDir::new("bench-modules");
     let out = dir.join("bench");
     let o = vtrace(&[

@@ -7,7 +7,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, report_json, stderr, vtrace};
+use vtrace_tests::{LabDown, TempDir, report_json, stderr, vtrace};
 
 /// A loop device over a file, detached when dropped (a failed test included).
 struct Loop(String);
@@ -185,15 +185,6 @@ fn fio_direct_reads_equal_fios_own_count_and_queue_up_to_its_depth() {
     assert!(peak > 1 && peak <= 8, "in-flight peak {peak} with fio's iodepth 8");
 }
 
-/// `vtrace lab down` when dropped (a failed test included).
-struct LabGuard(&'static str);
-
-impl Drop for LabGuard {
-    fn drop(&mut self) {
-        let _ = vtrace(&["lab", "down", self.0]);
-    }
-}
-
 /// fio inside two lab containers (runc, crun), run with `vtrace lab exec`:
 /// direct 4 KiB reads of a file in the container's overlay root. The block
 /// reads vtrace gives the instance equal the kernel's own count for the
@@ -205,7 +196,7 @@ fn fio_in_two_lab_containers_block_reads_per_instance_equal_their_cgroups_bytes(
     for platform in ["runc", "crun"] {
         let up = vtrace(&["lab", "up", platform]);
         assert!(up.status.success(), "lab up {platform}: {}", stderr(&up));
-        let _lab = LabGuard(platform);
+        let _lab = LabDown::new(&[platform]);
         // Before recording: fio's binary and libraries into the page cache,
         // and its file written with direct writes and synced. A file fio
         // lays out itself is written back lazily, and a direct read of a

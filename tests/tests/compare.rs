@@ -4,16 +4,7 @@
 //! sidecar's own schedstat is the ground truth of the cost it adds.
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, bin, report_json, stderr, vtrace};
-
-/// Brings the host lab instance down when dropped, also when the test fails.
-struct HostLab;
-
-impl Drop for HostLab {
-    fn drop(&mut self) {
-        let _ = vtrace(&["lab", "down", "host"]);
-    }
-}
+use vtrace_tests::{LabDown, TempDir, bin, report_json, stderr, vtrace};
 
 const REQUESTS: u32 = 20_000;
 
@@ -33,7 +24,7 @@ fn json_of(args: &[&str]) -> Value {
 #[test]
 fn explain_puts_a_sidecars_cpu_first_and_its_terms_sum_to_the_difference() {
     let dir = TempDir::new("explain");
-    let _lab = HostLab;
+    let _lab = LabDown::new(&["host"]);
     let o = vtrace(&["lab", "up", "host"]);
     assert!(o.status.success(), "lab up host: {}", stderr(&o));
     let addr = String::from_utf8_lossy(&o.stdout)

@@ -20,7 +20,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use vtrace_tests::TempDir;
+use vtrace_tests::{TempDir, copy_dir, schema5_fixture};
 
 /// xorshift64*: deterministic, so a failure names a seed that reproduces it.
 struct Rng(u64);
@@ -34,17 +34,6 @@ impl Rng {
     }
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
-    }
-}
-
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/schema5.vtrace")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
 }
 
@@ -216,7 +205,7 @@ fn corrupt_recordings_give_one_line_errors_and_never_panic() {
     assert!(o.status.success(), "{}", vtrace_tests::stderr(&o));
     for (target, source, bytes, inputs) in [
         ("recording reader, schema 7", current.clone(), true, 3000),
-        ("recording reader, schema 5", fixture(), false, 1000),
+        ("recording reader, schema 5", schema5_fixture(), false, 1000),
     ] {
         fuzz_recordings(target, &source, bytes, inputs, &tmp);
     }

@@ -3,16 +3,12 @@
 //! time against the VMM's own clock, and KVM's own statistics.
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, bin, report_json, stderr, vtrace};
+use vtrace_tests::{TempDir, bin, num, report_json, stderr, vtrace};
 
 const PIO: u64 = 40;
 const MMIO: u64 = 25;
 const HALTS: u64 = 15;
 const SLEEP_US: u64 = 2000;
-
-fn n(v: &Value, f: &str) -> u64 {
-    v[f].as_u64().unwrap_or_else(|| panic!("{f} missing in {v}"))
-}
 
 #[test]
 fn test_vmm_exits_are_counted_timed_and_attributed() {
@@ -51,11 +47,11 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
         .find_map(|l| serde_json::from_str(l).ok())
         .expect("the VMM prints one JSON line");
     assert_eq!(
-        (n(&truth, "pio"), n(&truth, "mmio"), n(&truth, "hlt")),
+        (num(&truth, "pio"), num(&truth, "mmio"), num(&truth, "hlt")),
         (PIO, MMIO, HALTS),
         "the guest did not make the exits it should: {truth}"
     );
-    let tid = n(&truth, "vcpu_tid");
+    let tid = num(&truth, "vcpu_tid");
     let r = report_json(&rec);
     // The HTML report draws the latency of the busiest user-space exits.
     let o = vtrace(&["report", rec.to_str().unwrap(), "--format", "html"]);
@@ -83,12 +79,15 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
     // Exactly N port writes and M MMIO writes, at the guest's addresses.
     let pio = of_vcpu("pio");
     assert_eq!(pio.len(), 1, "one port: {pio:?}");
-    assert_eq!((n(pio[0], "port"), pio[0]["direction"].as_str()), (0x10, Some("write")));
-    assert_eq!(n(pio[0], "count"), PIO);
+    assert_eq!(
+        (num(pio[0], "port"), pio[0]["direction"].as_str()),
+        (0x10, Some("write"))
+    );
+    assert_eq!(num(pio[0], "count"), PIO);
     let mmio = of_vcpu("mmio");
     assert_eq!(mmio.len(), 1, "one address: {mmio:?}");
-    assert_eq!((n(mmio[0], "gpa"), mmio[0]["type"].as_str()), (0x8000, Some("write")));
-    assert_eq!(n(mmio[0], "count"), MMIO);
+    assert_eq!((num(mmio[0], "gpa"), mmio[0]["type"].as_str()), (0x8000, Some("write")));
+    assert_eq!(num(mmio[0], "count"), MMIO);
 
     // N+M+K user-space exits by reason, the vCPU thread attributed as such.
     let exits = of_vcpu("userspace_exits");
@@ -96,7 +95,7 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
         exits
             .iter()
             .filter(|e| e["reason"] == reason)
-            .map(|e| n(e, "count"))
+            .map(|e| num(e, "count"))
             .sum::<u64>()
     };
     assert_eq!(
@@ -104,7 +103,7 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
         (PIO, MMIO, HALTS),
         "{exits:?}"
     );
-    assert_eq!(exits.iter().map(|e| n(e, "count")).sum::<u64>(), PIO + MMIO + HALTS);
+    assert_eq!(exits.iter().map(|e| num(e, "count")).sum::<u64>(), PIO + MMIO + HALTS);
     for e in &exits {
         assert_eq!(
             (e["role"].as_str(), e["comm"].as_str()),
@@ -120,16 +119,16 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
             .map(|x| x["role"].clone())
     };
     assert_eq!(role(tid), Some("vcpu".into()));
-    assert_eq!(role(n(&truth, "pid")), Some("vmm".into()), "the VMM's main thread");
+    assert_eq!(role(num(&truth, "pid")), Some("vmm".into()), "the VMM's main thread");
 
     // The VMM's handling time per exit, within 10 % of its own measure. The
     // last halt ends the run without another KVM_RUN, so it is not timed.
-    let want = n(&truth, "handling_ns_mean") as f64;
+    let want = num(&truth, "handling_ns_mean") as f64;
     assert!(
         want >= SLEEP_US as f64 * 1000.0,
         "the VMM slept less than asked: {want}"
     );
-    let timed: u64 = exits.iter().map(|e| n(e, "timed")).sum();
+    let timed: u64 = exits.iter().map(|e| num(e, "timed")).sum();
     assert_eq!(timed, PIO + MMIO + HALTS - 1);
 
     // The KVM layer's time series: every timed exit falls in some interval,
@@ -161,15 +160,15 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
     let intervals: std::collections::BTreeSet<&str> = rows.iter().map(|r| r[0]).collect();
     assert!(intervals.len() > 1, "exits in one interval only: {csv}");
     for e in &exits {
-        let mean = n(e, "mean_vmm_ns") as f64;
+        let mean = num(e, "mean_vmm_ns") as f64;
         assert!(
             (mean - want).abs() / want < 0.10,
             "{}: {mean} ns vs the VMM's {want} ns",
             e["reason"]
         );
-        let (p50, p99) = (n(e, "p50_vmm_ns") as f64, n(e, "p99_vmm_ns") as f64);
+        let (p50, p99) = (num(e, "p50_vmm_ns") as f64, num(e, "p99_vmm_ns") as f64);
         assert!(
-            n(e, "min_vmm_ns") as f64 <= p50 && p50 <= p99 && p99 <= n(e, "max_vmm_ns") as f64,
+            num(e, "min_vmm_ns") as f64 <= p50 && p50 <= p99 && p99 <= num(e, "max_vmm_ns") as f64,
             "{e}"
         );
         assert!((p50 - want).abs() / want < 0.15, "{}: p50 {p50} vs {want}", e["reason"]);
@@ -179,6 +178,6 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
     let stats = &truth["kvm_stats"];
     if let (Some(mmio_exits), Some(halt_exits)) = (stats["mmio_exits"].as_u64(), stats["halt_exits"].as_u64()) {
         assert_eq!((mmio_exits, halt_exits), (MMIO, HALTS), "KVM's own counts: {stats}");
-        assert!(n(stats, "exits") >= PIO + MMIO + HALTS, "{stats}");
+        assert!(num(stats, "exits") >= PIO + MMIO + HALTS, "{stats}");
     }
 }

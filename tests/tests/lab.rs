@@ -5,7 +5,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, report_json, stderr, vtrace};
+use vtrace_tests::{LabDown, TempDir, report_json, stderr, vtrace};
 
 /// What `lab down` must restore: namespaces, links, mounts, runtime state.
 fn machine_state() -> Vec<String> {
@@ -47,18 +47,9 @@ fn machine_state() -> Vec<String> {
     lines
 }
 
-/// Brings the platform down when dropped, also when the test fails.
-struct LabGuard(&'static str);
-
-impl Drop for LabGuard {
-    fn drop(&mut self) {
-        let _ = vtrace(&["lab", "down", self.0]);
-    }
-}
-
-fn up(platform: &'static str) -> (LabGuard, String) {
+fn up(platform: &'static str) -> (LabDown, String) {
     let o = vtrace(&["lab", "up", platform]);
-    let guard = LabGuard(platform);
+    let guard = LabDown::new(&[platform]);
     assert!(o.status.success(), "lab up {platform}: {}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let addr = out
@@ -302,7 +293,7 @@ fn lab_up_is_one_at_a_time_and_survives_a_crash_half_way() {
     let before = machine_state();
     let ledger = std::path::Path::new("/run/vtrace-lab/runc.json");
     // Dropped last: whatever happens, runc is brought down after `first` is killed.
-    let _cleanup = LabGuard("runc");
+    let _cleanup = LabDown::new(&["runc"]);
     struct KillOnDrop(std::process::Child);
     impl Drop for KillOnDrop {
         fn drop(&mut self) {

@@ -5,20 +5,12 @@
 use std::process::Command;
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, report_json, stderr, vtrace, vtrace_env};
+use vtrace_tests::{LabDown, TempDir, num, report_json, stderr, vtrace, vtrace_env};
 
-struct LabGuard(&'static str);
-
-impl Drop for LabGuard {
-    fn drop(&mut self) {
-        let _ = vtrace(&["lab", "down", self.0]);
-    }
-}
-
-fn lab(platform: &'static str) -> LabGuard {
+fn lab(platform: &'static str) -> LabDown {
     let o = vtrace(&["lab", "up", platform]);
     assert!(o.status.success(), "lab up {platform}: {}", stderr(&o));
-    LabGuard(platform)
+    LabDown::new(&[platform])
 }
 
 fn record(dir: &TempDir, name: &str, cmd: &[&str]) -> Value {
@@ -50,10 +42,6 @@ fn hop<'a>(r: &'a Value, dev: &str, hop: &str) -> Option<&'a Value> {
         .find(|d| d["name"] == dev && d["hop"] == hop)
 }
 
-fn n(v: &Value, f: &str) -> u64 {
-    v[f].as_u64().unwrap_or_else(|| panic!("{f} in {v}"))
-}
-
 /// Packets and bytes the driver took (the xmit hop, after software GSO split
 /// aggregates for devices without TSO) equal the device's tx counters, and at
 /// the receive hop its rx counters, over the same window.
@@ -65,21 +53,21 @@ fn assert_counters_agree(r: &Value, dev: &str) {
         .find(|c| c["name"] == dev)
         .unwrap_or_else(|| panic!("{dev} not seen"));
     let tx = hop(r, dev, "xmit")
-        .map(|h| (n(h, "packets"), n(h, "bytes")))
+        .map(|h| (num(h, "packets"), num(h, "bytes")))
         .unwrap_or((0, 0));
     let rx = hop(r, dev, "receive")
-        .map(|h| (n(h, "packets"), n(h, "bytes")))
+        .map(|h| (num(h, "packets"), num(h, "bytes")))
         .unwrap_or((0, 0));
     eprintln!(
         "{dev:<12} tx vtrace {:>7} pkts {:>10} B | counters {:>7} pkts {:>10} B ; rx vtrace {:>7} pkts {:>10} B | counters {:>7} pkts {:>10} B",
         tx.0,
         tx.1,
-        n(c, "tx_packets"),
-        n(c, "tx_bytes"),
+        num(c, "tx_packets"),
+        num(c, "tx_bytes"),
         rx.0,
         rx.1,
-        n(c, "rx_packets"),
-        n(c, "rx_bytes")
+        num(c, "rx_packets"),
+        num(c, "rx_bytes")
     );
     assert!(tx.0 + rx.0 > 0, "{dev}: no traffic seen");
     // The kernel skips a BPF program while that same program runs on the CPU
@@ -91,7 +79,7 @@ fn assert_counters_agree(r: &Value, dev: &str) {
             .unwrap()
             .iter()
             .find(|p| p["probe"] == probe)
-            .map(|p| n(p, "recursion_misses"))
+            .map(|p| num(p, "recursion_misses"))
             .unwrap_or(0)
     };
     let (tx_missed, rx_missed) = (misses("net_dev_xmit"), misses("netif_receive_skb"));
@@ -99,10 +87,10 @@ fn assert_counters_agree(r: &Value, dev: &str) {
     // it, not when the kernel hands it over; the workloads here leave no
     // packet in the ring at either edge of the window, so that is exact too.)
     if tx_missed == 0 {
-        assert_eq!(tx, (n(c, "tx_packets"), n(c, "tx_bytes")), "{dev} tx");
+        assert_eq!(tx, (num(c, "tx_packets"), num(c, "tx_bytes")), "{dev} tx");
     } else {
         assert!(
-            tx.0 <= n(c, "tx_packets") && n(c, "tx_packets") <= tx.0 + tx_missed,
+            tx.0 <= num(c, "tx_packets") && num(c, "tx_packets") <= tx.0 + tx_missed,
             "{dev} tx, {tx_missed} missed"
         );
     }
@@ -111,7 +99,7 @@ fn assert_counters_agree(r: &Value, dev: &str) {
     // header (br_pass_frame_up adds skb->len after eth_type_trans): the one
     // documented exception, 14 bytes per packet.
     let rx_bytes = if c["kind"] == "bridge" { rx.1 - 14 * rx.0 } else { rx.1 };
-    assert_eq!((rx.0, rx_bytes), (n(c, "rx_packets"), n(c, "rx_bytes")), "{dev} rx");
+    assert_eq!((rx.0, rx_bytes), (num(c, "rx_packets"), num(c, "rx_bytes")), "{dev} rx");
 }
 
 #[test]
@@ -172,7 +160,7 @@ fn veth_counts_through(env: &[(&str, &str)], method: &str) {
         .find(|c| c["name"] == "vtl-host1")
         .unwrap();
     assert!(
-        n(dev, "softirq_ns") > 0,
+        num(dev, "softirq_ns") > 0,
         "NET_RX softirq time charged to the namespace's veth: {dev}"
     );
 }
@@ -294,8 +282,8 @@ fn largest_bucket(r: &Value, dev: &str, hop_name: &str) -> u64 {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|b| n(b, "count") > 0)
-        .map(|b| n(b, "le"))
+        .filter(|b| num(b, "count") > 0)
+        .map(|b| num(b, "le"))
         .max()
         .unwrap()
 }
@@ -304,15 +292,15 @@ fn largest_bucket(r: &Value, dev: &str, hop_name: &str) -> u64 {
 /// the edge is the device's MTU plus its link-layer header, read in the kernel.
 fn against_mtu(r: &Value, dev: &str, hop_name: &str) -> (u64, u64, u64) {
     let h = hop(r, dev, hop_name).unwrap_or_else(|| panic!("{dev} {hop_name} not seen"));
-    let edge = n(h, "mtu_edge");
+    let edge = num(h, "mtu_edge");
     let above = h["size_hist"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|b| n(b, "le") > edge)
-        .map(|b| n(b, "count"))
+        .filter(|b| num(b, "le") > edge)
+        .map(|b| num(b, "count"))
         .sum();
-    (edge, above, n(h, "max_bytes"))
+    (edge, above, num(h, "max_bytes"))
 }
 
 #[test]
@@ -350,7 +338,7 @@ fn lwip_sends_mtu_sized_segments_where_linux_sends_gso_aggregates() {
         let w = largest_bucket(&lwip, "vtl-lwip0", "receive");
         let mean = |r: &Value, dev: &str| {
             let h = hop(r, dev, "receive").unwrap();
-            n(h, "bytes") / n(h, "packets").max(1)
+            num(h, "bytes") / num(h, "packets").max(1)
         };
         table.push(format!(
             "{size:>6} B GET | Linux veth: mean {:>6} B, largest bucket <= {l:>6} | lwIP tap: mean {:>5} B, largest bucket <= {w:>5}",
@@ -426,22 +414,22 @@ fn lwip_stack_functions_are_seen_with_their_sizes() {
     let write = uprobe(&r, "lwip:tcp_write");
     assert_eq!(write.len(), 1, "{}", r["uprobes"]);
     assert_eq!(write[0]["platform"], "lwip", "attributed to the lwip instance");
-    assert!(n(write[0], "calls") >= 500, "{}", write[0]);
+    assert!(num(write[0], "calls") >= 500, "{}", write[0]);
     let frames = uprobe(&r, "lwip:ethernet_output");
     let biggest = frames[0]["size_hist"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|b| n(b, "count") > 0)
-        .map(|b| n(b, "le"))
+        .filter(|b| num(b, "count") > 0)
+        .map(|b| num(b, "le"))
         .max()
         .unwrap();
     assert!(biggest <= 1024, "lwIP frames within MTU 576: largest bucket {biggest}");
-    let mean = n(frames[0], "bytes") / n(frames[0], "calls");
+    let mean = num(frames[0], "bytes") / num(frames[0], "calls");
     eprintln!(
         "lwIP: tcp_write mean {} B, ethernet_output mean {mean} B over {} frames",
-        n(write[0], "bytes") / n(write[0], "calls"),
-        n(frames[0], "calls")
+        num(write[0], "bytes") / num(write[0], "calls"),
+        num(frames[0], "calls")
     );
 }
 
@@ -460,13 +448,13 @@ fn a_user_uprobe_with_return_measures_latency() {
         .iter()
         .find(|u| u["comm"] == "sleep")
         .unwrap_or_else(|| panic!("sleep not seen: {}", r["uprobes"]));
-    assert_eq!(n(call, "calls"), 1);
+    assert_eq!(num(call, "calls"), 1);
     let ret = rets
         .iter()
         .find(|u| u["comm"] == "sleep")
         .unwrap_or_else(|| panic!("sleep return not seen: {}", r["uprobes"]));
-    assert_eq!(n(ret, "returns"), 1);
-    let ms = n(ret, "latency_sum_ns") as f64 / 1e6;
+    assert_eq!(num(ret, "returns"), 1);
+    let ms = num(ret, "latency_sum_ns") as f64 / 1e6;
     assert!(
         (ms - 300.0).abs() < 30.0,
         "clock_nanosleep took {ms} ms, the sleep was 300 ms"
@@ -503,16 +491,16 @@ fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
             .iter()
             .find(|u| u["platform"] == "linuxvm")
             .unwrap_or_else(|| panic!("{probe} not seen for linuxvm: {}", r["uprobes"]));
-        assert!(n(vmm, "calls") > 1000, "{probe}: {vmm}");
+        assert!(num(vmm, "calls") > 1000, "{probe}: {vmm}");
         eprintln!(
             "{probe}: {} calls by {} ({})",
-            n(vmm, "calls"),
+            num(vmm, "calls"),
             vmm["comm"],
             vmm["instance"]
         );
     }
     // The packets the VMM's backend sent are the tap's received ones.
-    let sent = n(
+    let sent = num(
         uprobe(&r, "qemu:qemu_sendv_packet_async")
             .iter()
             .find(|u| u["platform"] == "linuxvm")
@@ -521,7 +509,7 @@ fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
     );
     let tap = hop(&r, "vtl-vm0", "receive").expect("tap receive hop");
     assert_eq!(tap["platform"], "linuxvm", "the tap belongs to the instance: {tap}");
-    let received = n(tap, "packets");
+    let received = num(tap, "packets");
     eprintln!("guest -> tap: {sent} qemu_sendv_packet_async calls, {received} packets received on vtl-vm0");
     assert!(
         received <= sent && received * 100 >= sent * 95,
@@ -537,22 +525,22 @@ fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
             .unwrap_or_else(|| panic!("{d}: {io:?}"))
     };
     let xmit = hop(&r, "vtl-vm0", "xmit").expect("tap xmit hop");
-    assert_eq!(n(dir("read"), "calls"), n(xmit, "packets"), "VMM reads vs tap xmit");
+    assert_eq!(num(dir("read"), "calls"), num(xmit, "packets"), "VMM reads vs tap xmit");
     assert_eq!(
-        n(dir("read"), "bytes"),
-        n(xmit, "bytes") + 12 * n(xmit, "packets"),
+        num(dir("read"), "bytes"),
+        num(xmit, "bytes") + 12 * num(xmit, "packets"),
         "read bytes = frames + vnet headers"
     );
     // Exact: the tun fd counts are read right beside the hops at both ends
     // of the window (a fresh-clone run once read 4037 writes against 4034
     // receives when they were read milliseconds apart, with a baseline for
     // the hops only).
-    let writes = n(dir("write"), "calls");
+    let writes = num(dir("write"), "calls");
     assert_eq!(writes, received, "VMM writes vs tap receive");
     eprintln!(
         "VMM fd: {} reads = {} tap xmit; {writes} writes vs {received} tap receive",
-        n(dir("read"), "calls"),
-        n(xmit, "packets")
+        num(dir("read"), "calls"),
+        num(xmit, "packets")
     );
 }
 
@@ -590,14 +578,14 @@ fn hops_option_attaches_every_hop_and_measures_hop_latency() {
         assert_eq!(p.map(|p| p["available"].clone()), Some(true.into()), "{id}");
     }
     assert_eq!(r["mode"], "default + hops");
-    let queued = hop(&r, "vtl-host0", "queue").map_or(0, |h| n(h, "packets"));
+    let queued = hop(&r, "vtl-host0", "queue").map_or(0, |h| num(h, "packets"));
     assert!(queued >= 2000, "vtl-host0 queue hop: {queued} packets for 2000 SETs");
     let hops = r["hops"].as_array().unwrap();
     let edge = hops
         .iter()
         .find(|h| h["from"] == "vtl-host0:queue" && h["to"] == "vtl-host0:start_xmit")
         .unwrap_or_else(|| panic!("queue -> start_xmit missing: {hops:?}"));
-    assert!(n(edge, "count") > 1000 && n(edge, "mean_ns") > 0, "{edge}");
+    assert!(num(edge, "count") > 1000 && num(edge, "mean_ns") > 0, "{edge}");
 }
 
 #[test]
@@ -639,20 +627,20 @@ fn hop_latency_and_per_packet_journeys() {
     let mut total = 0;
     for w in path.windows(2) {
         let e = edge(w[0], w[1]);
-        assert!(n(e, "count") > 1000 && n(e, "mean_ns") > 0, "{e}");
-        assert!(n(e, "p50_ns") <= n(e, "p99_ns"), "{e}");
-        total += n(e, "mean_ns");
+        assert!(num(e, "count") > 1000 && num(e, "mean_ns") > 0, "{e}");
+        assert!(num(e, "p50_ns") <= num(e, "p99_ns"), "{e}");
+        total += num(e, "mean_ns");
     }
     let rx = edge("vtl-host0:xmit", "vtl-host1:receive");
-    assert!(n(rx, "count") > 1000, "{rx}");
+    assert!(num(rx, "count") > 1000, "{rx}");
     eprintln!(
         "host -> ns, queue to xmit: {total} ns mean; xmit to the peer's receive: {} ns mean",
-        n(rx, "mean_ns")
+        num(rx, "mean_ns")
     );
     // Per-packet events: the same skb followed across hops.
     let j = &r["journeys"];
-    assert!(n(j, "events") > 10_000, "{j}");
-    assert!(n(j, "multi_hop") > 1000, "{j}");
+    assert!(num(j, "events") > 10_000, "{j}");
+    assert!(num(j, "multi_hop") > 1000, "{j}");
     let longest = j["longest"].as_array().unwrap();
     assert!(
         longest.len() >= 2 && longest.iter().all(|e| e["skb"] == longest[0]["skb"]),

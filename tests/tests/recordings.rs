@@ -3,24 +3,10 @@
 //! vtrace cannot read is refused, naming the versions. Layers switch on and
 //! off: `--layers` attaches no probe of a layer it does not name.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, report_json, stderr, vtrace};
-
-/// Written by `vtrace record --sample 99 --events` at schema 5 (commit
-/// 00cccf5) while ping and the test VMM ran; its reports beside it were
-/// produced by that same vtrace.
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/schema5.vtrace")
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
-    }
-}
+use vtrace_tests::{TempDir, copy_dir, report_json, schema5_fixture, stderr, vtrace};
 
 /// Paths where `now` lacks or changed a value of `then`.
 fn same_or_more(then: &Value, now: &Value, path: &str, changed: &mut Vec<String>) {
@@ -45,10 +31,11 @@ fn same_or_more(then: &Value, now: &Value, path: &str, changed: &mut Vec<String>
 
 #[test]
 fn schema5_recording_reports_as_it_did_when_written() {
-    let golden: Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture().with_file_name("schema5.report.json")).unwrap())
-            .unwrap();
-    let now = report_json(&fixture());
+    let golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(schema5_fixture().with_file_name("schema5.report.json")).unwrap(),
+    )
+    .unwrap();
+    let now = report_json(&schema5_fixture());
     // Every figure the old vtrace reported, under its old name, unchanged
     // (new fields may be added beside them).
     let mut changed = Vec::new();
@@ -57,9 +44,9 @@ fn schema5_recording_reports_as_it_did_when_written() {
         changed.is_empty(),
         "JSON report of the schema-5 fixture changed: {changed:#?}"
     );
-    let o = vtrace(&["report", fixture().to_str().unwrap()]);
+    let o = vtrace(&["report", schema5_fixture().to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let golden_text = std::fs::read_to_string(fixture().with_file_name("schema5.report.txt")).unwrap();
+    let golden_text = std::fs::read_to_string(schema5_fixture().with_file_name("schema5.report.txt")).unwrap();
     assert_eq!(
         String::from_utf8_lossy(&o.stdout),
         golden_text,
@@ -72,7 +59,7 @@ fn schema5_recording_reports_as_it_did_when_written() {
         "csv",
         "--table",
         "net_hops",
-        fixture().to_str().unwrap(),
+        schema5_fixture().to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let csv = String::from_utf8_lossy(&o.stdout);
@@ -87,11 +74,11 @@ fn schema5_recording_reports_as_it_did_when_written() {
         "csv",
         "--table",
         "nope",
-        fixture().to_str().unwrap(),
+        schema5_fixture().to_str().unwrap(),
     ]);
     assert!(!o.status.success() && stderr(&o).contains("no table 'nope': it has cpus, hardirqs"));
     for format in ["csv", "folded"] {
-        let o = vtrace(&["report", "--format", format, fixture().to_str().unwrap()]);
+        let o = vtrace(&["report", "--format", format, schema5_fixture().to_str().unwrap()]);
         assert!(o.status.success(), "--format {format}: {}", stderr(&o));
         assert!(!o.stdout.is_empty(), "--format {format} printed nothing");
     }
@@ -101,7 +88,7 @@ fn schema5_recording_reports_as_it_did_when_written() {
 fn a_missing_table_reads_as_empty_with_a_note() {
     let dir = TempDir::new("missing-table");
     let rec = dir.join("run.vtrace");
-    copy_dir(&fixture(), &rec);
+    copy_dir(&schema5_fixture(), &rec);
     std::fs::remove_file(rec.join("kvm_events.parquet")).unwrap();
     let report = report_json(&rec);
     let notes: Vec<&str> = report["notes"]
@@ -135,7 +122,7 @@ fn set_meta(rec: &Path, edit: impl FnOnce(&mut Value)) {
 fn newer_schemas_and_tables_are_refused_naming_the_versions() {
     let dir = TempDir::new("newer-schema");
     let rec = dir.join("run.vtrace");
-    copy_dir(&fixture(), &rec);
+    copy_dir(&schema5_fixture(), &rec);
     set_meta(&rec, |m| m["schema_version"] = 99.into());
     let o = vtrace(&["report", rec.to_str().unwrap()]);
     assert!(!o.status.success());

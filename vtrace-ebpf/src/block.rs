@@ -8,6 +8,7 @@
 //! `struct request *`, the key that pairs a request's three events; the
 //! classic records carry only device and sector.
 
+use crate::hist::log2_bucket;
 use crate::runs::count_run;
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
@@ -49,14 +50,6 @@ fn dropped() {
     if let Some(d) = BLOCK_DROPS.get_ptr_mut(0) {
         unsafe { *d += 1 };
     }
-}
-
-#[inline(always)]
-fn log2_bucket(v: u64) -> usize {
-    let b = if v == 0 { 0 } else { 63 - v.leading_zeros() as usize };
-    // Hidden from the optimiser, so the bound check stays one compare the verifier follows.
-    let b = unsafe { core::ptr::read_volatile(&b) };
-    if b < BLOCK_BUCKETS { b } else { BLOCK_BUCKETS - 1 }
 }
 
 /// One more (`delta` 1) or one fewer (`u64::MAX`, wrapping) request of
@@ -142,16 +135,16 @@ fn on_complete<M: KernelMem>(rq: u64, bytes: u32) {
     };
     s.requests += 1;
     s.bytes += bytes as u64;
-    s.size_hist[log2_bucket(bytes as u64)] += 1;
+    s.size_hist[log2_bucket(bytes as u64, BLOCK_BUCKETS)] += 1;
     if p.issue_ns != 0 {
         let device = now.saturating_sub(p.issue_ns);
         s.device_ns += device;
-        s.device_hist[log2_bucket(device)] += 1;
+        s.device_hist[log2_bucket(device, BLOCK_BUCKETS)] += 1;
         if p.insert_ns != 0 {
             let queue = p.issue_ns.saturating_sub(p.insert_ns);
             s.queued += 1;
             s.queue_ns += queue;
-            s.queue_hist[log2_bucket(queue)] += 1;
+            s.queue_hist[log2_bucket(queue, BLOCK_BUCKETS)] += 1;
         }
     }
 }

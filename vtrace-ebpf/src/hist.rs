@@ -10,6 +10,17 @@ use vtrace_common::{FINE_BUCKETS, LatencyHist, fine_bucket};
 #[map]
 pub static ZERO_HIST: Array<LatencyHist> = Array::with_max_entries(1, 0);
 
+/// The power-of-two bucket of `v` (0 and 1 share bucket 0), larger values
+/// in the last of `buckets`: every log2 histogram's (sizes, latencies).
+#[inline(always)]
+pub fn log2_bucket(v: u64, buckets: usize) -> usize {
+    let b = 63 - (v | 1).leading_zeros() as usize;
+    // Hidden from the optimiser, so the bound check stays one compare the
+    // verifier follows (LLVM would drop it where it knows a bound of its own).
+    let b = unsafe { core::ptr::read_volatile(&b) };
+    if b < buckets { b } else { buckets - 1 }
+}
+
 /// Adds one value of `ns`.
 #[inline(always)]
 pub fn add(h: &mut LatencyHist, ns: u64) {

@@ -5,6 +5,7 @@
 //! Every hook reads the skb and its device with BTF offsets (config.rs). The
 //! classic-tracepoint fallbacks take the skb address from the record.
 
+use crate::hist::log2_bucket;
 use crate::runs::count_run;
 use aya_ebpf::{
     EbpfContext,
@@ -97,11 +98,7 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
             if let Some(l) = account::entry(&NET_HOP_LATENCY, &edge) {
                 l.count += 1;
                 l.sum_ns += ns;
-                // Masked after an opaque read: LLVM would otherwise drop the
-                // mask (it knows ns < 2^30), and the verifier must see the bound.
-                let b = 63 - (ns | 1).leading_zeros() as usize;
-                let b = unsafe { core::ptr::read_volatile(&b) } & (LATENCY_BUCKETS - 1);
-                l.log2[b] += 1;
+                l.log2[log2_bucket(ns, LATENCY_BUCKETS)] += 1;
             }
         }
     } else {
@@ -203,12 +200,6 @@ fn mtu_edge<M: KernelMem>(dev: u64) -> u64 {
     if mtu == 0 { 0 } else { mtu as u64 + header as u64 }
 }
 
-#[inline(always)]
-fn log2_bucket(len: u64) -> usize {
-    let b = 63 - (len | 1).leading_zeros() as usize;
-    if b < LOG2_BUCKETS { b } else { LOG2_BUCKETS - 1 }
-}
-
 /// Counts `skb` at `hop` of `dev` (the skb's own device when 0). At
 /// net_dev_xmit the driver may already have freed or changed the skb, so
 /// `xmit_len` (the tracepoint's own length) is used and the skb is not read.
@@ -289,7 +280,7 @@ fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id:
     if wire > s.max_len {
         s.max_len = wire;
     }
-    let l = log2_bucket(wire);
+    let l = log2_bucket(wire, LOG2_BUCKETS);
     if l < LOG2_BUCKETS {
         s.log2_hist[l] += 1;
     }

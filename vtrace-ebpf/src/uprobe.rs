@@ -100,10 +100,7 @@ pub fn uretprobe_call(ctx: RetProbeContext) -> u32 {
     };
     s.returns += 1;
     s.latency_sum_ns += ns;
-    // Masked after an opaque read so the verifier sees the bound.
-    let b = 63 - (ns | 1).leading_zeros() as usize;
-    let b = unsafe { core::ptr::read_volatile(&b) } & (LATENCY_BUCKETS - 1);
-    s.latency_log2[b] += 1;
+    s.latency_log2[crate::hist::log2_bucket(ns, LATENCY_BUCKETS)] += 1;
     0
 }
 

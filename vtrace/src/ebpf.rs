@@ -13,10 +13,24 @@ pub const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "
 /// with `config` written into its one `CONFIG` global.
 pub fn load(config: &Config) -> Result<Ebpf> {
     raise_memlock_limit();
+    let small = std::env::var("VTRACE_MAP_ENTRIES").unwrap_or_default();
     let mut loader = EbpfLoader::new();
     loader.override_global("CONFIG", config, true);
     // The per-packet event ring costs 64 MiB of kernel memory: only with --events.
     loader.map_max_entries("NET_EVENTS", if config.net_events_on != 0 { 64 << 20 } else { 4096 });
+    // Maps made small on purpose, so that a test sees each layer's losses
+    // counted and reported (tests/tests/losses.rs): "NAME=ENTRIES,...".
+    for item in small.split(',').filter(|i| !i.is_empty()) {
+        let parsed = item
+            .split_once('=')
+            .and_then(|(name, n)| Some((name, n.parse::<u32>().ok()?)));
+        let Some((name, entries)) = parsed else {
+            return Err(Error::BadArgument(format!(
+                "VTRACE_MAP_ENTRIES: '{item}' is not MAP=ENTRIES (e.g. RUNQ_STATS=1)"
+            )));
+        };
+        loader.map_max_entries(name, entries);
+    }
     loader
         .load(OBJECT)
         .map_err(|e| Error::Ebpf(format!("loading the eBPF object: {e}")))

@@ -94,6 +94,12 @@ pub trait Layer: Sync {
     /// Its report section (`top` rows per text table), from any recording,
     /// with or without its tables.
     fn summarize(&self, rec: &Recording, top: usize) -> Section;
+    /// What it may fail to count, each as `layer.counter` (its own name
+    /// first) with what a non-zero count means; its collector reports the
+    /// counts in [`LayerOutput::losses`] and both reports show them.
+    fn losses(&self) -> &'static [Loss] {
+        &[]
+    }
     /// Columns it adds to every thread's row of the JSON report (the CPU
     /// layer's `threads`), where it ran: their names and each thread's
     /// values (0 for a thread it has none for). The report joins them; no
@@ -101,6 +107,22 @@ pub trait Layer: Sync {
     fn thread_columns(&self, _rec: &Recording) -> Option<ThreadColumns> {
         None
     }
+}
+
+/// A counter of what a layer could not count.
+pub struct Loss {
+    /// `layer.counter`, e.g. `runq.drops`.
+    pub key: &'static str,
+    pub meaning: &'static str,
+}
+
+/// What loss counter `key` means, as the layer that keeps it says.
+pub fn loss_meaning(key: &str) -> Option<&'static str> {
+    REGISTRY
+        .iter()
+        .flat_map(|l| l.losses())
+        .find(|l| l.key == key)
+        .map(|l| l.meaning)
 }
 
 /// Per-thread columns a layer adds to the threads of the JSON report.
@@ -155,6 +177,8 @@ pub struct LayerOutput {
     pub tables: TableSet,
     /// Caveats a reader of the numbers must know.
     pub notes: Vec<String>,
+    /// Its loss counters (`Layer::losses`' keys), zeros included.
+    pub losses: Vec<(&'static str, u64)>,
 }
 
 /// A layer's userspace side for one recording.
@@ -194,8 +218,8 @@ pub trait Collector {
     }
     /// Facts other layers need (see [`Facts`]).
     fn facts(&self, _facts: &mut Facts) {}
-    /// Its tables and notes; its loss counters into `overhead`. Called at
-    /// the end and, after [`Collector::checkpoint`], at each checkpoint.
+    /// Its tables, notes and loss counts ([`LayerOutput`]). Called at the
+    /// end and, after [`Collector::checkpoint`], at each checkpoint.
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()>;
 }
 
@@ -239,4 +263,42 @@ pub fn table_kinds() -> Vec<TableKind> {
     let mut kinds = vec![TableKind::of::<crate::recording::ProgramRow>()];
     kinds.extend(REGISTRY.iter().flat_map(|l| l.tables()));
     kinds
+}
+
+#[cfg(test)]
+mod tests {
+    /// A loss counter is named after the layer that keeps it, once.
+    #[test]
+    fn loss_counters_are_named_layer_dot_counter() {
+        let mut seen = std::collections::HashSet::new();
+        for layer in super::REGISTRY {
+            for loss in layer.losses() {
+                assert!(
+                    loss.key.starts_with(&format!("{}.", layer.name())),
+                    "{} keeps {}",
+                    layer.name(),
+                    loss.key
+                );
+                assert!(seen.insert(loss.key), "{} declared twice", loss.key);
+                assert!(!loss.meaning.is_empty());
+            }
+        }
+    }
+
+    /// Every table a recording can hold is described in
+    /// docs/recording-schema.md: a section heading names `NAME.parquet`.
+    #[test]
+    fn every_table_has_a_section_in_the_schema_doc() {
+        let doc = include_str!("../../../docs/recording-schema.md");
+        let headings: Vec<&str> = doc.lines().filter(|l| l.starts_with("## ")).collect();
+        let missing: Vec<&str> = super::table_kinds()
+            .iter()
+            .map(|k| k.name)
+            .filter(|name| !headings.iter().any(|h| h.contains(&format!("{name}.parquet"))))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "tables without a section in docs/recording-schema.md: {missing:?}"
+        );
+    }
 }

@@ -35,7 +35,7 @@ impl ProbeStatus {
     fn new(spec: &ProbeSpec, used: Option<&Strategy>, skipped: Vec<String>) -> Self {
         ProbeStatus {
             id: spec.id.to_string(),
-            layer: spec.layer.name().to_string(),
+            layer: spec.layer.to_string(),
             method: used.map(|s| s.method().to_string()),
             program: used.map(|s| s.program().to_string()),
             available: used.is_some(),

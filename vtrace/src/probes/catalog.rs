@@ -2,46 +2,6 @@
 //! attach strategies in order of preference. Each strategy names the eBPF
 //! program (in `vtrace-ebpf/src/<family>.rs`) that implements it.
 
-use serde::Serialize;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Layer {
-    Sched,
-    Irq,
-    Softirq,
-    Syscall,
-    Kvm,
-    Vmm,
-    Vhost,
-    Tun,
-    Net,
-    Uprobe,
-    Runq,
-    Block,
-    Fs,
-}
-
-impl Layer {
-    pub fn name(self) -> &'static str {
-        match self {
-            Layer::Sched => "sched",
-            Layer::Irq => "irq",
-            Layer::Softirq => "softirq",
-            Layer::Syscall => "syscall",
-            Layer::Kvm => "kvm",
-            Layer::Vmm => "vmm",
-            Layer::Vhost => "vhost",
-            Layer::Tun => "tun",
-            Layer::Net => "net",
-            Layer::Uprobe => "uprobe",
-            Layer::Runq => "runq",
-            Layer::Block => "block",
-            Layer::Fs => "fs",
-        }
-    }
-}
-
 /// One way to attach a probe. Ordered best-first in [`ProbeSpec::strategies`]:
 /// fentry (cheapest, typed) > kprobe > tp_btf > raw_tp > tracepoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,7 +75,10 @@ impl Strategy {
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeSpec {
     pub id: &'static str,
-    pub layer: Layer,
+    /// The probe family it belongs to, as its layer names it (`vtrace probes`'s
+    /// `layer` column: a layer may have several, e.g. the CPU engine's sched,
+    /// irq, softirq and syscall hooks).
+    pub layer: &'static str,
     pub what: &'static str,
     pub strategies: &'static [Strategy],
 }
@@ -160,7 +123,7 @@ macro_rules! kvm_tracepoint {
     ($id:literal, $what:literal) => {
         $crate::probes::catalog::ProbeSpec {
             id: $id,
-            layer: $crate::probes::catalog::Layer::Kvm,
+            layer: "kvm",
             what: $what,
             strategies: &[$crate::probes::catalog::Strategy::Tracepoint {
                 program: concat!("tp_", $id),
@@ -256,7 +219,7 @@ pub fn user_uprobe(spec: &str) -> Result<Vec<ProbeSpec>, String> {
     let (binary, symbol) = (leak(binary.to_string()), leak(symbol.to_string()));
     let mut out = vec![ProbeSpec {
         id: leak(format!("uprobe:{base}:{symbol}")),
-        layer: Layer::Uprobe,
+        layer: "uprobe",
         what: "user-requested uprobe",
         strategies: Box::leak(Box::new([Strategy::UProbe {
             program: "uprobe_call",
@@ -270,7 +233,7 @@ pub fn user_uprobe(spec: &str) -> Result<Vec<ProbeSpec>, String> {
         // return program finds the entry time under the previous slot.
         out.push(ProbeSpec {
             id: leak(format!("uretprobe:{base}:{symbol}")),
-            layer: Layer::Uprobe,
+            layer: "uprobe",
             what: "user-requested return probe (latency)",
             strategies: Box::leak(Box::new([Strategy::UProbe {
                 program: "uretprobe_call",

@@ -10,4 +10,4 @@ pub mod offsets;
 
 pub use attach::{ProbeStatus, attach_all, plan};
 pub use capabilities::Capabilities;
-pub use catalog::{Layer, ProbeSpec, Strategy};
+pub use catalog::{ProbeSpec, Strategy};

@@ -514,6 +514,9 @@ fn emit_all<'c>(
         };
         c.emit(&ctx, &mut out, overhead)?;
         notes.extend(out.notes);
+        for (key, n) in out.losses {
+            overhead.losses.insert(key.to_string(), n);
+        }
         tables.extend(out.tables);
     }
     Ok(tables)

@@ -107,38 +107,23 @@ pub struct Overhead {
     /// where vtrace's process ran on otherwise idle CPUs.
     #[serde(default)]
     pub expected_slowdown: f64,
-    /// Context switches whose thread found the per-thread map full (time kept under tid 4294967295).
-    pub thread_map_overflows: u64,
-    /// Interrupts whose exit event was missed, found open and closed at the next syscall or switch.
-    pub state_repairs: u64,
-    /// Context switches no sched_switch event reported (detected at the next one).
-    pub untraced_switches: u64,
-    /// What the slices after those switches would have over-charged their
-    /// threads, taken back by each thread's own scheduler clock.
+    /// What the slices after unreported context switches (`losses`'
+    /// `cpu.untraced_switches`) would have over-charged their threads, taken
+    /// back by each thread's own scheduler clock.
     #[serde(default)]
     pub untraced_trimmed_ns: u64,
-    /// Per-packet events lost because the ring buffer was full (`--events`).
-    pub net_event_drops: u64,
-    /// In-flight skbs whose latency mark another skb took (a `SKB_MARKS` slot
-    /// collision): hop latencies not measured.
+    /// What vtrace could not count, per `layer.counter` (each layer declares
+    /// its counters with their meaning: `Layer::losses`); zeros included for
+    /// the layers that ran.
     #[serde(default)]
-    pub skb_marks_displaced: u64,
+    pub losses: std::collections::BTreeMap<String, u64>,
+    /// Fields of older recordings' overhead this vtrace has no field for:
+    /// the named loss counters (read into `losses`), kept only while reading.
+    #[serde(flatten, skip_serializing)]
+    pub(crate) legacy: std::collections::BTreeMap<String, serde_json::Value>,
     /// Stack sampling frequency (`--sample`), 0 when off.
     #[serde(default)]
     pub sample_hz: u64,
-    /// Samples not counted because the sample map was full.
-    #[serde(default)]
-    pub sample_drops: u64,
-    /// Run-queue waits not kept because the per-thread map was full.
-    #[serde(default)]
-    pub runq_drops: u64,
-    /// Block completions not counted: their request was inserted before the
-    /// layer started, or a block map was full.
-    #[serde(default)]
-    pub block_unpaired: u64,
-    /// File syscalls not counted: a fs map was full.
-    #[serde(default)]
-    pub fs_dropped: u64,
     /// Checkpoints written into the journal while recording (`--checkpoint`).
     #[serde(default)]
     pub checkpoints: u64,
@@ -149,57 +134,36 @@ pub struct Overhead {
 }
 
 impl Overhead {
-    /// Every counter of what vtrace could not count, as `layer.counter`,
-    /// its count, and what it means: the report shows each one that is not
-    /// zero (text) and all of them (JSON `overhead.losses`).
-    pub fn losses(&self) -> [(&'static str, u64, &'static str); 9] {
-        [
-            (
-                "cpu.thread_map_overflows",
-                self.thread_map_overflows,
-                "context switches whose thread found the per-thread map full (its time kept under tid 4294967295)",
-            ),
-            (
-                "cpu.state_repairs",
-                self.state_repairs,
-                "interrupts whose exit event was missed, closed at the next syscall or switch",
-            ),
-            (
-                "cpu.untraced_switches",
-                self.untraced_switches,
-                "context switches no sched_switch event reported (each slice still bounded by its thread's scheduler clock)",
-            ),
-            (
-                "net.event_drops",
-                self.net_event_drops,
-                "per-packet events lost: the ring buffer was full or the disk nearly so (--events)",
-            ),
-            (
-                "net.skb_marks_displaced",
-                self.skb_marks_displaced,
-                "packets whose hop-latency mark another in-flight packet took: their hop latencies not measured",
-            ),
-            (
-                "sample.drops",
-                self.sample_drops,
-                "stack samples not counted: the sample map was full",
-            ),
-            (
-                "runq.drops",
-                self.runq_drops,
-                "run-queue waits not kept: the per-thread map was full",
-            ),
-            (
-                "block.unpaired",
-                self.block_unpaired,
-                "block completions not counted: the request was inserted before the layer started, or a block map was full",
-            ),
-            (
-                "fs.dropped",
-                self.fs_dropped,
-                "file syscalls not counted: a fs map was full",
-            ),
-        ]
+    /// Named loss counters of recordings before `losses` (schema 7 and
+    /// older), under their `layer.counter` names.
+    const LEGACY_LOSSES: [(&'static str, &'static str); 9] = [
+        ("thread_map_overflows", "cpu.thread_map_overflows"),
+        ("state_repairs", "cpu.state_repairs"),
+        ("untraced_switches", "cpu.untraced_switches"),
+        ("net_event_drops", "net.event_drops"),
+        ("skb_marks_displaced", "net.skb_marks_displaced"),
+        ("sample_drops", "sample.drops"),
+        ("runq_drops", "runq.drops"),
+        ("block_unpaired", "block.unpaired"),
+        ("fs_dropped", "fs.dropped"),
+    ];
+
+    /// Deserializes an overhead, old recordings' named loss counters read
+    /// into `losses`.
+    pub fn read<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Overhead, D::Error> {
+        let mut ov = Overhead::deserialize(d)?;
+        for (old, key) in Self::LEGACY_LOSSES {
+            if let Some(n) = ov.legacy.remove(old).and_then(|v| v.as_u64()) {
+                ov.losses.entry(key.to_string()).or_insert(n);
+            }
+        }
+        ov.legacy.clear();
+        Ok(ov)
+    }
+
+    /// The count of loss counter `key` (`layer.counter`); 0 when absent.
+    pub fn lost(&self, key: &str) -> u64 {
+        self.losses.get(key).copied().unwrap_or(0)
     }
 
     /// vtrace's own process: user + system ns in the window.
@@ -252,6 +216,7 @@ pub struct Metadata {
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub checksums: std::collections::BTreeMap<String, String>,
     pub probes: Vec<ProbeStatus>,
+    #[serde(deserialize_with = "Overhead::read")]
     pub overhead: Overhead,
     /// Caveats a reader of the numbers must know (e.g. tick-sampled guest time).
     pub notes: Vec<String>,
@@ -310,5 +275,35 @@ impl Recording {
     /// Sets the work done (`--ops N`), also for a recording without a command.
     pub fn set_ops(&mut self, ops: crate::workload::ops::Operations) {
         self.meta.workload.get_or_insert_with(Default::default).ops = Some(ops);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Overhead;
+
+    /// Recordings before `losses` named each counter: they read into it.
+    #[test]
+    fn old_named_loss_counters_read_into_losses() {
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            #[serde(deserialize_with = "Overhead::read")]
+            overhead: Overhead,
+        }
+        let old = r#"{"overhead": {"bpf_run_time_ns": 5, "bpf_run_count": 1, "bpf_cpu_fraction": 0.1,
+            "vtrace_user_ns": 1, "vtrace_system_ns": 2, "vtrace_peak_rss_kib": 3,
+            "thread_map_overflows": 4, "state_repairs": 0, "untraced_switches": 7,
+            "net_event_drops": 9, "runq_drops": 2, "fs_dropped": 1}}"#;
+        let ov = serde_json::from_str::<Meta>(old).unwrap().overhead;
+        assert_eq!(ov.lost("cpu.thread_map_overflows"), 4);
+        assert_eq!(ov.lost("cpu.untraced_switches"), 7);
+        assert_eq!(ov.lost("net.event_drops"), 9);
+        assert_eq!(ov.lost("runq.drops"), 2);
+        assert_eq!(ov.lost("fs.dropped"), 1);
+        assert_eq!(ov.bpf_run_time_ns, 5);
+        assert!(ov.legacy.is_empty());
+        // Written back, only the map carries them.
+        let again = serde_json::to_value(&ov).unwrap();
+        assert!(again.get("runq_drops").is_none() && again["losses"]["runq.drops"] == 2);
     }
 }

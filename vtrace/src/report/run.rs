@@ -200,9 +200,9 @@ pub fn overhead(rec: &Recording) -> Section {
             secs(ov.vtrace_user_ns),
             secs(ov.vtrace_system_ns),
             ov.vtrace_peak_rss_kib / 1024,
-            ov.thread_map_overflows,
-            ov.state_repairs,
-            ov.untraced_switches,
+            ov.lost("cpu.thread_map_overflows"),
+            ov.lost("cpu.state_repairs"),
+            ov.lost("cpu.untraced_switches"),
             // Recordings before each slice was bounded by the scheduler's clock have none.
             if ov.untraced_trimmed_ns > 0 {
                 format!(
@@ -215,11 +215,14 @@ pub fn overhead(rec: &Recording) -> Section {
         ),
     ]);
     let lost: Vec<String> = ov
-        .losses()
+        .losses
         .iter()
         // The CPU engine's are on the line above.
-        .filter(|(name, n, _)| *n > 0 && !name.starts_with("cpu."))
-        .map(|(name, n, meaning)| format!("  lost: {name} {n}: {meaning}"))
+        .filter(|(key, n)| **n > 0 && !key.starts_with("cpu."))
+        .map(|(key, n)| {
+            let meaning = crate::layers::loss_meaning(key).unwrap_or("(a counter this vtrace does not know)");
+            format!("  lost: {key} {n}: {meaning}")
+        })
         .collect();
     s.lines(lost);
     if ov.checkpoints > 0 {
@@ -309,15 +312,17 @@ pub fn overhead(rec: &Recording) -> Section {
             "vtrace_user_ns": ov.vtrace_user_ns,
             "vtrace_system_ns": ov.vtrace_system_ns,
             "vtrace_peak_rss_kib": ov.vtrace_peak_rss_kib,
-            "thread_map_overflows": ov.thread_map_overflows,
-            "state_repairs": ov.state_repairs,
-            "untraced_switches": ov.untraced_switches,
+            // The CPU engine's and the net layer's counters also under their
+            // names of before `losses`.
+            "thread_map_overflows": ov.lost("cpu.thread_map_overflows"),
+            "state_repairs": ov.lost("cpu.state_repairs"),
+            "untraced_switches": ov.lost("cpu.untraced_switches"),
             "untraced_trimmed_ns": ov.untraced_trimmed_ns,
-            "net_event_drops": ov.net_event_drops,
-            "skb_marks_displaced": ov.skb_marks_displaced,
+            "net_event_drops": ov.lost("net.event_drops"),
+            "skb_marks_displaced": ov.lost("net.skb_marks_displaced"),
             "checkpoints": ov.checkpoints,
             "checkpoint_ns": ov.checkpoint_ns,
-            "losses": ov.losses().iter().map(|(name, n, _)| (*name, *n)).collect::<std::collections::BTreeMap<_, _>>(),
+            "losses": &ov.losses,
             "programs": programs,
         }),
     );

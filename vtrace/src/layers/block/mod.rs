@@ -43,6 +43,12 @@ impl Layer for BlockLayer {
             TableKind::of::<BlockDeviceRow>(),
         ]
     }
+    fn losses(&self) -> &'static [super::Loss] {
+        &[super::Loss {
+            key: "block.unpaired",
+            meaning: "block completions not counted: the request was inserted before the layer started, or a block map was full",
+        }]
+    }
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
@@ -86,7 +92,7 @@ impl Collector for BlockRecorder {
         Ok(true)
     }
 
-    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         let (rows, hists, devices) = collector::rows(
             &self.start,
             &self.end,
@@ -95,7 +101,7 @@ impl Collector for BlockRecorder {
             &self.inflight_peaks,
             ctx.tables.rows::<ThreadRow>(),
         );
-        overhead.block_unpaired = self.maps.drops();
+        out.losses.push(("block.unpaired", self.maps.drops()));
         out.tables.put(rows);
         out.tables.put(hists);
         out.tables.put(devices);

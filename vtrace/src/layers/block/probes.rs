@@ -1,7 +1,7 @@
 //! The block layer's probes (vtrace-ebpf/src/block.rs): a request's insert,
 //! issue and completion.
 
-use crate::probes::catalog::{Layer, ProbeSpec, Strategy};
+use crate::probes::catalog::{ProbeSpec, Strategy};
 
 /// The typed and raw tracepoint of one block/* event: both hand over the
 /// request itself, which pairs its events (the classic records do not).
@@ -9,7 +9,7 @@ macro_rules! block_probe {
     ($id:literal, $what:literal) => {
         ProbeSpec {
             id: $id,
-            layer: Layer::Block,
+            layer: "block",
             what: $what,
             strategies: &[
                 Strategy::BtfTracepoint {

@@ -29,7 +29,7 @@ use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup};
 use crate::{
     Error, Result,
     collectors::procfs::{self, TaskStat},
-    probes::{self as probe, ProbeSpec},
+    probes::ProbeSpec,
     recording::{Overhead, TableKind},
 };
 use journal::{Journal, ThreadIdentity};
@@ -55,7 +55,7 @@ impl Layer for CpuLayer {
         let syscall_hooks = syscall_hooks(config);
         Ok(probes::CPU
             .iter()
-            .filter(|p| p.layer != probe::Layer::Syscall || syscall_hooks)
+            .filter(|p| p.layer != "syscall" || syscall_hooks)
             .copied()
             .collect())
     }
@@ -66,6 +66,22 @@ impl Layer for CpuLayer {
             TableKind::of::<SoftirqRow>(),
             TableKind::of::<IrqRow>(),
             TableKind::of::<IntervalRow>(),
+        ]
+    }
+    fn losses(&self) -> &'static [super::Loss] {
+        &[
+            super::Loss {
+                key: "cpu.thread_map_overflows",
+                meaning: "context switches whose thread found the per-thread map full (its time kept under tid 4294967295)",
+            },
+            super::Loss {
+                key: "cpu.state_repairs",
+                meaning: "interrupts whose exit event was missed, closed at the next syscall or switch",
+            },
+            super::Loss {
+                key: "cpu.untraced_switches",
+                meaning: "context switches no sched_switch event reported (each slice is still bounded by its thread's scheduler clock)",
+            },
         ]
     }
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
@@ -196,9 +212,12 @@ impl Collector for CpuRecorder {
                     .into(),
             );
         }
-        overhead.thread_map_overflows = snap.cpus.iter().map(|c| c.thread_map_overflows).sum();
-        overhead.state_repairs = snap.cpus.iter().map(|c| c.state_repairs).sum();
-        overhead.untraced_switches = snap.cpus.iter().map(|c| c.untraced_switches).sum();
+        let sum = |f: fn(&vtrace_common::CpuState) -> u64| snap.cpus.iter().map(f).sum::<u64>();
+        out.losses.extend([
+            ("cpu.thread_map_overflows", sum(|c| c.thread_map_overflows)),
+            ("cpu.state_repairs", sum(|c| c.state_repairs)),
+            ("cpu.untraced_switches", sum(|c| c.untraced_switches)),
+        ]);
         overhead.untraced_trimmed_ns = snap.cpus.iter().map(|c| c.untraced_trimmed_ns).sum();
         out.tables.put(threads);
         out.tables.put(rows::cpu_rows(snap));

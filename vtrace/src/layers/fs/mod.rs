@@ -44,6 +44,12 @@ impl Layer for FsLayer {
             TableKind::of::<OverlayCredsRow>(),
         ]
     }
+    fn losses(&self) -> &'static [super::Loss] {
+        &[super::Loss {
+            key: "fs.dropped",
+            meaning: "file syscalls not counted: a fs map was full",
+        }]
+    }
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
@@ -83,12 +89,12 @@ impl Collector for FsRecorder {
         Ok(true)
     }
 
-    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         let threads = ctx.tables.rows::<ThreadRow>();
         let (rows, hists) = collector::rows(&self.start, &self.end, threads);
         out.tables
             .put(collector::creds_rows(&self.creds_start, &self.creds_end, threads));
-        overhead.fs_dropped = self.maps.drops();
+        out.losses.push(("fs.dropped", self.maps.drops()));
         out.tables.put(rows);
         out.tables.put(hists);
         Ok(())

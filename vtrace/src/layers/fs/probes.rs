@@ -1,7 +1,7 @@
 //! The fs layer's probes (vtrace-ebpf/src/files.rs): file syscalls from
 //! entry to exit, and overlayfs's credential switches.
 
-use crate::probes::catalog::{Layer, ProbeSpec, Strategy};
+use crate::probes::catalog::{ProbeSpec, Strategy};
 
 /// In attach order: the exit hook last, so no call is seen ending unstarted.
 ///
@@ -15,7 +15,7 @@ use crate::probes::catalog::{Layer, ProbeSpec, Strategy};
 pub const FS: &[ProbeSpec] = &[
     ProbeSpec {
         id: "fs_sys_enter",
-        layer: Layer::Fs,
+        layer: "fs",
         what: "file syscall entry: filesystem resolved from the fd or the path's start",
         strategies: &[
             Strategy::RawTracepoint {
@@ -31,7 +31,7 @@ pub const FS: &[ProbeSpec] = &[
     },
     ProbeSpec {
         id: "fs_sys_exit",
-        layer: Layer::Fs,
+        layer: "fs",
         what: "file syscall exit: counted per process, call and filesystem with its latency",
         strategies: &[
             Strategy::RawTracepoint {
@@ -47,7 +47,7 @@ pub const FS: &[ProbeSpec] = &[
     },
     ProbeSpec {
         id: "ovl_override_creds",
-        layer: Layer::Fs,
+        layer: "fs",
         what: "overlayfs takes its mounter's credentials (calls)",
         strategies: &[
             Strategy::FEntry {
@@ -62,7 +62,7 @@ pub const FS: &[ProbeSpec] = &[
     },
     ProbeSpec {
         id: "ovl_revert_creds",
-        layer: Layer::Fs,
+        layer: "fs",
         what: "overlayfs gives them back (calls)",
         strategies: &[
             Strategy::FEntry {

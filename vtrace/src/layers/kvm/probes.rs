@@ -1,12 +1,12 @@
 //! The KVM layer's probes: exits, user-space exits, port/MMIO, interrupts, halts (vtrace-ebpf/src/kvm.rs).
 
-use crate::probes::catalog::{Layer, ProbeSpec, Strategy, kvm_tracepoint, tracepoint_probe};
+use crate::probes::catalog::{ProbeSpec, Strategy, kvm_tracepoint, tracepoint_probe};
 
 /// In attach order.
 pub const KVM: &[ProbeSpec] = &[
     ProbeSpec {
         id: "kvm_exit",
-        layer: Layer::Kvm,
+        layer: "kvm",
         what: "vCPU leaves the guest: guest time ends, exit reason (VMX/SVM)",
         // The classic record carries the exit reason; the raw_tp args do not.
         strategies: &[
@@ -23,7 +23,7 @@ pub const KVM: &[ProbeSpec] = &[
     },
     tracepoint_probe!(
         "kvm_entry",
-        Layer::Kvm,
+        "kvm",
         "vCPU enters the guest: guest time starts, exit latency ends",
         "kvm"
     ),
@@ -33,7 +33,7 @@ pub const KVM: &[ProbeSpec] = &[
     ),
     ProbeSpec {
         id: "kvm_run",
-        layer: Layer::Kvm,
+        layer: "kvm",
         what: "ioctl(KVM_RUN): the VMM's handling of the last user-space exit ends",
         // A per-syscall tracepoint: no program runs for the other syscalls.
         strategies: &[Strategy::Tracepoint {

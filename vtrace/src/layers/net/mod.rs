@@ -75,6 +75,18 @@ impl Layer for NetLayer {
             TableKind::of::<NetIntervalRow>(),
         ]
     }
+    fn losses(&self) -> &'static [super::Loss] {
+        &[
+            super::Loss {
+                key: "net.event_drops",
+                meaning: "per-packet events lost: the ring buffer was full or the disk nearly so (--events)",
+            },
+            super::Loss {
+                key: "net.skb_marks_displaced",
+                meaning: "packets whose hop-latency mark another in-flight packet took: those hops are not timed",
+            },
+        ]
+    }
     fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report_model::Section {
         summary::section(rec)
     }
@@ -240,7 +252,7 @@ impl Collector for NetRecorder {
         Ok(true)
     }
 
-    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         if let Some(e) = &self.events_error {
             out.notes.push(format!("per-packet events incomplete: {e}"));
         }
@@ -259,8 +271,16 @@ impl Collector for NetRecorder {
         );
         let threads = ctx.tables.rows::<ThreadRow>();
         let (tun_io, tun_sizes) = rows::tun_rows(&self.tun_stats, ctx.system, threads);
-        overhead.net_event_drops = self.losses[net_loss::EVENT_DROPS as usize] + self.events_unwritten;
-        overhead.skb_marks_displaced = self.losses[net_loss::MARKS_DISPLACED as usize];
+        out.losses.extend([
+            (
+                "net.event_drops",
+                self.losses[net_loss::EVENT_DROPS as usize] + self.events_unwritten,
+            ),
+            (
+                "net.skb_marks_displaced",
+                self.losses[net_loss::MARKS_DISPLACED as usize],
+            ),
+        ]);
         out.tables.put(devices);
         out.tables.put(hops);
         out.tables.put(sizes.into_iter().chain(tun_sizes).collect());

@@ -1,7 +1,7 @@
 //! The net layer's probes: device hops, drops, NAPI (vtrace-ebpf/src/net.rs) and the tun/vhost
 //! kernel functions (vtrace-ebpf/src/tun.rs).
 
-use crate::probes::catalog::{Layer, ProbeSpec, Strategy, tracepoint_probe};
+use crate::probes::catalog::{ProbeSpec, Strategy, tracepoint_probe};
 
 /// The probes only `record --hops` attaches: the hops between a device's
 /// queue and its driver or stack, NAPI polls, and the end of skb journeys.
@@ -18,13 +18,13 @@ pub const EVERY_HOP: &[&str] = &[
 pub const NET: &[ProbeSpec] = &[
     tracepoint_probe!(
         tp_btf "net_dev_queue",
-        Layer::Net,
+        "net",
         "packet handed to a device's queue (transmit)",
         "net"
     ),
     ProbeSpec {
         id: "net_dev_start_xmit",
-        layer: Layer::Net,
+        layer: "net",
         what: "packet given to the driver",
         strategies: &[
             Strategy::BtfTracepoint {
@@ -39,25 +39,25 @@ pub const NET: &[ProbeSpec] = &[
     },
     tracepoint_probe!(
         tp_btf "net_dev_xmit",
-        Layer::Net,
+        "net",
         "driver took the packet (or refused it)",
         "net"
     ),
     tracepoint_probe!(
         tp_btf "netif_rx",
-        Layer::Net,
+        "net",
         "packet queued for receive (veth, tun/tap, backlog)",
         "net"
     ),
     tracepoint_probe!(
         tp_btf "netif_receive_skb",
-        Layer::Net,
+        "net",
         "packet enters the protocol stack; NET_RX time per device",
         "net"
     ),
     ProbeSpec {
         id: "napi_gro_receive_entry",
-        layer: Layer::Net,
+        layer: "net",
         what: "NAPI driver receive, before GRO",
         strategies: &[Strategy::RawTracepoint {
             program: "raw_napi_gro_receive_entry",
@@ -66,23 +66,18 @@ pub const NET: &[ProbeSpec] = &[
     },
     tracepoint_probe!(
         "kfree_skb",
-        Layer::Net,
+        "net",
         "packet dropped, with the kernel's drop reason",
         "skb"
     ),
     ProbeSpec {
         id: "napi_poll",
-        layer: Layer::Net,
+        layer: "net",
         what: "NAPI poll of a device: packets per poll, budget exhaustion",
         strategies: &[Strategy::RawTracepoint {
             program: "raw_napi_poll",
             tracepoint: "napi_poll",
         }],
     },
-    tracepoint_probe!(
-        "consume_skb",
-        Layer::Net,
-        "packet freed after use: ends its journey",
-        "skb"
-    ),
+    tracepoint_probe!("consume_skb", "net", "packet freed after use: ends its journey", "skb"),
 ];

@@ -233,7 +233,7 @@ fn latency(s: &mut Section, rec: &Recording) {
             }],
         },
     });
-    let displaced = rec.meta.overhead.skb_marks_displaced;
+    let displaced = rec.meta.overhead.lost("net.skb_marks_displaced");
     if displaced > 0 {
         s.lines([format!(
             "  {displaced} hops not timed: their skb's mark was displaced by another in flight (table slot collision)"

@@ -49,6 +49,12 @@ impl Layer for RunqLayer {
             TableKind::of::<RunqIntervalRow>(),
         ]
     }
+    fn losses(&self) -> &'static [super::Loss] {
+        &[super::Loss {
+            key: "runq.drops",
+            meaning: "run-queue waits not kept: the per-thread map was full",
+        }]
+    }
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
@@ -120,9 +126,9 @@ impl Collector for RunqRecorder {
         Ok(true)
     }
 
-    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         let (rows, hists) = collector::rows(&self.last, ctx.tables.rows::<ThreadRow>(), self.start_mono);
-        overhead.runq_drops = self.last.drops;
+        out.losses.push(("runq.drops", self.last.drops));
         out.tables.put(rows);
         out.tables.put(hists);
         out.tables.put(self.intervals.clone());

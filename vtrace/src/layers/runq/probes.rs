@@ -1,14 +1,14 @@
 //! The run-queue layer's probes (vtrace-ebpf/src/runq.rs): its own
 //! sched_switch program, and the two wakeups.
 
-use crate::probes::catalog::{Layer, ProbeSpec, Strategy};
+use crate::probes::catalog::{ProbeSpec, Strategy};
 
 /// The three strategies of one sched/* event, best first.
 macro_rules! runq_probe {
     ($id:literal, $event:literal, $what:literal) => {
         ProbeSpec {
             id: $id,
-            layer: Layer::Runq,
+            layer: "runq",
             what: $what,
             strategies: &[
                 Strategy::BtfTracepoint {

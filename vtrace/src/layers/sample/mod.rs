@@ -50,6 +50,12 @@ impl Layer for SampleLayer {
     fn tables(&self) -> Vec<TableKind> {
         vec![TableKind::of::<SampleRow>()]
     }
+    fn losses(&self) -> &'static [super::Loss] {
+        &[super::Loss {
+            key: "sample.drops",
+            meaning: "stack samples not counted: the sample map was full",
+        }]
+    }
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
@@ -103,7 +109,7 @@ impl Collector for SampleRecorder {
 
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
         overhead.sample_hz = self.hz;
-        overhead.sample_drops = self.drops;
+        out.losses.push(("sample.drops", self.drops));
         out.tables
             .put(collector::rows(self.folded.clone(), ctx.tables.rows::<ThreadRow>()));
         Ok(())

@@ -2,12 +2,12 @@
 //! kernel functions. They live in modules, so fentry needs the module's
 //! split BTF, which aya cannot load: kprobes are what attaches.
 
-use crate::probes::catalog::{Layer, ProbeSpec, kfunc_probe};
+use crate::probes::catalog::{ProbeSpec, kfunc_probe};
 
 pub const TUN: &[ProbeSpec] = &[
     kfunc_probe!(
         "tun:tun_get_user",
-        Layer::Tun,
+        "tun",
         "packet written to a tap by its user (VMM tx); else the tap's rx hop",
         "tun_get_user",
         "fentry_tun_get_user",
@@ -15,7 +15,7 @@ pub const TUN: &[ProbeSpec] = &[
     ),
     kfunc_probe!(
         "tun:tun_sendmsg",
-        Layer::Tun,
+        "tun",
         "packet sent into a tap by vhost-net",
         "tun_sendmsg",
         "fentry_tun_sendmsg",
@@ -23,7 +23,7 @@ pub const TUN: &[ProbeSpec] = &[
     ),
     kfunc_probe!(
         "tun:tun_recvmsg",
-        Layer::Tun,
+        "tun",
         "packet taken from a tap by vhost-net",
         "tun_recvmsg",
         "fentry_tun_recvmsg",
@@ -31,7 +31,7 @@ pub const TUN: &[ProbeSpec] = &[
     ),
     kfunc_probe!(
         "tun:tun_net_xmit",
-        Layer::Tun,
+        "tun",
         "packet queued to a tap for its user; else the tap's xmit hop",
         "tun_net_xmit",
         "fentry_tun_net_xmit",
@@ -39,7 +39,7 @@ pub const TUN: &[ProbeSpec] = &[
     ),
     kfunc_probe!(
         "vhost:handle_tx",
-        Layer::Vhost,
+        "vhost",
         "vhost-net worker transmits guest packets",
         "handle_tx",
         "fentry_handle_tx",
@@ -47,7 +47,7 @@ pub const TUN: &[ProbeSpec] = &[
     ),
     kfunc_probe!(
         "vhost:handle_rx",
-        Layer::Vhost,
+        "vhost",
         "vhost-net worker delivers packets to the guest",
         "handle_rx",
         "fentry_handle_rx",
@@ -55,7 +55,7 @@ pub const TUN: &[ProbeSpec] = &[
     ),
     kfunc_probe!(
         "vhost:handle_tx_kick",
-        Layer::Vhost,
+        "vhost",
         "guest kicked the vhost-net tx queue",
         "handle_tx_kick",
         "fentry_handle_tx_kick",
@@ -63,7 +63,7 @@ pub const TUN: &[ProbeSpec] = &[
     ),
     kfunc_probe!(
         "vhost:handle_rx_kick",
-        Layer::Vhost,
+        "vhost",
         "guest kicked the vhost-net rx queue",
         "handle_rx_kick",
         "fentry_handle_rx_kick",

@@ -1,12 +1,12 @@
 //! The uprobe layer's probes: user-space stacks (lwIP) and VMM backends (QEMU) (vtrace-ebpf/src/uprobe.rs).
 
-use crate::probes::catalog::{Layer, ProbeSpec, UprobeSize, uprobe_probe};
+use crate::probes::catalog::{ProbeSpec, UprobeSize, uprobe_probe};
 
 /// In attach order.
 pub const UPROBE: &[ProbeSpec] = &[
     uprobe_probe!(
         "lwip:lwip_send",
-        Layer::Uprobe,
+        "uprobe",
         "lwIP socket send (bytes asked)",
         "liblwip.so.0",
         "lwip_send",
@@ -14,7 +14,7 @@ pub const UPROBE: &[ProbeSpec] = &[
     ),
     uprobe_probe!(
         "lwip:tcp_write",
-        Layer::Uprobe,
+        "uprobe",
         "lwIP TCP enqueue (bytes)",
         "liblwip.so.0",
         "tcp_write",
@@ -22,7 +22,7 @@ pub const UPROBE: &[ProbeSpec] = &[
     ),
     uprobe_probe!(
         "lwip:tcp_output",
-        Layer::Uprobe,
+        "uprobe",
         "lwIP TCP output",
         "liblwip.so.0",
         "tcp_output",
@@ -30,7 +30,7 @@ pub const UPROBE: &[ProbeSpec] = &[
     ),
     uprobe_probe!(
         "lwip:ip4_output",
-        Layer::Uprobe,
+        "uprobe",
         "lwIP IPv4 output (packet bytes)",
         "liblwip.so.0",
         "ip4_output",
@@ -38,7 +38,7 @@ pub const UPROBE: &[ProbeSpec] = &[
     ),
     uprobe_probe!(
         "lwip:etharp_output",
-        Layer::Uprobe,
+        "uprobe",
         "lwIP ARP/Ethernet output (packet bytes)",
         "liblwip.so.0",
         "etharp_output",
@@ -46,7 +46,7 @@ pub const UPROBE: &[ProbeSpec] = &[
     ),
     uprobe_probe!(
         "lwip:ethernet_output",
-        Layer::Uprobe,
+        "uprobe",
         "lwIP Ethernet output (frame bytes)",
         "liblwip.so.0",
         "ethernet_output",
@@ -54,7 +54,7 @@ pub const UPROBE: &[ProbeSpec] = &[
     ),
     uprobe_probe!(
         "qemu:virtio_queue_notify",
-        Layer::Vmm,
+        "vmm",
         "guest kicked a virtqueue (VMM backend)",
         "qemu-system-x86_64",
         "virtio_queue_notify",
@@ -62,7 +62,7 @@ pub const UPROBE: &[ProbeSpec] = &[
     ),
     uprobe_probe!(
         "qemu:virtio_notify",
-        Layer::Vmm,
+        "vmm",
         "VMM notifies the guest (interrupt)",
         "qemu-system-x86_64",
         "virtio_notify",
@@ -70,7 +70,7 @@ pub const UPROBE: &[ProbeSpec] = &[
     ),
     uprobe_probe!(
         "qemu:virtio_notify_irqfd",
-        Layer::Vmm,
+        "vmm",
         "VMM notifies the guest through an irqfd",
         "qemu-system-x86_64",
         "virtio_notify_irqfd",
@@ -78,7 +78,7 @@ pub const UPROBE: &[ProbeSpec] = &[
     ),
     uprobe_probe!(
         "qemu:qemu_sendv_packet_async",
-        Layer::Vmm,
+        "vmm",
         "VMM hands a guest packet to its backend (tap)",
         "qemu-system-x86_64",
         "qemu_sendv_packet_async",

@@ -1,0 +1,138 @@
+//! KVM: exit and user-space exit latency, port/MMIO/interrupt events.
+
+/// KVM: what a [`KvmLatencyKey`] times.
+pub mod kvm_latency {
+    /// kvm_exit -> next kvm_entry of the vCPU thread (`reason` = exit reason, `isa` = 1 VMX / 2 SVM).
+    pub const EXIT: u32 = 0;
+    /// kvm_userspace_exit -> the thread's next `ioctl(KVM_RUN)`: the VMM's
+    /// handling time (`reason` = KVM_EXIT_*, or [`super::KVM_RUN_INTERRUPTED`]).
+    pub const USERSPACE: u32 = 1;
+    /// kvm_vcpu_wakeup: a halted vCPU woke (`reason` 1 = waited, 0 = polled; time from the event).
+    pub const HALT: u32 = 2;
+    pub const NAMES: [&str; 3] = ["exit", "userspace_exit", "halt"];
+}
+
+/// kvm_userspace_exit with a negative errno (KVM_RUN interrupted by a
+/// signal: -EINTR), kept apart from real exit reasons.
+pub const KVM_RUN_INTERRUPTED: u32 = 0x8000_0000;
+
+/// Log-linear latency buckets: 8 per power of two (12.5 % wide), exact
+/// below 8 ns, up to 2^34 ns (17 s); larger values land in the last bucket.
+pub const FINE_BUCKETS: usize = 256;
+
+#[inline(always)]
+pub fn fine_bucket(ns: u64) -> usize {
+    if ns < 8 {
+        return ns as usize;
+    }
+    let e = 63 - ns.leading_zeros() as usize;
+    let i = 8 * (e - 2) + ((ns >> (e - 3)) & 7) as usize;
+    if i < FINE_BUCKETS { i } else { FINE_BUCKETS - 1 }
+}
+
+/// The values bucket `i` holds: `[lo, hi)`.
+pub fn fine_bucket_range(i: usize) -> (u64, u64) {
+    if i < 8 {
+        return (i as u64, i as u64 + 1);
+    }
+    let e = i / 8 + 2;
+    let step = 1u64 << (e - 3);
+    let lo = (1u64 << e) + (i % 8) as u64 * step;
+    (lo, lo + step)
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KvmLatencyKey {
+    pub tid: u32,
+    /// [`kvm_latency`] kind.
+    pub kind: u32,
+    pub reason: u32,
+    pub isa: u32,
+}
+
+/// Count, sum, extremes and a [`fine_bucket`] histogram of one latency.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatencyHist {
+    pub count: u64,
+    pub sum_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub buckets: [u64; FINE_BUCKETS],
+}
+
+impl Default for LatencyHist {
+    fn default() -> Self {
+        LatencyHist {
+            count: 0,
+            sum_ns: 0,
+            min_ns: 0,
+            max_ns: 0,
+            buckets: [0; FINE_BUCKETS],
+        }
+    }
+}
+
+/// KVM events counted per vCPU thread and address ([`KvmEventKey::kind`]).
+pub mod kvm_event {
+    /// kvm_pio: `addr` = port, `op` = 0 read / 1 write, `size` = bytes per access.
+    pub const PIO: u32 = 0;
+    /// kvm_mmio: `addr` = guest-physical address, `op` = 0 unsatisfied read / 1 read / 2 write.
+    pub const MMIO: u32 = 1;
+    /// kvm_fast_mmio (ioeventfd, handled in the kernel): `addr` = gpa.
+    pub const FAST_MMIO: u32 = 2;
+    /// kvm_set_irq: `addr` = GSI, `op` = level.
+    pub const SET_IRQ: u32 = 3;
+    /// kvm_msi_set_irq: `addr` = MSI address, `op` = vector.
+    pub const MSI: u32 = 4;
+    /// kvm_inj_virq: `addr` = vector, `op` = 1 soft (INTn) / 0 IRQ.
+    pub const INJ_VIRQ: u32 = 5;
+    /// kvm_userspace_exit: `addr` = KVM_EXIT_* reason (every exit, also one
+    /// the VMM never returns from; [`super::kvm_latency::USERSPACE`] times the others).
+    pub const USERSPACE_EXIT: u32 = 6;
+    /// kvm_exit: `addr` = exit reason, `op` = isa (every exit, also one
+    /// with no kvm_entry after it; [`super::kvm_latency::EXIT`] times the others).
+    pub const EXIT: u32 = 7;
+    pub const NAMES: [&str; 8] = [
+        "pio",
+        "mmio",
+        "fast_mmio",
+        "set_irq",
+        "msi",
+        "inj_virq",
+        "userspace_exit",
+        "exit",
+    ];
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KvmEventKey {
+    pub tid: u32,
+    pub kind: u32,
+    pub addr: u64,
+    pub op: u32,
+    pub size: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvmEventStats {
+    pub count: u64,
+    /// size x repeat count (string I/O), 0 for interrupts.
+    pub bytes: u64,
+}
+
+/// What a vCPU thread is in the middle of: since its last kvm_exit and
+/// since its last return to user space.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VcpuPending {
+    pub exit_ns: u64,
+    pub exit_reason: u32,
+    pub exit_isa: u32,
+    pub userspace_ns: u64,
+    pub userspace_reason: u32,
+    pub _pad: u32,
+}

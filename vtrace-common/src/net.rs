@@ -1,0 +1,276 @@
+//! Network devices and hops: sizes, per-device slots, hop latency, per-packet events, drops.
+
+use crate::*;
+
+/// Points on a packet's way through a network device.
+pub mod hop {
+    /// net_dev_queue: handed to the device's queue (qdisc) for transmit.
+    pub const QUEUE: u32 = 0;
+    /// net_dev_start_xmit: given to the driver.
+    pub const START_XMIT: u32 = 1;
+    /// net_dev_xmit: the driver took it (rc 0) or refused it (counted as an error).
+    pub const XMIT: u32 = 2;
+    /// netif_rx: queued for receive (veth, tun/tap, loopback, backlog).
+    pub const RX: u32 = 3;
+    /// netif_receive_skb: entering the protocol stack.
+    pub const RECEIVE: u32 = 4;
+    /// napi_gro_receive_entry: a NAPI driver's receive, before GRO.
+    pub const GRO: u32 = 5;
+    pub const NAMES: [&str; 6] = ["queue", "start_xmit", "xmit", "rx", "receive", "gro"];
+
+    /// A hop's name ("?" for an unknown code).
+    pub fn name(hop: u32) -> &'static str {
+        NAMES.get(hop as usize).copied().unwrap_or("?")
+    }
+
+    /// A hop's code from its name (`u32::MAX` for an unknown name).
+    pub fn code(name: &str) -> u32 {
+        NAMES.iter().position(|n| *n == name).map_or(u32::MAX, |i| i as u32)
+    }
+    pub const fn is_tx(hop: u32) -> bool {
+        hop <= XMIT
+    }
+
+    /// Past this after a `receive`, an skb address seen again is a new packet:
+    /// one delivered locally is freed without an event (TCP frees its skbs
+    /// directly) and its address soon reused, while forwarding (a bridge, a
+    /// router) moves a packet on within microseconds.
+    pub const REUSE_AFTER_RECEIVE_NS: u64 = 20_000;
+    /// Past this after any hop, an address seen again is a new packet.
+    pub const REUSE_AFTER_NS: u64 = 1_000_000_000;
+
+    /// Whether an skb address seen at `hop` of `dev`, `gap_ns` after it was
+    /// last seen at `prev_hop` of `prev_dev`, is a new packet rather than the
+    /// same one's next hop. The one rule the kernel side (hop latency) and
+    /// the report (journeys) both follow. A packet delivered on a device is
+    /// not queued again on that same device (loopback and namespace replies
+    /// reuse addresses within microseconds); hairpin forwarding out of the
+    /// interface it came in on, the exception, shows as two packets.
+    pub const fn is_new_packet(prev_hop: u32, prev_dev: u64, hop: u32, dev: u64, gap_ns: u64) -> bool {
+        gap_ns >= REUSE_AFTER_NS
+            || (prev_hop == RECEIVE && (gap_ns > REUSE_AFTER_RECEIVE_NS || (dev == prev_dev && hop == QUEUE)))
+    }
+}
+
+/// Upper bounds of the size histogram's buckets: they make the MTU (1500)
+/// and GSO aggregates visible. One more bucket counts larger packets.
+pub const SIZE_BUCKETS: [u64; 10] = [64, 128, 256, 512, 1024, 1500, 4096, 8192, 16384, 65536];
+pub const LOG2_BUCKETS: usize = 20;
+
+/// Index of `len`'s bucket in a [`SIZE_BUCKETS`] histogram (the last for larger sizes).
+#[inline(always)]
+pub fn size_bucket(len: u64) -> usize {
+    let mut i = 0;
+    while i < SIZE_BUCKETS.len() {
+        if len <= SIZE_BUCKETS[i] {
+            return i;
+        }
+        i += 1;
+    }
+    SIZE_BUCKETS.len()
+}
+
+/// Counts one `len` in a size histogram (buckets of [`size_bucket`]). The
+/// explicit bound check is the one the verifier needs to see.
+#[inline(always)]
+pub fn count_size(hist: &mut [u64], len: u64) {
+    let b = size_bucket(len);
+    if b < hist.len() {
+        hist[b] += 1;
+    }
+}
+
+/// Buckets of a device's size histogram: [`SIZE_BUCKETS`] plus one edge at
+/// the device's MTU plus its link-layer header (a full frame), plus one for
+/// larger sizes.
+pub const DEV_SIZE_BUCKETS: usize = SIZE_BUCKETS.len() + 2;
+
+/// Index of `len` in a device's size histogram whose extra edge is
+/// `mtu_edge` (0: none): the buckets are [`SIZE_BUCKETS`] and `mtu_edge`
+/// in ascending order, so a frame of exactly the MTU lands at or below the
+/// edge and a GSO aggregate above it.
+#[inline(always)]
+pub fn dev_size_bucket(len: u64, mtu_edge: u64) -> usize {
+    size_bucket(len) + (mtu_edge != 0 && len > mtu_edge) as usize
+}
+
+/// Upper bounds of a device histogram's buckets (the last is u32::MAX for
+/// larger sizes), for `mtu_edge` (0: none).
+pub fn dev_size_edges(mtu_edge: u64) -> [u64; DEV_SIZE_BUCKETS] {
+    let mut edges = [u32::MAX as u64; DEV_SIZE_BUCKETS];
+    let mut i = 0;
+    let mut placed = mtu_edge == 0;
+    for &e in SIZE_BUCKETS.iter() {
+        if !placed && mtu_edge < e {
+            edges[i] = mtu_edge;
+            i += 1;
+            placed = true;
+        }
+        edges[i] = e;
+        i += 1;
+    }
+    if !placed {
+        edges[i] = mtu_edge;
+    }
+    edges
+}
+
+/// Slots of the direct-mapped per-CPU array that counts a (device, hop)
+/// without a hash lookup: a power of two.
+pub const DEV_SLOTS: u32 = 64;
+
+/// The slot of device `ifindex` at `hop`. (Not its address: a tp_btf
+/// program holds that as a typed pointer, on which the verifier allows no
+/// shifts.) Devices of different namespaces with the same index share a
+/// slot; the first one seen keeps it.
+pub const fn dev_slot(ifindex: u32, hop: u32) -> u32 {
+    let x = ifindex.wrapping_mul(0x9e37_79b1) ^ hop.wrapping_mul(0x85eb_ca6b);
+    (x >> 26) & (DEV_SLOTS - 1)
+}
+
+/// One (device, hop) in a [`DEV_SLOTS`] array: the device's identity is read
+/// once, when a CPU first sees it in this slot (`dev` 0: free). A device
+/// whose slot holds another goes to the hash map instead.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevSlot {
+    /// The `struct net_device` address.
+    pub dev: u64,
+    /// Its namespace's `struct net` address when the slot was taken.
+    pub net: u64,
+    pub key: DevKey,
+    pub stats: DevStats,
+    /// NET_RX softirq ns charged to the device (in its `receive` slot only).
+    pub softirq_ns: u64,
+}
+
+/// A network device in one namespace at one hop.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevKey {
+    /// Network namespace inode.
+    pub netns: u32,
+    pub ifindex: u32,
+    pub hop: u32,
+    pub _pad: u32,
+}
+
+/// `netns << 32 | ifindex`: a device across namespaces.
+pub const fn dev_key(netns: u32, ifindex: u32) -> u64 {
+    ((netns as u64) << 32) | ifindex as u64
+}
+
+/// Packets through a device at one hop, per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DevStats {
+    pub packets: u64,
+    /// Bytes as the device counts them (with the link-layer header).
+    pub bytes: u64,
+    /// Packets that were GSO aggregates (gso_size > 0).
+    pub gso_packets: u64,
+    /// Segments these packets become on the wire (1 for a non-GSO packet).
+    pub gso_segs: u64,
+    /// net_dev_xmit with a non-zero return code.
+    pub errors: u64,
+    /// Packets per bucket of [`dev_size_edges`]`(mtu_edge)`.
+    pub size_hist: [u64; DEV_SIZE_BUCKETS],
+    /// Packets per power-of-two size: bucket i holds sizes in [2^i, 2^(i+1)).
+    pub log2_hist: [u64; LOG2_BUCKETS],
+    /// The device's MTU plus its link-layer header at the last packet (0 when unknown).
+    pub mtu_edge: u64,
+    /// The largest packet seen.
+    pub max_len: u64,
+}
+
+impl Default for DevStats {
+    fn default() -> Self {
+        DevStats {
+            packets: 0,
+            bytes: 0,
+            gso_packets: 0,
+            gso_segs: 0,
+            errors: 0,
+            size_hist: [0; DEV_SIZE_BUCKETS],
+            log2_hist: [0; LOG2_BUCKETS],
+            mtu_edge: 0,
+            max_len: 0,
+        }
+    }
+}
+
+/// One step of a packet's journey: from (device, hop) to (device, hop).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HopEdge {
+    /// [`dev_key`] of both ends.
+    pub from_dev: u64,
+    pub to_dev: u64,
+    pub from_hop: u32,
+    pub to_hop: u32,
+}
+
+/// Latency of one [`HopEdge`], per CPU: log2 ns buckets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HopLatency {
+    pub count: u64,
+    pub sum_ns: u64,
+    pub log2: [u64; LATENCY_BUCKETS],
+}
+
+impl Default for HopLatency {
+    fn default() -> Self {
+        HopLatency {
+            count: 0,
+            sum_ns: 0,
+            log2: [0; LATENCY_BUCKETS],
+        }
+    }
+}
+
+/// Where an skb was last seen (for the next hop's latency): one slot of the
+/// direct-mapped `SKB_MARKS` table, owned by `skb` (0: free).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkbMark {
+    pub skb: u64,
+    pub ts: u64,
+    pub dev: u64,
+    pub hop: u32,
+    pub _pad: u32,
+}
+
+/// Slots of the `SKB_MARKS` table (a power of two).
+pub const SKB_MARK_SLOTS: u32 = 1 << 16;
+
+/// The `SKB_MARKS` slot of an skb address: sk_buffs are 256-byte slab
+/// objects, so the low bits carry nothing; a Fibonacci hash spreads the rest.
+#[inline(always)]
+pub const fn skb_mark_slot(skb: u64) -> u32 {
+    ((skb >> 8).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SKB_MARK_SLOTS.trailing_zeros())) as u32
+}
+
+/// Indices of the `NET_LOSSES` per-CPU array: what the net layer could not keep.
+pub mod net_loss {
+    /// Per-packet events that found the ring buffer full (`--events`).
+    pub const EVENT_DROPS: u32 = 0;
+    /// In-flight skbs whose mark another skb's took (same `SKB_MARKS` slot):
+    /// their next hop's latency is not measured.
+    pub const MARKS_DISPLACED: u32 = 1;
+    pub const COUNT: u32 = 2;
+}
+
+/// A per-packet event (`vtrace record --events`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetEvent {
+    pub ts: u64,
+    pub skb: u64,
+    pub dev: u64,
+    pub len: u32,
+    pub hop: u32,
+}
+
+/// Drop reasons counted (enum skb_drop_reason values below this).
+pub const DROP_REASONS: u32 = 256;

@@ -1,0 +1,90 @@
+//! tun/tap and vhost-net: frames per function, a VMM's reads and writes on a tap.
+
+/// read/write-family syscalls of one process on a tun/tap fd (the VMM side
+/// of a tap: a user-space virtio backend moving packets).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TunIoKey {
+    /// [`dev_key`] of the tap.
+    pub dev: u64,
+    pub tgid: u32,
+    /// 1: write/writev (packets into the tap), 0: read/readv.
+    pub write: u32,
+}
+
+/// A syscall on a tun fd in progress (between sys_enter and sys_exit).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunPending {
+    pub dev: u64,
+    pub write: u32,
+    pub _pad: u32,
+}
+
+/// The tun layer's functions ([`TunKey::function`]), in catalog order.
+pub mod tun_fn {
+    /// A frame written into a tap by its user (write(2), or one sendmsg frame).
+    pub const GET_USER: u32 = 0;
+    /// vhost-net (or another in-kernel user) sends frames into a tap.
+    pub const SENDMSG: u32 = 1;
+    /// vhost-net takes one frame from a tap.
+    pub const RECVMSG: u32 = 2;
+    /// The stack queues a frame to a tap for its user.
+    pub const NET_XMIT: u32 = 3;
+    pub const HANDLE_TX: u32 = 4;
+    pub const HANDLE_RX: u32 = 5;
+    pub const HANDLE_TX_KICK: u32 = 6;
+    pub const HANDLE_RX_KICK: u32 = 7;
+    pub const NAMES: [&str; 8] = [
+        "tun_get_user",
+        "tun_sendmsg",
+        "tun_recvmsg",
+        "tun_net_xmit",
+        "handle_tx",
+        "handle_rx",
+        "handle_tx_kick",
+        "handle_rx_kick",
+    ];
+}
+
+/// `tun_msg_ctl.type` of a vhost-net batch (include/linux/if_tun.h).
+pub const TUN_MSG_PTR: u16 = 2;
+/// Frames in one vhost-net batch at most (VHOST_NET_BATCH).
+pub const TUN_BATCH_MAX: u32 = 64;
+/// Frame size buckets: up to 64 B, 128 B, ... 4096 B, larger.
+pub const TUN_SIZE_BUCKETS: usize = 8;
+
+/// The bucket of a frame of `bytes`.
+#[inline(always)]
+pub const fn tun_size_bucket(bytes: u64) -> usize {
+    let mut b = 0;
+    let mut edge = 64;
+    while b < TUN_SIZE_BUCKETS - 1 && bytes > edge {
+        b += 1;
+        edge <<= 1;
+    }
+    b
+}
+
+/// A tun/vhost function's work on one device ([`dev_key`]; 0 for the
+/// vhost handlers, which do not name it) by one process.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TunKey {
+    pub dev: u64,
+    pub tgid: u32,
+    /// [`tun_fn`].
+    pub function: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunStats {
+    pub calls: u64,
+    /// Frames the calls moved: a vhost-net batch is many frames in one call.
+    pub frames: u64,
+    pub bytes: u64,
+    pub sizes: [u64; TUN_SIZE_BUCKETS],
+    /// The device's name when first seen (a tap may be gone by the end).
+    pub name: [u8; 16],
+}
