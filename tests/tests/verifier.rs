@@ -4,13 +4,13 @@
 use std::collections::BTreeSet;
 
 use aya::programs::Program;
-use vtrace::probes::{Capabilities, Strategy, offsets};
+use vtrace::probes::{Capabilities, Strategy};
 
 #[test]
 fn every_program_passes_the_verifier() {
     assert!(vtrace_tests::is_root(), "the verifier test loads programs: run as root");
     let caps = Capabilities::detect();
-    let mut ebpf = vtrace::ebpf::load(&offsets::resolve(&caps)).expect("object loads");
+    let mut ebpf = vtrace::ebpf::load(&vtrace::layers::kernel_config(&caps)).expect("object loads");
     let btf = aya::Btf::from_sys_fs().expect("kernel BTF");
     // Function or tracepoint each fentry or tp_btf program is meant for, from the catalog.
     let btf_target = |name: &str| {
@@ -72,7 +72,7 @@ fn every_program_passes_the_verifier() {
 #[test]
 fn catalog_and_object_agree() {
     let caps = Capabilities::detect();
-    let ebpf = vtrace::ebpf::load(&offsets::resolve(&caps)).expect("object loads");
+    let ebpf = vtrace::ebpf::load(&vtrace::layers::kernel_config(&caps)).expect("object loads");
     let in_object: BTreeSet<&str> = ebpf.programs().map(|(n, _)| n).collect();
     // `--uprobe BINARY:SYMBOL:ret` uses programs no static entry names.
     let user = vtrace::probes::catalog::user_uprobe("/bin/true:main:ret").unwrap();
@@ -98,7 +98,7 @@ fn catalog_and_object_agree() {
 #[test]
 fn offsets_come_from_this_kernel() {
     let caps = Capabilities::detect();
-    let o = offsets::resolve(&caps);
+    let o = vtrace::layers::kernel_config(&caps);
     assert!(o.task_pid > 0 && o.task_tgid > 0, "task_struct offsets from BTF: {o:?}");
     assert_eq!(o.task_tgid, o.task_pid + 4, "pid and tgid are adjacent pid_t fields");
     // sched_switch record: 8-byte common header, prev_comm[16] at 8.

@@ -1,12 +1,11 @@
 //! The `vtrace` command line. Library errors become one-line messages here.
 
-use std::{path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use vtrace::{
-    collectors::bpf_stats::SelfStats,
-    layers::{self, cpu::CpuSplit},
+    layers::{self, options::LayerOptions},
     record::{RecordOptions, record},
     recording,
     report::{self, Format, ReportOptions},
@@ -29,88 +28,8 @@ struct Cli {
 enum Command {
     /// Record CPU attribution while a command runs, for a duration, or until Ctrl-C.
     Record {
-        /// Platform whose instances to select (see `vtrace platforms`).
-        #[arg(long, default_value = "host")]
-        platform: String,
-        /// One instance of the platform: its id (e.g. linuxvm:1234) or root pid.
-        #[arg(long)]
-        instance: Option<String>,
-        /// Extra platform profiles (TOML, the format of vtrace/src/platforms/profiles.toml).
-        #[arg(long)]
-        platform_file: Option<PathBuf>,
-        /// Count calls of a user-space function: BINARY:SYMBOL, or BINARY:SYMBOL:ret for latency too (repeatable).
-        #[arg(long = "uprobe")]
-        uprobes: Vec<String>,
-        /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer;
-        /// implies --hops). Cost: redis GET/SET over loopback kept 0.82 of its untraced throughput
-        /// (default: 0.98), tracing cost 13.4 % of capacity (default: 3.7 %); docs/overhead.md.
-        #[arg(long)]
-        events: bool,
-        /// Count every hop (queue, start_xmit, rx, gro), NAPI polls, and follow each packet from hop to
-        /// hop for per-hop latency (net_latency). The default counts only the two hops that match the
-        /// devices' own counters (xmit, receive). Cost: redis over loopback 0.87 of untraced
-        /// throughput (default 0.98), tracing cost 8.2 % of capacity (default 3.7 %).
-        #[arg(long)]
-        hops: bool,
-        /// Time the VMM's handling of each KVM user-space exit (until the vCPU's next KVM_RUN) even
-        /// when no process runs a vCPU at the start (a VM the command starts). Watching ioctl(2) moves
-        /// every syscall of every process to the kernel's slow entry path: 36 ns a syscall here.
-        #[arg(long)]
-        kvm_run: bool,
-        /// Layers to record, comma-separated (the CPU layer is always on): cpu, net, kvm, uprobe, sample;
-        /// e.g. `--layers cpu` for CPU attribution alone. Default: every layer but sample.
-        #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
-        layers: Vec<String>,
-        /// Sample stacks at this frequency (Hz) on every CPU, for flamegraphs (`report --folded`); 0 = off.
-        /// Cost at 99 Hz: redis over loopback 0.96 of untraced throughput (default 0.98), tracing cost
-        /// 7.0 % of capacity (default 3.7 %).
-        #[arg(long, default_value_t = 0)]
-        sample: u64,
-        /// When the kernel's BPF statistics (vtrace's own cost per program) are on: sampled windows
-        /// (cheap; totals extrapolated), always (exact totals, costs every event two clock reads,
-        /// about 100 ns on this repository's machine), or off.
-        #[arg(long, value_enum, default_value_t = SelfStats::Sampled)]
-        self_stats: SelfStats,
-        /// How user and system time are told apart: by the kernel's tick-sampled utime/stime (the
-        /// default: no syscall hooks, totals still exact), or exactly at every syscall (a program on
-        /// every syscall of every process: redis over loopback kept 0.78 of untraced throughput, tracing
-        /// cost 9.8 % of capacity, against 0.98 and 3.7 % by default).
-        #[arg(long, value_enum, default_value_t = CpuSplit::Ticks)]
-        cpu_split: CpuSplit,
-        /// The work the command did, for per-operation figures, when its own output does not say
-        /// (redis-benchmark, iperf3, fio and ping are read from their output, kept in workload.out).
-        #[arg(long)]
-        ops: Option<f64>,
-        /// Select this process and its descendants (repeatable).
-        #[arg(long = "pid")]
-        pids: Vec<u32>,
-        /// Select threads with this name (repeatable).
-        #[arg(long = "comm")]
-        comms: Vec<String>,
-        /// Select processes in this cgroup v2 path or below (repeatable).
-        #[arg(long = "cgroup")]
-        cgroups: Vec<PathBuf>,
-        /// Stop after this long when no command is given (e.g. 10s, 1m).
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
-        duration: Duration,
-        /// Time-series snapshot interval.
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
-        interval: Duration,
-        /// How often every layer's tables are checkpointed into the recording's journal, so that a
-        /// vtrace killed mid-run (SIGKILL, the OOM killer) leaves them as of the last checkpoint; the
-        /// CPU layer's time series is journaled every interval regardless. Never sooner than 100 times
-        /// the last checkpoint took. 0 = never.
-        #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
-        checkpoint: Duration,
-        /// Where to write the recording (a directory).
-        #[arg(short, long, default_value = "run.vtrace")]
-        output: PathBuf,
-        /// Replace a recording already at the output path (else it is kept as NAME.old).
-        #[arg(long)]
-        force: bool,
-        /// Command to run and record; recording stops when it exits, and vtrace exits with its status.
-        #[arg(last = true)]
-        command: Vec<String>,
+        #[command(flatten)]
+        opts: RecordOptions,
     },
     /// Write the recording a vtrace that was killed or crashed left unfinished: its journal (every
     /// interval completed, per-thread CPU time) becomes a normal recording, marked incomplete.
@@ -180,6 +99,9 @@ enum Command {
         /// workload's threads waited for a CPU, under `--stress` above all).
         #[arg(long, value_delimiter = ',', default_values_t = vtrace::bench::default_layers())]
         layers: Vec<String>,
+        /// Each layer's own switches, as `record` takes them.
+        #[command(flatten)]
+        layer_opts: LayerOptions,
         #[arg(short, long, default_value = "bench")]
         output: PathBuf,
     },
@@ -263,53 +185,7 @@ fn render_many(sections: &[report::model::Section], format: Format, title: &str)
 
 fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Record {
-            platform,
-            instance,
-            platform_file,
-            uprobes,
-            events,
-            hops,
-            kvm_run,
-            layers,
-            sample,
-            self_stats,
-            cpu_split,
-            ops,
-            pids,
-            comms,
-            cgroups,
-            duration,
-            interval,
-            checkpoint,
-            output,
-            force,
-            command,
-        } => {
-            let opts = RecordOptions {
-                platform,
-                instance,
-                platform_file,
-                pids,
-                comms,
-                cgroups,
-                duration: Some(duration),
-                interval,
-                checkpoint,
-                output,
-                command,
-                uprobes,
-                events,
-                hops,
-                kvm_run,
-                layers,
-                sample_hz: sample,
-                self_stats,
-                cpu_split,
-                ops,
-                pass_output: true,
-                force,
-            };
+        Command::Record { opts } => {
             let outcome = record(&opts)?;
             eprintln!(
                 "vtrace: recorded {:.1} s into {} ({} threads); `vtrace report {}` shows it",
@@ -373,8 +249,17 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             };
             emit(&text, output.as_deref())
         }
-        Command::Bench { matrix, layers, output } => {
-            let opts = RecordOptions::default().layers(layers);
+        Command::Bench {
+            matrix,
+            layers,
+            layer_opts,
+            output,
+        } => {
+            let opts = RecordOptions {
+                layer_opts,
+                ..RecordOptions::default()
+            }
+            .layers(layers);
             let outcome = vtrace::bench::run(&matrix, &output, &opts)?;
             eprintln!(
                 "vtrace bench: {} runs recorded, {} done before, {} failed; `vtrace report {}` draws the figures",
@@ -539,5 +424,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             );
             Ok(outcome.exit_code)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every flag of every command (the layers' own groups flattened into
+    /// `record` and `bench` among them) is unique and well formed.
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
     }
 }

@@ -20,7 +20,7 @@ use self::options::RecordOptions;
 use crate::{
     Result,
     platforms::{SystemSnapshot, attribute::Attribution},
-    probes::{Capabilities, ProbeSpec, ProbeStatus},
+    probes::{Capabilities, ProbeSpec, ProbeStatus, offsets::KernelLayout},
     recording::{Overhead, Recording, TableKind, TableSet, Workload},
     report_model::Section,
 };
@@ -81,7 +81,10 @@ pub trait Layer: Sync {
     }
     /// Its catalog entries: every probe it may attach, best strategy first.
     fn catalog(&self) -> &'static [ProbeSpec];
-    /// What it writes into the eBPF object's configuration.
+    /// The kernel struct member and tracepoint record offsets its programs
+    /// read (Rust eBPF has no CO-RE), into the eBPF object's configuration.
+    fn offsets(&self, _kernel: &KernelLayout, _config: &mut Config) {}
+    /// Its switches in the eBPF object's configuration.
     fn configure(&self, _setup: &Setup, _config: &mut Config) {}
     /// The probes to attach in this recording, once every layer configured.
     fn probes(&self, _setup: &Setup, _config: &Config) -> Result<Vec<ProbeSpec>> {
@@ -231,6 +234,17 @@ pub fn find(name: &str) -> Option<&'static dyn Layer> {
 /// Names of every layer, for messages.
 pub fn names() -> Vec<&'static str> {
     REGISTRY.iter().map(|l| l.name()).collect()
+}
+
+/// The configuration with every layer's offsets on this kernel and no
+/// switch on: what `vtrace probes` and the verifier test load.
+pub fn kernel_config(caps: &Capabilities) -> Config {
+    let kernel = KernelLayout::of(caps);
+    let mut config = Config::default();
+    for layer in REGISTRY {
+        layer.offsets(&kernel, &mut config);
+    }
+    config
 }
 
 /// The layers a plain `vtrace record` runs.

@@ -11,54 +11,90 @@ use crate::{
     platforms,
 };
 
-/// What to record and how. `RecordOptions::default()` is a plain `vtrace
-/// record`: the default layers, the host platform, 10 s, into `run.vtrace`.
-#[derive(Clone, Debug)]
+/// Every layer's own switches, each layer's `clap::Args` group (declared in
+/// its `mod.rs`) flattened into `record` and `bench`: one line here per
+/// layer that has switches, as in the registry.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct LayerOptions {
+    #[command(flatten)]
+    pub cpu: layers::cpu::CpuOptions,
+    #[command(flatten)]
+    pub net: layers::net::NetOptions,
+    #[command(flatten)]
+    pub kvm: layers::kvm::KvmOptions,
+    #[command(flatten)]
+    pub uprobe: layers::uprobe::UprobeOptions,
+    #[command(flatten)]
+    pub sample: layers::sample::SampleOptions,
+}
+
+/// What to record and how: the `vtrace record` command line, and what a
+/// program that embeds vtrace fills in. `RecordOptions::default()` is a
+/// plain `vtrace record`: the default layers, the host platform, 10 s, into
+/// `run.vtrace`.
+#[derive(Clone, Debug, clap::Args)]
 pub struct RecordOptions {
+    /// Platform whose instances to select (see `vtrace platforms`).
+    #[arg(long, default_value = "host")]
     pub platform: String,
-    /// One instance of the platform (its id or root pid); all of them when None.
+    /// One instance of the platform: its id (e.g. linuxvm:1234) or root pid; all of them when not given.
+    #[arg(long)]
     pub instance: Option<String>,
-    /// Extra platform profiles.
+    /// Extra platform profiles (TOML, the format of vtrace/src/platforms/profiles.toml).
+    #[arg(long)]
     pub platform_file: Option<PathBuf>,
-    pub pids: Vec<u32>,
-    pub comms: Vec<String>,
-    pub cgroups: Vec<PathBuf>,
-    /// Stop after this long (ignored when a command is given: it stops when
-    /// the command exits); None: until Ctrl-C or [`Recorder::stop`].
-    pub duration: Option<Duration>,
-    /// Snapshot (time series) interval.
-    pub interval: Duration,
-    /// Every layer's tables are checkpointed into the journal this often (a
-    /// killed vtrace leaves them as of the last one); zero: never.
-    pub checkpoint: Duration,
-    pub output: PathBuf,
-    pub command: Vec<String>,
-    /// `--uprobe BINARY:SYMBOL[:ret]` specs.
-    pub uprobes: Vec<String>,
-    /// Stream every packet at every hop (`--events`).
-    pub events: bool,
-    /// Follow each skb from hop to hop for per-hop latency (`--hops`).
-    pub hops: bool,
-    /// Time the VMM's handling of KVM user-space exits even when no vCPU
-    /// exists at the start (`--kvm-run`).
-    pub kvm_run: bool,
-    /// Layers to run (`--layers`, names from [`layers::REGISTRY`]); the CPU layer always runs.
+    /// Layers to record, comma-separated (the CPU layer is always on): cpu, net, tun, kvm, uprobe,
+    /// runq, block, fs, sample; e.g. `--layers cpu` for CPU attribution alone. Default: every layer
+    /// that is on by default.
+    #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
     pub layers: Vec<String>,
-    /// Stack sampling frequency (`--sample HZ`), 0 for none.
-    pub sample_hz: u64,
-    /// When the kernel's BPF run-time statistics are on (`--self-stats`).
+    /// Each layer's own switches.
+    #[command(flatten)]
+    pub layer_opts: LayerOptions,
+    /// When the kernel's BPF statistics (vtrace's own cost per program) are on: sampled windows
+    /// (cheap; totals extrapolated), always (exact totals, costs every event two clock reads,
+    /// about 100 ns on this repository's machine), or off.
+    #[arg(long, value_enum, default_value_t = SelfStats::Sampled)]
     pub self_stats: SelfStats,
-    /// How user and system time are told apart (`--cpu-split`).
-    pub cpu_split: CpuSplit,
-    /// The work done (`--ops N`), when the workload's output does not say
-    /// or says something else than what should be counted.
+    /// The work the command did, for per-operation figures, when its own output does not say
+    /// (redis-benchmark, iperf3, fio and ping are read from their output, kept in workload.out).
+    #[arg(long)]
     pub ops: Option<f64>,
+    /// Select this process and its descendants (repeatable).
+    #[arg(long = "pid")]
+    pub pids: Vec<u32>,
+    /// Select threads with this name (repeatable).
+    #[arg(long = "comm")]
+    pub comms: Vec<String>,
+    /// Select processes in this cgroup v2 path or below (repeatable).
+    #[arg(long = "cgroup")]
+    pub cgroups: Vec<PathBuf>,
+    /// Stop after this long when no command is given (e.g. 10s, 1m); None (embedded): until
+    /// Ctrl-C or [`crate::record::Recorder::stop`].
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub duration: Option<Duration>,
+    /// Time-series snapshot interval.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub interval: Duration,
+    /// How often every layer's tables are checkpointed into the recording's journal, so that a
+    /// vtrace killed mid-run (SIGKILL, the OOM killer) leaves them as of the last checkpoint; the
+    /// CPU layer's time series is journaled every interval regardless. Never sooner than 100 times
+    /// the last checkpoint took. 0 = never.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub checkpoint: Duration,
+    /// Where to write the recording (a directory).
+    #[arg(short, long, default_value = "run.vtrace")]
+    pub output: PathBuf,
+    /// Replace a recording already at the output path (else it is kept as NAME.old, perf's convention).
+    #[arg(long)]
+    pub force: bool,
     /// Pass the command's output on to this process's (it is kept in the
     /// recording either way); `vtrace bench` keeps it only.
+    #[arg(skip = true)]
     pub pass_output: bool,
-    /// Replace a recording already at `output`; without it the old one is
-    /// kept as `NAME.old` (perf's convention).
-    pub force: bool,
+    /// Command to run and record; recording stops when it exits, and vtrace exits with its status.
+    #[arg(last = true)]
+    pub command: Vec<String>,
 }
 
 impl Default for RecordOptions {
@@ -67,6 +103,10 @@ impl Default for RecordOptions {
             platform: platforms::HOST.into(),
             instance: None,
             platform_file: None,
+            layers: layers::default_names(),
+            layer_opts: LayerOptions::default(),
+            self_stats: SelfStats::Sampled,
+            ops: None,
             pids: Vec::new(),
             comms: Vec::new(),
             cgroups: Vec::new(),
@@ -74,18 +114,9 @@ impl Default for RecordOptions {
             interval: Duration::from_secs(1),
             checkpoint: Duration::from_secs(10),
             output: PathBuf::from("run.vtrace"),
-            command: Vec::new(),
-            uprobes: Vec::new(),
-            events: false,
-            hops: false,
-            kvm_run: false,
-            layers: layers::default_names(),
-            sample_hz: 0,
-            self_stats: SelfStats::Sampled,
-            cpu_split: CpuSplit::Ticks,
-            ops: None,
-            pass_output: true,
             force: false,
+            pass_output: true,
+            command: Vec::new(),
         }
     }
 }
@@ -94,22 +125,12 @@ impl RecordOptions {
     /// The cost mode in words: "default", or the default plus each costlier
     /// option turned on (README "What it costs" measures each).
     pub fn mode(&self) -> String {
+        let l = &self.layer_opts;
         let mut mode = vec!["default".to_string()];
-        if self.cpu_split == CpuSplit::Syscalls {
-            mode.push("exact split".into());
-        }
-        if self.hops && !self.events {
-            mode.push("hops".into());
-        }
-        if self.events {
-            mode.push("events".into());
-        }
-        if self.kvm_run {
-            mode.push("kvm-run".into());
-        }
-        if self.sample_hz > 0 {
-            mode.push(format!("stacks {} Hz", self.sample_hz));
-        }
+        mode.extend(l.cpu.mode());
+        mode.extend(l.net.mode());
+        mode.extend(l.kvm.mode());
+        mode.extend(l.sample.mode());
         if self.self_stats == SelfStats::Always {
             mode.push("stats always".into());
         }
@@ -156,7 +177,7 @@ impl RecordOptions {
         self
     }
     pub fn cpu_split(mut self, split: CpuSplit) -> Self {
-        self.cpu_split = split;
+        self.layer_opts.cpu.cpu_split = split;
         self
     }
     pub fn self_stats(mut self, mode: SelfStats) -> Self {
@@ -164,19 +185,19 @@ impl RecordOptions {
         self
     }
     pub fn sample_hz(mut self, hz: u64) -> Self {
-        self.sample_hz = hz;
+        self.layer_opts.sample.sample_hz = hz;
         self
     }
     pub fn events(mut self, on: bool) -> Self {
-        self.events = on;
+        self.layer_opts.net.events = on;
         self
     }
     pub fn hops(mut self, on: bool) -> Self {
-        self.hops = on;
+        self.layer_opts.net.hops = on;
         self
     }
     pub fn kvm_run(mut self, on: bool) -> Self {
-        self.kvm_run = on;
+        self.layer_opts.kvm.kvm_run = on;
         self
     }
     pub fn force(mut self, on: bool) -> Self {
@@ -194,7 +215,7 @@ impl RecordOptions {
     }
 
     pub fn uprobe(mut self, spec: impl Into<String>) -> Self {
-        self.uprobes.push(spec.into());
+        self.layer_opts.uprobe.uprobes.push(spec.into());
         self
     }
 
@@ -218,7 +239,7 @@ impl RecordOptions {
                 )));
             }
         }
-        for u in &self.uprobes {
+        for u in &self.layer_opts.uprobe.uprobes {
             for spec in crate::probes::catalog::user_uprobe(u).map_err(Error::BadArgument)? {
                 for s in spec.strategies {
                     if let crate::probes::Strategy::UProbe { binary, .. } = s

@@ -9,114 +9,70 @@ use super::Capabilities;
 
 use vtrace_common::Config;
 
-/// Resolves the offsets the running kernel provides; what it lacks stays 0
-/// and the strategies that need it are unavailable anyway (no BTF: no
-/// raw_tp; no tracefs: no tracepoints). The switches (`*_on`) stay 0: each
-/// layer sets its own ([`crate::layers::Layer::configure`]).
-pub fn resolve(caps: &Capabilities) -> Config {
-    let mut o = Config::default();
-    if let Ok(btf) = &caps.btf {
-        let m = |s: &str, f: &str| member_offset(btf, s, f).unwrap_or(0);
-        // A member of a struct embedded in another: 0 unless both are known.
-        let nested = |s: &str, f: &str, inner: &str, g: &str| {
-            member_offset(btf, s, f)
-                .zip(member_offset(btf, inner, g))
-                .map_or(0, |(a, b)| a + b)
-        };
-        o.task_pid = m("task_struct", "pid");
-        o.task_tgid = m("task_struct", "tgid");
-        o.task_flags = m("task_struct", "flags");
-        o.task_runtime = nested("task_struct", "se", "sched_entity", "sum_exec_runtime");
-        o.task_utime = m("task_struct", "utime");
-        o.task_stime = m("task_struct", "stime");
-        o.task_start_time = m("task_struct", "start_time");
-        o.task_cfs_rq = nested("task_struct", "se", "sched_entity", "cfs_rq");
-        o.cfs_rq_rq = m("cfs_rq", "rq");
-        o.rq_curr = m("rq", "curr");
-        o.skb_len = m("sk_buff", "len");
-        o.skb_dev = m("sk_buff", "dev");
-        o.skb_head = m("sk_buff", "head");
-        o.skb_data = m("sk_buff", "data");
-        o.skb_end = m("sk_buff", "end");
-        o.skb_mac_header = m("sk_buff", "mac_header");
-        o.shinfo_gso_size = m("skb_shared_info", "gso_size");
-        o.shinfo_gso_segs = m("skb_shared_info", "gso_segs");
-        o.dev_ifindex = m("net_device", "ifindex");
-        o.dev_nd_net = m("net_device", "nd_net");
-        o.dev_mtu = m("net_device", "mtu");
-        o.dev_hard_header_len = m("net_device", "hard_header_len");
-        o.net_ns_inum = nested("net", "ns", "ns_common", "inum");
-        o.napi_dev = m("napi_struct", "dev");
-        o.pt_regs_di = m("pt_regs", "di");
-        o.request_cmd_flags = m("request", "cmd_flags");
-        o.request_part = m("request", "part");
-        o.bdev_dev = m("block_device", "bd_dev");
-        o.task_files = m("task_struct", "files");
-        o.task_fs = m("task_struct", "fs");
-        o.files_fdt = m("files_struct", "fdt");
-        o.fdtable_max_fds = m("fdtable", "max_fds");
-        o.fdtable_fd = m("fdtable", "fd");
-        o.file_inode = m("file", "f_inode");
-        o.inode_sb = m("inode", "i_sb");
-        o.sb_magic = m("super_block", "s_magic");
-        o.fs_pwd_dentry = nested("fs_struct", "pwd", "path", "dentry");
-        o.fs_root_dentry = nested("fs_struct", "root", "path", "dentry");
-        o.dentry_sb = m("dentry", "d_sb");
-        o.pt_regs_si = m("pt_regs", "si");
-        o.pt_regs_orig_ax = m("pt_regs", "orig_ax");
-        o.msghdr_control = m("msghdr", "msg_control");
-        o.xdp_buff_data = m("xdp_buff", "data");
-        o.xdp_buff_data_end = m("xdp_buff", "data_end");
-        o.xdp_buff_size = struct_size(btf, "xdp_buff").unwrap_or(0);
-        o.xdp_frame_len = m("xdp_frame", "len");
-        o.iov_iter_count = m("iov_iter", "count");
-        o.dev_name = m("net_device", "name");
-        // The tun module's own structs: in its BTF, split on vmlinux's (read
-        // when the module is loaded; its functions cannot be probed otherwise).
-        if let Some(tun) = module_btf(btf, "tun") {
-            let t = |s: &str, f: &str| member_offset(&tun, s, f).unwrap_or(0);
-            o.tun_struct_dev = t("tun_struct", "dev");
-            o.tun_file_tun = t("tun_file", "tun");
-            o.tun_file_socket = t("tun_file", "socket");
-            o.tun_msg_ctl_type = t("tun_msg_ctl", "type");
-            o.tun_msg_ctl_num = t("tun_msg_ctl", "num");
-            o.tun_msg_ctl_ptr = t("tun_msg_ctl", "ptr");
+/// The running kernel's layout as a layer reads it in `Layer::offsets`:
+/// struct members from BTF, tracepoint record fields from tracefs. What the
+/// kernel lacks reads as 0, and the strategies that need it are unavailable
+/// anyway (no BTF: no raw_tp; no tracefs: no tracepoints).
+pub struct KernelLayout<'a> {
+    btf: Option<&'a btf_rs::Btf>,
+    tracefs: Option<&'a Path>,
+}
+
+impl<'a> KernelLayout<'a> {
+    pub fn of(caps: &'a Capabilities) -> Self {
+        KernelLayout {
+            btf: caps.btf.as_ref().ok().map(|b| &**b),
+            tracefs: caps.tracefs.as_ref().ok().map(|p| p.as_path()),
         }
     }
-    if let Ok(tracefs) = &caps.tracefs {
-        let f =
-            |cat: &str, ev: &str, field: &str| tracepoint_field(tracefs, cat, ev, field).map(|f| f.offset).unwrap_or(0);
-        o.tp_switch_prev_state = f("sched", "sched_switch", "prev_state");
-        o.tp_switch_next_pid = f("sched", "sched_switch", "next_pid");
-        o.tp_fork_child_pid = f("sched", "sched_process_fork", "child_pid");
-        o.tp_switch_prev_pid = f("sched", "sched_switch", "prev_pid");
-        o.tp_wakeup_pid = f("sched", "sched_wakeup", "pid");
-        o.tp_sys_exit_id = f("raw_syscalls", "sys_exit", "id");
-        o.tp_irq_irq = f("irq", "irq_handler_entry", "irq");
-        o.tp_softirq_vec = f("irq", "softirq_entry", "vec");
-        let kvm = |ev: &str, field: &str| f("kvm", ev, field);
-        o.tp_kvm_exit_reason = kvm("kvm_exit", "exit_reason");
-        o.tp_kvm_exit_isa = kvm("kvm_exit", "isa");
-        o.tp_kvm_uexit_reason = kvm("kvm_userspace_exit", "reason");
-        o.tp_kvm_uexit_errno = kvm("kvm_userspace_exit", "errno");
-        o.tp_kvm_pio_rw = kvm("kvm_pio", "rw");
-        o.tp_kvm_pio_port = kvm("kvm_pio", "port");
-        o.tp_kvm_pio_size = kvm("kvm_pio", "size");
-        o.tp_kvm_pio_count = kvm("kvm_pio", "count");
-        o.tp_kvm_mmio_type = kvm("kvm_mmio", "type");
-        o.tp_kvm_mmio_len = kvm("kvm_mmio", "len");
-        o.tp_kvm_mmio_gpa = kvm("kvm_mmio", "gpa");
-        o.tp_kvm_fast_mmio_gpa = kvm("kvm_fast_mmio", "gpa");
-        o.tp_kvm_set_irq_gsi = kvm("kvm_set_irq", "gsi");
-        o.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
-        o.tp_kvm_msi_address = kvm("kvm_msi_set_irq", "address");
-        o.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
-        o.tp_kvm_inj_virq_vector = kvm("kvm_inj_virq", "vector");
-        o.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
-        o.tp_kvm_wakeup_ns = kvm("kvm_vcpu_wakeup", "ns");
-        o.tp_kvm_wakeup_waited = kvm("kvm_vcpu_wakeup", "waited");
+
+    /// `offsetof(struct s, member)`; 0 when unknown.
+    pub fn member(&self, s: &str, member: &str) -> u32 {
+        self.btf.and_then(|b| member_offset(b, s, member)).unwrap_or(0)
     }
-    o
+
+    /// A member of a struct embedded in another (`s.member.inner_member`,
+    /// `inner` the embedded struct's type): 0 unless both are known.
+    pub fn nested(&self, s: &str, member: &str, inner: &str, inner_member: &str) -> u32 {
+        self.btf
+            .and_then(|b| member_offset(b, s, member).zip(member_offset(b, inner, inner_member)))
+            .map_or(0, |(a, b)| a + b)
+    }
+
+    /// `sizeof(struct s)`; 0 when unknown.
+    pub fn size(&self, s: &str) -> u32 {
+        self.btf.and_then(|b| struct_size(b, s)).unwrap_or(0)
+    }
+
+    /// A loaded module's BTF (its own structs), where the kernel has BTF.
+    pub fn module(&self, name: &str) -> Option<btf_rs::Btf> {
+        module_btf(self.btf?, name)
+    }
+
+    /// Offset of `field` in the record of tracepoint `category:event`; 0 when unknown.
+    pub fn tracepoint(&self, category: &str, event: &str, field: &str) -> u32 {
+        self.tracefs
+            .and_then(|t| tracepoint_field(t, category, event, field))
+            .map_or(0, |f| f.offset)
+    }
+}
+
+/// What the net and tun layers both read of a network device and an skb.
+pub fn net_device(k: &KernelLayout, o: &mut Config) {
+    o.skb_len = k.member("sk_buff", "len");
+    o.dev_ifindex = k.member("net_device", "ifindex");
+    o.dev_nd_net = k.member("net_device", "nd_net");
+    o.dev_name = k.member("net_device", "name");
+    o.net_ns_inum = k.nested("net", "ns", "ns_common", "inum");
+}
+
+/// A syscall's arguments and number, as the CPU engine (tun fds) and the fs
+/// layer read them at sys_enter/sys_exit.
+pub fn syscall_args(k: &KernelLayout, o: &mut Config) {
+    o.pt_regs_di = k.member("pt_regs", "di");
+    o.pt_regs_si = k.member("pt_regs", "si");
+    o.pt_regs_orig_ax = k.member("pt_regs", "orig_ax");
+    o.tp_sys_exit_id = k.tracepoint("raw_syscalls", "sys_exit", "id");
 }
 
 /// A loaded module's BTF (`/sys/kernel/btf/<module>`, split on vmlinux's).

@@ -5,15 +5,23 @@
 //! emit every layer's tables, and write the recording atomically, also when
 //! the workload fails or the user interrupts. Nothing here knows a layer.
 
+mod checkpoint;
+mod preflight;
 mod programs;
+mod recorder;
 mod session;
 
 use std::{
     path::PathBuf,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{SystemTime, UNIX_EPOCH},
 };
 
 pub use crate::layers::options::RecordOptions;
+use checkpoint::{Checkpoints, checkpoint};
+use preflight::platform_instances;
+pub use preflight::{Prepared, preflight};
+pub use recorder::Recorder;
+use recorder::{Control, runtime};
 pub use session::{OUTPUT_FILE, Stop};
 use session::{Signals, WorkloadChild};
 
@@ -21,11 +29,9 @@ use crate::{
     Error, Result,
     collectors::bpf_stats::{self, SelfStats, StatsWindow},
     layers::{self, Attached, Collector, Emit, End, Facts, Layer, LayerOutput, Setup, cpu::monotonic_ns},
-    platforms::{self, Instance, Profile, SystemSnapshot, attribute::Attribution},
-    probes::{self, Capabilities, ProbeStatus, capabilities::ensure_tracefs, offsets},
-    recording::{
-        self, FORMAT_NAME, Host, Metadata, OutputSlot, Overhead, Recording, SCHEMA_VERSION, Selectors, TableSet,
-    },
+    platforms::{self, SystemSnapshot, attribute::Attribution},
+    probes::{self, Capabilities, ProbeStatus, offsets},
+    recording::{self, FORMAT_NAME, Host, Metadata, Overhead, Recording, SCHEMA_VERSION, Selectors, TableSet},
     workload::ops::Operations,
 };
 
@@ -37,175 +43,11 @@ pub struct RecordOutcome {
     pub recording: Recording,
 }
 
-/// What preflight found: where to write, the system as it was, and the
-/// platform's instances in it.
-pub struct Prepared {
-    slot: OutputSlot,
-    profiles: Vec<Profile>,
-    system: SystemSnapshot,
-    instances: Vec<Instance>,
-}
-
-/// The selected platform's instances in `system` (none for `host`).
-fn platform_instances(opts: &RecordOptions, profiles: &[Profile], system: &SystemSnapshot) -> Result<Vec<Instance>> {
-    if opts.platform == platforms::HOST {
-        return Ok(Vec::new());
-    }
-    let all = platforms::detect(profiles, system);
-    platforms::select(profiles, all, &opts.platform, opts.instance.as_deref())
-}
-
-/// Checks everything that can be checked before the workload starts.
-pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
-    opts.check_layers()?;
-    opts.check_selectors()?;
-    let profiles = platforms::profiles(opts.platform_file.as_deref())?;
-    if opts.platform != platforms::HOST {
-        // An unknown name fails here, before privileges are looked at,
-        // naming the instances that do run.
-        if let Err(Error::UnknownPlatform { name, known, .. }) =
-            platforms::select(&profiles, Vec::new(), &opts.platform, None)
-        {
-            let running = platforms::detect(&profiles, &SystemSnapshot::live());
-            return Err(Error::UnknownPlatform {
-                name,
-                known,
-                running: Some(platforms::ids(&running)),
-            });
-        }
-    }
-    crate::privileges::check()?;
-    ensure_tracefs()?;
-    // One look at the system serves platform detection, the tun fds to follow
-    // and the kinds of the devices whose counters are read.
-    let system = SystemSnapshot::live();
-    let instances = platform_instances(opts, &profiles, &system)?;
-    let slot = OutputSlot::claim(&opts.output, opts.force)?;
-    Ok(Prepared {
-        slot,
-        profiles,
-        system,
-        instances,
-    })
-}
-
 /// Records until the command exits, the duration passes, or SIGINT/SIGTERM.
 pub fn record(opts: &RecordOptions) -> Result<RecordOutcome> {
     let prepared = preflight(opts)?;
     // Signal handlers need the runtime's reactor: installed inside it.
     runtime()?.block_on(async { run(opts, prepared, Control::command_line()?).await })
-}
-
-fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(crate::error::io("start the async runtime"))
-}
-
-/// How a recording is told to stop, besides its command and duration, and
-/// whom it tells that its probes are attached.
-struct Control {
-    signals: Option<Signals>,
-    stop: Option<tokio::sync::oneshot::Receiver<()>>,
-    attached: Option<std::sync::mpsc::Sender<()>>,
-    /// Embedded: the name of the recorder's threads (see [`Emit::own_threads`]).
-    own_threads: Option<&'static str>,
-}
-
-impl Control {
-    fn command_line() -> Result<Control> {
-        Ok(Control {
-            signals: Some(Signals::install()?),
-            stop: None,
-            attached: None,
-            own_threads: None,
-        })
-    }
-}
-
-/// The recorder thread's name (15 characters: a thread's comm holds no more).
-const RECORDER_THREAD: &str = "vtrace-recorder";
-
-/// A recording started and stopped by another program (no signal handlers
-/// installed, no command needed): `Recorder::start(opts)?`, run the code to
-/// measure, then `recorder.stop()?` returns the recording.
-pub struct Recorder {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<Result<RecordOutcome>>>,
-}
-
-impl Recorder {
-    /// Returns once every probe is attached: what runs after it is recorded.
-    /// An error before that (privileges, a probe the CPU layer cannot do
-    /// without) is returned as the command line would report it.
-    pub fn start(opts: RecordOptions) -> Result<Recorder> {
-        let prepared = preflight(&opts)?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
-        let (attached_tx, attached_rx) = std::sync::mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name(RECORDER_THREAD.into())
-            .spawn(move || {
-                let control = Control {
-                    signals: None,
-                    stop: Some(stop_rx),
-                    attached: Some(attached_tx),
-                    // Threads this one starts (the event reader) inherit its name.
-                    own_threads: Some(RECORDER_THREAD),
-                };
-                runtime()?.block_on(run(&opts, prepared, control))
-            })
-            .map_err(crate::error::io("start the recorder thread"))?;
-        let mut recorder = Recorder {
-            stop: Some(stop_tx),
-            thread: Some(thread),
-        };
-        match attached_rx.recv() {
-            Ok(()) => Ok(recorder),
-            // The recorder failed before attaching: its own error says why.
-            Err(_) => Err(recorder
-                .join()
-                .err()
-                .unwrap_or_else(|| Error::Ebpf("the recorder stopped before attaching".into()))),
-        }
-    }
-
-    /// Whether the recording ended by itself (its command exited, its
-    /// duration passed): [`Recorder::wait`] then returns at once.
-    pub fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
-    }
-
-    /// Waits for the recording to end by itself, and returns it.
-    pub fn wait(mut self) -> Result<RecordOutcome> {
-        // Held, not dropped: a dropped sender reads as a stop request.
-        let _stop = self.stop.take();
-        self.join()
-    }
-
-    /// Stops recording and writes the recording.
-    pub fn stop(mut self) -> Result<RecordOutcome> {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        self.join()
-    }
-
-    fn join(&mut self) -> Result<RecordOutcome> {
-        match self.thread.take().map(|t| t.join()) {
-            Some(Ok(result)) => result,
-            _ => Err(Error::Ebpf("the recorder thread panicked".into())),
-        }
-    }
-}
-
-impl Drop for Recorder {
-    fn drop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-            let _ = self.join();
-        }
-    }
 }
 
 /// One recording. Failing before its probes are attached, it drops
@@ -238,8 +80,10 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
             Err(why) => notes.push(format!("layer {} skipped: {why}", layer.name())),
         }
     }
-    let mut config = offsets::resolve(&caps);
+    let kernel = offsets::KernelLayout::of(&caps);
+    let mut config = vtrace_common::Config::default();
     for layer in &running {
+        layer.offsets(&kernel, &mut config);
         layer.configure(&setup, &mut config);
     }
     let mut specs = Vec::new();
@@ -323,7 +167,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         start_unix_ns: start_unix,
         end_unix_ns: start_unix,
         wall_ns: 0,
-        cpu_split: opts.cpu_split.name().into(),
+        cpu_split: opts.layer_opts.cpu.cpu_split.name().into(),
         mode: opts.mode(),
         layers: running.iter().map(|l| l.name().to_string()).collect(),
         tables: Default::default(),
@@ -522,127 +366,6 @@ fn emit_all<'c>(
     Ok(tables)
 }
 
-/// Writes the recording as it stands into the journal (see
-/// [`recording::journal::checkpoint`]) right after a tick: the layers'
-/// readings brought up to now, their tables, and the metadata known at the start.
-fn checkpoint(
-    collectors: &mut [Box<dyn Collector>],
-    ebpf: &aya::Ebpf,
-    parts: &Emit,
-    started: &Metadata,
-    (start_mono, tick_mono, usage_at_start): (u64, u64, &Overhead),
-    staging: &std::path::Path,
-) -> Result<()> {
-    let now = End { system: parts.system };
-    let mut ready = Vec::with_capacity(collectors.len());
-    for c in collectors.iter_mut() {
-        ready.push(c.checkpoint(&now)?);
-    }
-    let mut meta = started.clone();
-    let usage = self_usage();
-    let mut overhead = Overhead {
-        vtrace_user_ns: usage.vtrace_user_ns.saturating_sub(usage_at_start.vtrace_user_ns),
-        vtrace_system_ns: usage.vtrace_system_ns.saturating_sub(usage_at_start.vtrace_system_ns),
-        vtrace_peak_rss_kib: usage.vtrace_peak_rss_kib,
-        ..Default::default()
-    };
-    let mut notes = Vec::new();
-    let ready_ones = collectors.iter().zip(&ready).filter(|(_, r)| **r).map(|(c, _)| c);
-    let mut tables = emit_all(ready_ones, parts, &mut overhead, &mut notes)?;
-    tables.put(programs::read(ebpf, parts.probes));
-    let left_out: Vec<&str> = meta
-        .layers
-        .iter()
-        .zip(&ready)
-        .filter(|(_, r)| !**r)
-        .map(|(l, _)| l.as_str())
-        .collect();
-    if !left_out.is_empty() {
-        notes.push(format!(
-            "layer(s) {} read their maps only at the end: nothing of them survives a killed vtrace",
-            left_out.join(", ")
-        ));
-    }
-    // As of the tick it follows: the CPU layer's tables are that tick's, and
-    // its interval is journaled before (the other layers read a moment later).
-    meta.wall_ns = tick_mono.saturating_sub(start_mono);
-    meta.end_unix_ns = meta.start_unix_ns + meta.wall_ns;
-    meta.notes.extend(notes);
-    meta.overhead = overhead;
-    let mut rec = Recording {
-        meta,
-        tables,
-        net_events: recording::NetEvents::default(),
-        read_notes: Vec::new(),
-    };
-    recording::journal::checkpoint(staging, &mut rec)
-}
-
-/// When the next checkpoint is due: every `every`, and never sooner than a
-/// hundred times the last one took (at most 1 % of a CPU). One that fails
-/// (a full disk) leaves the last whole one, and the next is tried as usual.
-struct Checkpoints {
-    every: Duration,
-    next: Option<std::time::Instant>,
-    written: u64,
-    took: Duration,
-    failures: u64,
-    last_failure: Option<String>,
-}
-
-impl Checkpoints {
-    fn new(every: Duration) -> Self {
-        Checkpoints {
-            every,
-            next: (!every.is_zero()).then(|| std::time::Instant::now() + every),
-            written: 0,
-            took: Duration::ZERO,
-            failures: 0,
-            last_failure: None,
-        }
-    }
-
-    fn due(&self) -> bool {
-        self.next.is_some_and(|t| std::time::Instant::now() >= t)
-    }
-
-    /// After a checkpoint, which took `took`.
-    fn done(&mut self, result: Result<()>, took: Duration) {
-        self.took += took;
-        match result {
-            Ok(()) => self.written += 1,
-            Err(e) => {
-                self.failures += 1;
-                self.last_failure = Some(e.to_string());
-            }
-        }
-        self.next = Some(std::time::Instant::now() + self.every.max(took * 100));
-    }
-
-    /// Their count and cost into `overhead`.
-    fn count(&self, overhead: &mut Overhead) {
-        overhead.checkpoints = self.written;
-        overhead.checkpoint_ns = self.took.as_nanos() as u64;
-    }
-
-    fn notes(&self) -> Vec<String> {
-        match &self.last_failure {
-            Some(why) => vec![format!(
-                "{} of {} checkpoints failed (the last: {why}): had vtrace been killed then, every table but the CPU \
-                 layer's would have been as of the last one written",
-                self.failures,
-                self.failures + self.written
-            )],
-            None if self.every.is_zero() => vec![
-                "no checkpoints (--checkpoint 0): had vtrace been killed, only the CPU layer's journal would have \
-                 survived"
-                    .into(),
-            ],
-            None => Vec::new(),
-        }
-    }
-}
-
 /// One note per platform instance: its processes, threads and devices.
 fn instance_notes(attribution: &Attribution) -> Vec<String> {
     attribution
@@ -696,7 +419,7 @@ fn self_usage() -> Overhead {
 pub fn probe_plan() -> Vec<ProbeStatus> {
     let mut caps = Capabilities::detect();
     if crate::privileges::check().is_ok()
-        && let Ok(mut ebpf) = crate::ebpf::load(&offsets::resolve(&caps))
+        && let Ok(mut ebpf) = crate::ebpf::load(&layers::kernel_config(&caps))
     {
         caps.try_fentry(&mut ebpf);
     }

@@ -18,6 +18,7 @@ pub use tables::{BlockDeviceRow, BlockHistRow, BlockRow};
 
 use self::collector::{BlockMaps, DeviceStat};
 use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::probes::offsets::KernelLayout;
 use crate::{
     Result,
     probes::ProbeSpec,
@@ -35,6 +36,11 @@ impl Layer for BlockLayer {
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::BLOCK
+    }
+    fn offsets(&self, k: &KernelLayout, o: &mut Config) {
+        o.request_cmd_flags = k.member("request", "cmd_flags");
+        o.request_part = k.member("request", "part");
+        o.bdev_dev = k.member("block_device", "bd_dev");
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

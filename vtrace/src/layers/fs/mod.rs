@@ -18,6 +18,7 @@ pub use tables::{FsHistRow, FsRow, OverlayCredsRow};
 
 use self::collector::FsMaps;
 use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::probes::offsets::{self, KernelLayout};
 use crate::{
     Result,
     probes::ProbeSpec,
@@ -36,6 +37,20 @@ impl Layer for FsLayer {
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::FS
+    }
+    fn offsets(&self, k: &KernelLayout, o: &mut Config) {
+        offsets::syscall_args(k, o);
+        o.task_files = k.member("task_struct", "files");
+        o.task_fs = k.member("task_struct", "fs");
+        o.files_fdt = k.member("files_struct", "fdt");
+        o.fdtable_max_fds = k.member("fdtable", "max_fds");
+        o.fdtable_fd = k.member("fdtable", "fd");
+        o.file_inode = k.member("file", "f_inode");
+        o.inode_sb = k.member("inode", "i_sb");
+        o.sb_magic = k.member("super_block", "s_magic");
+        o.fs_pwd_dentry = k.nested("fs_struct", "pwd", "path", "dentry");
+        o.fs_root_dentry = k.nested("fs_struct", "root", "path", "dentry");
+        o.dentry_sb = k.member("dentry", "d_sb");
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

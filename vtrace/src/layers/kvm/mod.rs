@@ -20,6 +20,7 @@ use super::{
     Collector, Emit, End, Facts, Layer, LayerOutput, Setup,
     cpu::{ThreadRow, monotonic_ns},
 };
+use crate::probes::offsets::KernelLayout;
 use crate::{
     Result,
     probes::{ProbeSpec, offsets::tracepoint_field},
@@ -35,6 +36,29 @@ impl Layer for KvmLayer {
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::KVM
     }
+    fn offsets(&self, k: &KernelLayout, o: &mut Config) {
+        let kvm = |ev: &str, field: &str| k.tracepoint("kvm", ev, field);
+        o.tp_kvm_exit_reason = kvm("kvm_exit", "exit_reason");
+        o.tp_kvm_exit_isa = kvm("kvm_exit", "isa");
+        o.tp_kvm_uexit_reason = kvm("kvm_userspace_exit", "reason");
+        o.tp_kvm_uexit_errno = kvm("kvm_userspace_exit", "errno");
+        o.tp_kvm_pio_rw = kvm("kvm_pio", "rw");
+        o.tp_kvm_pio_port = kvm("kvm_pio", "port");
+        o.tp_kvm_pio_size = kvm("kvm_pio", "size");
+        o.tp_kvm_pio_count = kvm("kvm_pio", "count");
+        o.tp_kvm_mmio_type = kvm("kvm_mmio", "type");
+        o.tp_kvm_mmio_len = kvm("kvm_mmio", "len");
+        o.tp_kvm_mmio_gpa = kvm("kvm_mmio", "gpa");
+        o.tp_kvm_fast_mmio_gpa = kvm("kvm_fast_mmio", "gpa");
+        o.tp_kvm_set_irq_gsi = kvm("kvm_set_irq", "gsi");
+        o.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
+        o.tp_kvm_msi_address = kvm("kvm_msi_set_irq", "address");
+        o.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
+        o.tp_kvm_inj_virq_vector = kvm("kvm_inj_virq", "vector");
+        o.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
+        o.tp_kvm_wakeup_ns = kvm("kvm_vcpu_wakeup", "ns");
+        o.tp_kvm_wakeup_waited = kvm("kvm_vcpu_wakeup", "waited");
+    }
     /// User-space exits are timed until the thread's next ioctl(KVM_RUN),
     /// watched through syscalls/sys_enter_ioctl where kvm_userspace_exit
     /// exists. Attaching any syscalls/* tracepoint moves every syscall of
@@ -47,7 +71,7 @@ impl Layer for KvmLayer {
             .tracefs
             .as_ref()
             .is_ok_and(|t| tracepoint_field(t, "kvm", "kvm_userspace_exit", "reason").is_some());
-        let vcpus = setup.opts.kvm_run || setup.system.processes.iter().any(|p| p.kvm_vcpus);
+        let vcpus = setup.opts.layer_opts.kvm.kvm_run || setup.system.processes.iter().any(|p| p.kvm_vcpus);
         Ok(probes::KVM
             .iter()
             .filter(|p| p.id != "kvm_run" || (uexit && vcpus))
@@ -171,5 +195,26 @@ impl Collector for KvmRecorder {
         out.tables.put(self.stats.rows());
         out.tables.put(self.intervals.clone());
         Ok(())
+    }
+}
+
+/// The KVM layer's switches (`record`, `bench`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct KvmOptions {
+    /// Time the VMM's handling of each KVM user-space exit (until the vCPU's next KVM_RUN) even
+    /// when no process runs a vCPU at the start (a VM the command starts). Watching ioctl(2) moves
+    /// every syscall of every process to the kernel's slow entry path: 36 ns a syscall here.
+    #[arg(long)]
+    pub kvm_run: bool,
+}
+
+impl KvmOptions {
+    /// Its part of the cost mode (`RecordOptions::mode`).
+    pub fn mode(&self) -> Vec<String> {
+        if self.kvm_run {
+            vec!["kvm-run".into()]
+        } else {
+            Vec::new()
+        }
     }
 }

@@ -28,6 +28,7 @@ use vtrace_common::net_loss;
 
 use self::collector::{DeviceCounterReader, DeviceCounters, NetCollector, NetSnapshot};
 use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::probes::offsets::{self, KernelLayout};
 use crate::{
     Result,
     platforms::snapshot::NetDev,
@@ -44,9 +45,22 @@ impl Layer for NetLayer {
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::NET
     }
+    fn offsets(&self, k: &KernelLayout, o: &mut Config) {
+        offsets::net_device(k, o);
+        o.skb_dev = k.member("sk_buff", "dev");
+        o.skb_head = k.member("sk_buff", "head");
+        o.skb_data = k.member("sk_buff", "data");
+        o.skb_end = k.member("sk_buff", "end");
+        o.skb_mac_header = k.member("sk_buff", "mac_header");
+        o.shinfo_gso_size = k.member("skb_shared_info", "gso_size");
+        o.shinfo_gso_segs = k.member("skb_shared_info", "gso_segs");
+        o.dev_mtu = k.member("net_device", "mtu");
+        o.dev_hard_header_len = k.member("net_device", "hard_header_len");
+        o.napi_dev = k.member("napi_struct", "dev");
+    }
     fn configure(&self, setup: &Setup, config: &mut Config) {
         config.net_layer_on = 1;
-        config.net_events_on = setup.opts.events as u32;
+        config.net_events_on = setup.opts.layer_opts.net.events as u32;
         config.net_hops_on = hop_correlation(setup) as u32;
         // Tun fds open at the start (a VMM's taps): their read/write syscalls are followed.
         config.tun_fds_on = !collector::tun_fds(setup.system).is_empty() as u32;
@@ -95,7 +109,7 @@ impl Layer for NetLayer {
         let maps = NetCollector::new(ebpf)?;
         let tun_io_map = crate::collectors::maps::take(ebpf, "TUN_IO")?;
         let events_stop = Arc::new(AtomicBool::new(false));
-        let events_reader = if setup.opts.events {
+        let events_reader = if setup.opts.layer_opts.net.events {
             let writer = NetEventWriter::create(setup.staging, setup.start_mono)?;
             Some(collector::spawn_event_reader(ebpf, writer, events_stop.clone())?)
         } else {
@@ -128,7 +142,7 @@ impl Layer for NetLayer {
 /// Every hop is counted and skbs are followed from hop to hop (`--hops`, or
 /// `--events`, whose records come from the same code).
 fn hop_correlation(setup: &Setup) -> bool {
-    setup.opts.hops || setup.opts.events
+    setup.opts.layer_opts.net.hops || setup.opts.layer_opts.net.events
 }
 
 struct NetRecorder {
@@ -289,5 +303,34 @@ impl Collector for NetRecorder {
         out.tables.put(tun_io);
         out.tables.put(self.intervals.clone());
         Ok(())
+    }
+}
+
+/// The net layer's switches (`record`, `bench`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct NetOptions {
+    /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer;
+    /// implies --hops). Cost: redis GET/SET over loopback kept 0.82 of its untraced throughput
+    /// (default: 0.98), tracing cost 13.4 % of capacity (default: 3.7 %); docs/overhead.md.
+    #[arg(long)]
+    pub events: bool,
+    /// Count every hop (queue, start_xmit, rx, gro), NAPI polls, and follow each packet from hop to
+    /// hop for per-hop latency (net_latency). The default counts only the two hops that match the
+    /// devices' own counters (xmit, receive). Cost: redis over loopback 0.87 of untraced
+    /// throughput (default 0.98), tracing cost 8.2 % of capacity (default 3.7 %).
+    #[arg(long)]
+    pub hops: bool,
+}
+
+impl NetOptions {
+    /// Its part of the cost mode (`RecordOptions::mode`).
+    pub fn mode(&self) -> Vec<String> {
+        if self.events {
+            vec!["events".into()]
+        } else if self.hops {
+            vec!["hops".into()]
+        } else {
+            Vec::new()
+        }
     }
 }

@@ -16,6 +16,7 @@ pub use tables::{RunqHistRow, RunqIntervalRow, RunqRow};
 
 use self::collector::{RunqMaps, RunqSnapshot};
 use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::probes::offsets::KernelLayout;
 use crate::{
     Result,
     layers::cpu::monotonic_ns,
@@ -41,6 +42,11 @@ impl Layer for RunqLayer {
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::RUNQ
+    }
+    /// The task and sched_switch offsets it shares come from the CPU layer, which always runs.
+    fn offsets(&self, k: &KernelLayout, o: &mut Config) {
+        o.tp_switch_prev_pid = k.tracepoint("sched", "sched_switch", "prev_pid");
+        o.tp_wakeup_pid = k.tracepoint("sched", "sched_wakeup", "pid");
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

@@ -29,7 +29,11 @@ pub struct SampleLayer;
 
 impl SampleLayer {
     fn hz(opts: &RecordOptions) -> u64 {
-        if opts.sample_hz > 0 { opts.sample_hz } else { DEFAULT_HZ }
+        if opts.layer_opts.sample.sample_hz > 0 {
+            opts.layer_opts.sample.sample_hz
+        } else {
+            DEFAULT_HZ
+        }
     }
 }
 
@@ -41,7 +45,7 @@ impl Layer for SampleLayer {
         false
     }
     fn wanted(&self, opts: &RecordOptions) -> bool {
-        opts.sample_hz > 0 || opts.layers.iter().any(|l| l == self.name())
+        opts.layer_opts.sample.sample_hz > 0 || opts.layers.iter().any(|l| l == self.name())
     }
     /// Not a probe point: it attaches to perf events itself.
     fn catalog(&self) -> &'static [ProbeSpec] {
@@ -113,5 +117,26 @@ impl Collector for SampleRecorder {
         out.tables
             .put(collector::rows(self.folded.clone(), ctx.tables.rows::<ThreadRow>()));
         Ok(())
+    }
+}
+
+/// The sample layer's switches (`record`, `bench`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct SampleOptions {
+    /// Sample stacks at this frequency (Hz) on every CPU, for flamegraphs (`report --folded`); 0 = off.
+    /// Cost at 99 Hz: redis over loopback 0.96 of untraced throughput (default 0.98), tracing cost
+    /// 7.0 % of capacity (default 3.7 %).
+    #[arg(long = "sample", default_value_t = 0)]
+    pub sample_hz: u64,
+}
+
+impl SampleOptions {
+    /// Its part of the cost mode (`RecordOptions::mode`).
+    pub fn mode(&self) -> Vec<String> {
+        if self.sample_hz > 0 {
+            vec![format!("stacks {} Hz", self.sample_hz)]
+        } else {
+            Vec::new()
+        }
     }
 }

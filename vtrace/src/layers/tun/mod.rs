@@ -18,6 +18,7 @@ pub use tables::TunRow;
 
 use self::collector::TunMaps;
 use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::probes::offsets::{self, KernelLayout};
 use crate::{
     Result,
     probes::ProbeSpec,
@@ -32,6 +33,26 @@ impl Layer for TunLayer {
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::TUN
+    }
+    fn offsets(&self, k: &KernelLayout, o: &mut Config) {
+        offsets::net_device(k, o);
+        o.msghdr_control = k.member("msghdr", "msg_control");
+        o.xdp_buff_data = k.member("xdp_buff", "data");
+        o.xdp_buff_data_end = k.member("xdp_buff", "data_end");
+        o.xdp_buff_size = k.size("xdp_buff");
+        o.xdp_frame_len = k.member("xdp_frame", "len");
+        o.iov_iter_count = k.member("iov_iter", "count");
+        // The tun module's own structs: in its BTF, split on vmlinux's (read
+        // when the module is loaded; its functions cannot be probed otherwise).
+        if let Some(tun) = k.module("tun") {
+            let t = |s: &str, f: &str| offsets::member_offset(&tun, s, f).unwrap_or(0);
+            o.tun_struct_dev = t("tun_struct", "dev");
+            o.tun_file_tun = t("tun_file", "tun");
+            o.tun_file_socket = t("tun_file", "socket");
+            o.tun_msg_ctl_type = t("tun_msg_ctl", "type");
+            o.tun_msg_ctl_num = t("tun_msg_ctl", "num");
+            o.tun_msg_ctl_ptr = t("tun_msg_ctl", "ptr");
+        }
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![TableKind::of::<TunRow>()]

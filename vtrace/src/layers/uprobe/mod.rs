@@ -35,7 +35,7 @@ impl Layer for UprobeLayer {
     }
     /// Named in `--layers`, or asked for with `--uprobe`.
     fn wanted(&self, opts: &RecordOptions) -> bool {
-        opts.layers.iter().any(|l| l == self.name()) || !opts.uprobes.is_empty()
+        opts.layers.iter().any(|l| l == self.name()) || !opts.layer_opts.uprobe.uprobes.is_empty()
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::UPROBE
@@ -47,7 +47,7 @@ impl Layer for UprobeLayer {
         } else {
             Vec::new()
         };
-        for u in &setup.opts.uprobes {
+        for u in &setup.opts.layer_opts.uprobe.uprobes {
             specs.extend(user_uprobe(u).map_err(Error::BadArgument)?);
         }
         Ok(specs)
@@ -188,4 +188,12 @@ pub fn uprobe_rows(
         }
     }
     (rows, hists)
+}
+
+/// The uprobe layer's switches (`record`, `bench`).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct UprobeOptions {
+    /// Count calls of a user-space function: BINARY:SYMBOL, or BINARY:SYMBOL:ret for latency too (repeatable).
+    #[arg(long = "uprobe")]
+    pub uprobes: Vec<String>,
 }

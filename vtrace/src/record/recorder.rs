@@ -1,0 +1,118 @@
+//! vtrace as a library: [`Recorder`] starts a recording on a thread of its
+//! own and stops it when the embedding program says so; [`Control`] is how
+//! any recording is told to stop and tells that its probes are attached.
+
+use super::{RecordOptions, RecordOutcome, preflight, run, session::Signals};
+use crate::{Error, Result};
+
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(crate::error::io("start the async runtime"))
+}
+
+/// How a recording is told to stop, besides its command and duration, and
+/// whom it tells that its probes are attached.
+pub(super) struct Control {
+    pub(super) signals: Option<Signals>,
+    pub(super) stop: Option<tokio::sync::oneshot::Receiver<()>>,
+    pub(super) attached: Option<std::sync::mpsc::Sender<()>>,
+    /// Embedded: the name of the recorder's threads (see [`Emit::own_threads`]).
+    pub(super) own_threads: Option<&'static str>,
+}
+
+impl Control {
+    pub(super) fn command_line() -> Result<Control> {
+        Ok(Control {
+            signals: Some(Signals::install()?),
+            stop: None,
+            attached: None,
+            own_threads: None,
+        })
+    }
+}
+
+/// The recorder thread's name (15 characters: a thread's comm holds no more).
+const RECORDER_THREAD: &str = "vtrace-recorder";
+
+/// A recording started and stopped by another program (no signal handlers
+/// installed, no command needed): `Recorder::start(opts)?`, run the code to
+/// measure, then `recorder.stop()?` returns the recording.
+pub struct Recorder {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<RecordOutcome>>>,
+}
+
+impl Recorder {
+    /// Returns once every probe is attached: what runs after it is recorded.
+    /// An error before that (privileges, a probe the CPU layer cannot do
+    /// without) is returned as the command line would report it.
+    pub fn start(opts: RecordOptions) -> Result<Recorder> {
+        let prepared = preflight(&opts)?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let (attached_tx, attached_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(RECORDER_THREAD.into())
+            .spawn(move || {
+                let control = Control {
+                    signals: None,
+                    stop: Some(stop_rx),
+                    attached: Some(attached_tx),
+                    // Threads this one starts (the event reader) inherit its name.
+                    own_threads: Some(RECORDER_THREAD),
+                };
+                runtime()?.block_on(run(&opts, prepared, control))
+            })
+            .map_err(crate::error::io("start the recorder thread"))?;
+        let mut recorder = Recorder {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        };
+        match attached_rx.recv() {
+            Ok(()) => Ok(recorder),
+            // The recorder failed before attaching: its own error says why.
+            Err(_) => Err(recorder
+                .join()
+                .err()
+                .unwrap_or_else(|| Error::Ebpf("the recorder stopped before attaching".into()))),
+        }
+    }
+
+    /// Whether the recording ended by itself (its command exited, its
+    /// duration passed): [`Recorder::wait`] then returns at once.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Waits for the recording to end by itself, and returns it.
+    pub fn wait(mut self) -> Result<RecordOutcome> {
+        // Held, not dropped: a dropped sender reads as a stop request.
+        let _stop = self.stop.take();
+        self.join()
+    }
+
+    /// Stops recording and writes the recording.
+    pub fn stop(mut self) -> Result<RecordOutcome> {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<RecordOutcome> {
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(result)) => result,
+            _ => Err(Error::Ebpf("the recorder thread panicked".into())),
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+            let _ = self.join();
+        }
+    }
+}
