@@ -11,6 +11,7 @@ pub mod probes;
 pub mod rows;
 pub mod summary;
 pub mod tables;
+pub mod ticks;
 
 use std::collections::HashMap;
 

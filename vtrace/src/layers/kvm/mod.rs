@@ -5,7 +5,9 @@
 
 pub mod analysis;
 pub mod collector;
+pub mod names;
 pub mod probes;
+pub mod stats;
 pub mod summary;
 pub mod tables;
 
@@ -15,7 +17,11 @@ use vtrace_common::kvm_latency;
 
 pub use tables::{KvmEventRow, KvmIntervalRow, KvmLatencyHistRow, KvmLatencyRow, KvmStatRow};
 
-use self::collector::{KvmCollector, KvmSnapshot, KvmStatsSampler, ReasonNames};
+use self::{
+    collector::{KvmCollector, KvmSnapshot},
+    names::ReasonNames,
+    stats::KvmStatsSampler,
+};
 use super::{
     Collector, Emit, End, Facts, Layer, LayerOutput, Setup,
     cpu::{ThreadRow, monotonic_ns},
