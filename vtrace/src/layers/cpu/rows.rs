@@ -1,21 +1,23 @@
-//! CPU snapshots -> rows: threads (with their owner), CPUs, softirq vectors,
-//! IRQs, and the per-interval time series.
+//! CPU snapshots -> rows: threads (with their owner, decided in
+//! [`super::ownership`]), CPUs, softirq vectors, IRQs, and the per-interval
+//! time series.
 
 use std::{
     collections::{HashMap, HashSet},
     path::Path,
 };
 
-use vtrace_common::{IRQ_DEVICE_SLOTS, OVERFLOW_TID, SOFTIRQ_NAMES, ThreadTimes, irq_vector, state, thread_flag};
+use vtrace_common::{IRQ_DEVICE_SLOTS, SOFTIRQ_NAMES, ThreadTimes, irq_vector, state, thread_flag};
 
 use super::{
     collector::{CpuSnapshot, CpuSplit},
+    ownership,
     tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow},
 };
 use crate::{
     collectors::procfs::{self, TaskStat},
     layers::options::RecordOptions,
-    platforms::{self, attribute::Attribution},
+    platforms::attribute::Attribution,
     recording::Workload,
 };
 
@@ -245,31 +247,6 @@ pub(crate) fn comm_of(t: &ThreadTimes) -> String {
     String::from_utf8_lossy(&t.comm[..end]).into_owned()
 }
 
-/// Roles on the host platform; platform profiles refine these.
-/// The role of a thread no platform instance claims. `vcpu`: it ran a guest
-/// (guest time, or KVM exits); `in_vmm`: a thread of its process did.
-fn role_of(tid: u32, t: &ThreadTimes, selected: bool, vcpu: bool, in_vmm: bool, vtrace: bool) -> &'static str {
-    if tid == 0 {
-        "idle"
-    } else if tid == OVERFLOW_TID {
-        "overflow"
-    } else if t.flags & thread_flag::KTHREAD != 0 {
-        "kernel"
-    } else if vtrace {
-        "vtrace"
-    } else if comm_of(t) == platforms::STRESSOR_COMM {
-        "stress"
-    } else if vcpu {
-        "vcpu"
-    } else if in_vmm {
-        "vmm"
-    } else if selected {
-        "app"
-    } else {
-        "other"
-    }
-}
-
 pub fn thread_rows(
     snap: &CpuSnapshot,
     sel: &Selection,
@@ -318,37 +295,30 @@ pub fn thread_rows(
                 "none"
             };
             let pcomm = process_comm.get(&t.tgid).cloned().unwrap_or_else(|| comm.clone());
-            // Kernel threads belong to no instance, except vhost workers (kernel threads before Linux 6.4).
-            let claimable = *tid != 0 && (t.flags & thread_flag::KTHREAD == 0 || comm.starts_with("vhost-"));
-            let claimed = claimable
-                .then(|| attribution.classify(*tid, t.tgid, &comm, &pcomm, &parent))
-                .flatten();
-            let selected = sel.selects(t, &comm) || claimed.is_some();
-            let (platform, instance, role) = match claimed {
-                Some(a) => (a.platform, a.instance, a.role),
-                None => (
-                    platforms::HOST.to_string(),
-                    String::new(),
-                    role_of(
-                        *tid,
-                        t,
-                        selected,
-                        guest_ns > 0 || vcpu_tids.contains(tid),
-                        vmm_tgids.contains(&t.tgid),
-                        sel.is_vtrace(t, &comm),
-                    )
-                    .to_string(),
-                ),
-            };
+            let owner = ownership::owner(
+                &ownership::Thread {
+                    tid: *tid,
+                    pid: t.tgid,
+                    kthread: t.flags & thread_flag::KTHREAD != 0,
+                    comm: &comm,
+                    process_comm: &pcomm,
+                    selected: sel.selects(t, &comm),
+                    vcpu: guest_ns > 0 || vcpu_tids.contains(tid),
+                    in_vmm: vmm_tgids.contains(&t.tgid),
+                    vtrace: sel.is_vtrace(t, &comm),
+                },
+                attribution,
+                &parent,
+            );
             ThreadRow {
                 tid: *tid,
                 pid: t.tgid,
                 ppid: t.parent_tgid,
-                role,
-                platform,
-                instance,
+                role: owner.role,
+                platform: owner.platform,
+                instance: owner.instance,
                 comm,
-                selected,
+                selected: owner.selected,
                 kthread: t.flags & thread_flag::KTHREAD != 0,
                 exited: t.flags & thread_flag::EXITED != 0,
                 born_during_run: t.flags & thread_flag::BORN_DURING_RUN != 0,
@@ -365,74 +335,8 @@ pub fn thread_rows(
             }
         })
         .collect();
-    claim_by_cgroup(&mut rows);
-    claim_vhost_workers(&mut rows);
+    ownership::claim_by_table(&mut rows);
     rows
-}
-
-/// A vhost worker (`vhost-<owner pid>`: a kernel thread before Linux 6.4,
-/// a thread of the owner after) that no platform instance claimed works for
-/// its owner: it takes the owner's platform, instance and selection, with
-/// the role `vhost`.
-fn claim_vhost_workers(rows: &mut [ThreadRow]) {
-    let owners: HashMap<u32, (String, String, bool)> = rows
-        .iter()
-        .filter(|r| r.tid == r.pid)
-        .map(|r| (r.pid, (r.platform.clone(), r.instance.clone(), r.selected)))
-        .collect();
-    for r in rows
-        .iter_mut()
-        .filter(|r| r.platform == platforms::HOST && r.instance.is_empty())
-    {
-        let Some(owner) = r.comm.strip_prefix("vhost-").and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Some((platform, instance, selected)) = owners.get(&owner) {
-            r.platform = platform.clone();
-            r.instance = instance.clone();
-            r.selected |= *selected;
-            r.role = "vhost".into();
-        }
-    }
-}
-
-/// A process started inside a container after its instance was detected
-/// (`runc exec`, `docker exec`, `vtrace lab exec`) descends from the exec
-/// command on the host, not from the instance's root: it is claimed by its
-/// cgroup when one instance alone has threads there and every other thread
-/// in it was born during the run. (A cgroup with a host thread older than
-/// the run is shared, as a host-platform instance shares the host's.)
-fn claim_by_cgroup(rows: &mut [ThreadRow]) {
-    // cgroup -> its one instance, or None once it is shared.
-    let mut owners: HashMap<u64, Option<(String, String)>> = HashMap::new();
-    for r in rows.iter().filter(|r| r.cgroup_id != 0 && !r.kthread) {
-        let claim = if r.platform != platforms::HOST {
-            Some((r.platform.clone(), r.instance.clone()))
-        } else if r.born_during_run {
-            continue; // says nothing either way
-        } else {
-            None
-        };
-        match owners.get(&r.cgroup_id) {
-            Some(o) if *o != claim => {
-                owners.insert(r.cgroup_id, None);
-            }
-            Some(_) => {}
-            None => {
-                owners.insert(r.cgroup_id, claim);
-            }
-        }
-    }
-    for r in rows
-        .iter_mut()
-        .filter(|r| r.platform == platforms::HOST && r.born_during_run && !r.kthread)
-    {
-        if let Some(Some((platform, instance))) = owners.get(&r.cgroup_id) {
-            r.platform = platform.clone();
-            r.instance = instance.clone();
-            r.role = "app".into();
-        }
-    }
 }
 
 pub fn cpu_rows(snap: &CpuSnapshot) -> Vec<CpuRow> {
