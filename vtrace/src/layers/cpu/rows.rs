@@ -414,3 +414,123 @@ pub fn irq_rows(snap: &CpuSnapshot) -> Vec<IrqRow> {
     }
     rows
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot at `at_ns` with each thread's totals (user, system).
+    fn snapshot(at_ns: u64, threads: &[(u32, u64, u64)]) -> CpuSnapshot {
+        CpuSnapshot {
+            at_ns,
+            threads: threads
+                .iter()
+                .map(|&(tid, user, system)| {
+                    let mut ns = [0; state::REPORTED];
+                    ns[state::USER] = user;
+                    ns[state::SYSTEM] = system;
+                    (
+                        tid,
+                        ThreadTimes {
+                            ns,
+                            tgid: tid,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn interval(start_ns: u64, tid: u32, user_ns: u64, system_ns: u64) -> IntervalRow {
+        IntervalRow {
+            start_ns,
+            end_ns: start_ns + 10,
+            tid,
+            pid: tid,
+            user_ns,
+            system_ns,
+            ..Default::default()
+        }
+    }
+
+    fn owed(user: u64, system: u64) -> [u64; state::REPORTED] {
+        let mut o = [0; state::REPORTED];
+        o[state::USER] = user;
+        o[state::SYSTEM] = system;
+        o
+    }
+
+    /// (start, user, system) of `tid`'s rows.
+    fn of(rows: &[IntervalRow], tid: u32) -> Vec<(u64, u64, u64)> {
+        rows.iter()
+            .filter(|r| r.tid == tid)
+            .map(|r| (r.start_ns, r.user_ns, r.system_ns))
+            .collect()
+    }
+
+    fn total(rows: &[IntervalRow], tid: u32) -> (u64, u64) {
+        of(rows, tid)
+            .iter()
+            .fold((0, 0), |(u, s), &(_, user, system)| (u + user, s + system))
+    }
+
+    #[test]
+    fn settle_takes_what_is_owed_from_the_latest_rows() {
+        let rows = vec![
+            interval(0, 1, 10, 4),
+            interval(0, 2, 7, 0),
+            interval(10, 1, 10, 4),
+            interval(20, 1, 10, 0),
+        ];
+        let settled = settle(rows, [(1, owed(15, 3))]);
+        // User: 10 off the last row (dropped, empty), 5 off the one before;
+        // system: 3 off the latest row that has any.
+        assert_eq!(of(&settled, 1), [(0, 10, 4), (10, 5, 1)]);
+        assert_eq!(total(&settled, 1), (30 - 15, 8 - 3));
+        // Other threads untouched.
+        assert_eq!(of(&settled, 2), [(0, 7, 0)]);
+    }
+
+    #[test]
+    fn settle_never_goes_below_zero() {
+        let rows = vec![interval(0, 1, 10, 4), interval(10, 1, 5, 0), interval(0, 2, 3, 0)];
+        let settled = settle(rows, [(1, owed(100, 1)), (3, owed(5, 5))]);
+        // More owed than the rows hold: they go to zero, the empty ones away.
+        assert_eq!(of(&settled, 1), [(0, 0, 3)]);
+        // Owed by a thread with no rows: nothing to take.
+        assert_eq!(of(&settled, 2), [(0, 3, 0)]);
+        assert!(settle(Vec::new(), [(1, owed(1, 1))]).is_empty());
+    }
+
+    #[test]
+    fn series_repays_what_a_snapshot_gave_back_from_the_next_intervals() {
+        let mut series = Series::default();
+        // Thread 1 over-charged at 20 (25), trimmed at 30 (20): 5 owed,
+        // repaid out of its next increase. Thread 2 grows steadily.
+        for (at, t1, t2) in [(10, 10, 1), (20, 25, 2), (30, 20, 3), (40, 40, 4), (50, 50, 5)] {
+            series.push(&snapshot(at, &[(1, t1, 0), (2, t2, 0)]), 0);
+        }
+        assert_eq!(of(&series.rows, 1), [(0, 10, 0), (10, 15, 0), (30, 15, 0), (40, 10, 0)]);
+        assert!(series.owed().is_empty());
+        let rows = series.finish();
+        assert_eq!(total(&rows, 1), (50, 0));
+        assert_eq!(total(&rows, 2), (5, 0));
+        // Each row spans the interval since the previous snapshot.
+        assert!(rows.iter().all(|r| r.end_ns == r.start_ns + 10));
+    }
+
+    #[test]
+    fn series_settles_what_is_still_owed_at_the_end_from_the_last_rows() {
+        let mut series = Series::default();
+        for (at, user, system) in [(10, 10, 10), (20, 30, 12), (30, 22, 12), (40, 22, 9)] {
+            series.push(&snapshot(at, &[(1, user, system)]), 0);
+        }
+        assert_eq!(series.owed(), [(1, owed(8, 3))]);
+        let rows = series.finish();
+        // The last snapshot's totals, never below zero in any row.
+        assert_eq!(total(&rows, 1), (22, 9));
+        assert_eq!(of(&rows, 1), [(0, 10, 9), (10, 12, 0)]);
+    }
+}
