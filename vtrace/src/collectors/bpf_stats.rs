@@ -94,14 +94,21 @@ impl StatsWindow {
     pub fn finish(mut self) -> f64 {
         let always = self.mode == SelfStats::Always && self.on.is_some();
         self.close();
-        let span = self.started.elapsed().as_secs_f64();
-        if always {
-            1.0
-        } else if span > 0.0 {
-            (self.covered.as_secs_f64() / span).min(1.0)
-        } else {
-            0.0
-        }
+        coverage(always, self.covered, self.started.elapsed())
+    }
+}
+
+/// The share of a run of length `span` the statistics were on: all of it
+/// when they were on `always`, else the time the windows `covered`, at most
+/// all of it (0 for an empty span).
+fn coverage(always: bool, covered: Duration, span: Duration) -> f64 {
+    let span = span.as_secs_f64();
+    if always {
+        1.0
+    } else if span > 0.0 {
+        (covered.as_secs_f64() / span).min(1.0)
+    } else {
+        0.0
     }
 }
 
@@ -123,6 +130,40 @@ pub struct Calibration {
     /// off: the tracepoint's dispatch, which no statistic counts, and the
     /// run. A program's real cost is its measured time - floor + this.
     pub hook_ns: f64,
+}
+
+impl Calibration {
+    /// From the start-up timings: ns per call of the renames with the empty
+    /// program attached and without (`hooked_ns`, `bare_ns`), and the
+    /// statistics' `runs` and `run_time_ns` of the empty program meanwhile.
+    /// Err when it never ran.
+    fn from_timings(bare_ns: f64, hooked_ns: f64, runs: u64, run_time_ns: f64) -> Result<Calibration, String> {
+        if runs == 0 {
+            return Err("the calibration program never ran".to_string());
+        }
+        Ok(Calibration {
+            floor_ns: run_time_ns / runs as f64,
+            // Noise can make the hooked calls the faster.
+            hook_ns: (hooked_ns - bare_ns).max(0.0),
+        })
+    }
+
+    /// A program's real cost per run from what the statistics measured
+    /// (`run_time_ns` over `runs`): less the floor (never below zero), plus
+    /// the hook's cost. 0 when it never ran.
+    pub fn ns_per_run(&self, run_time_ns: u64, runs: u64) -> f64 {
+        if runs == 0 {
+            return 0.0;
+        }
+        (run_time_ns as f64 / runs as f64 - self.floor_ns).max(0.0) + self.hook_ns
+    }
+
+    /// A program's run time over the whole recording: its exact number of
+    /// runs (HOOK_RUNS, `events`) times its real cost per run, measured
+    /// while the statistics were on (`run_time_ns` over `runs`).
+    pub fn whole_run_time_ns(&self, run_time_ns: u64, runs: u64, events: u64) -> u64 {
+        (self.ns_per_run(run_time_ns, runs) * events as f64).round() as u64
+    }
 }
 
 /// Measures [`Calibration`]. Each timing is the fastest of several blocks
@@ -162,17 +203,10 @@ pub fn calibrate(ebpf: &mut Ebpf) -> Result<Calibration, String> {
             drop(stats);
             let runs = after.run_count().saturating_sub(before.run_count());
             let ns = after.run_time().saturating_sub(before.run_time()).as_nanos() as f64;
-            if runs == 0 {
-                Err("the calibration program never ran".to_string())
-            } else {
-                Ok(ns / runs as f64)
-            }
+            Calibration::from_timings(bare, hooked, runs, ns)
         });
     let _ = prog.detach(link);
-    Ok(Calibration {
-        floor_ns: measured?,
-        hook_ns: (hooked - bare).max(0.0),
-    })
+    measured
 }
 
 /// Runs the kernel skipped because the program was already running on that
@@ -229,6 +263,59 @@ pub fn hook_of(program: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calibration_from_timings() {
+        // 4000 runs measured at 120 µs: 30 ns each; the hook adds 45 ns a call.
+        let c = Calibration::from_timings(100.0, 145.0, 4000, 120_000.0).unwrap();
+        assert_eq!((c.floor_ns, c.hook_ns), (30.0, 45.0));
+        // Hooked calls measured faster than bare ones (noise): no cost, not a negative one.
+        let c = Calibration::from_timings(100.0, 90.0, 10, 100.0).unwrap();
+        assert_eq!((c.floor_ns, c.hook_ns), (10.0, 0.0));
+        assert!(Calibration::from_timings(100.0, 145.0, 0, 0.0).is_err());
+    }
+
+    #[test]
+    fn real_cost_per_run_is_measured_less_floor_plus_hook() {
+        let c = Calibration {
+            floor_ns: 30.0,
+            hook_ns: 45.0,
+        };
+        // 1000 runs measured at 100 ns each: 100 - 30 + 45.
+        assert_eq!(c.ns_per_run(100_000, 1000), 115.0);
+        // Measured below the floor: the floor does not make it negative.
+        assert_eq!(c.ns_per_run(20_000, 1000), 45.0);
+        assert_eq!(c.ns_per_run(0, 0), 0.0);
+        // Recordings before the calibration: as measured.
+        assert_eq!(Calibration::default().ns_per_run(100_000, 1000), 100.0);
+    }
+
+    #[test]
+    fn whole_run_time_is_every_run_at_the_windows_cost() {
+        let c = Calibration {
+            floor_ns: 30.0,
+            hook_ns: 45.0,
+        };
+        // 1000 runs seen in the windows, 1 000 000 over the run: 115 ns each.
+        assert_eq!(c.whole_run_time_ns(100_000, 1000, 1_000_000), 115_000_000);
+        // Rounded to the ns: 2 runs at 1/3 ns.
+        assert_eq!(Calibration::default().whole_run_time_ns(1, 3, 2), 1);
+        // Never measured (statistics off): no run time, however many runs.
+        assert_eq!(c.whole_run_time_ns(0, 0, 1_000_000), 0);
+    }
+
+    #[test]
+    fn coverage_is_the_share_the_windows_were_on() {
+        let ms = Duration::from_millis;
+        assert_eq!(coverage(false, ms(100), ms(1000)), 0.1);
+        assert_eq!(coverage(false, ms(0), ms(1000)), 0.0);
+        // At most all of it.
+        assert_eq!(coverage(false, ms(1200), ms(1000)), 1.0);
+        assert_eq!(coverage(false, ms(100), ms(0)), 0.0);
+        // On throughout.
+        assert_eq!(coverage(true, ms(0), ms(0)), 1.0);
+        assert_eq!(coverage(true, ms(500), ms(1000)), 1.0);
+    }
 
     /// Every program the catalog can attach counts its runs: a hook missing
     /// from COUNTED_HOOKS would report 0 events.

@@ -237,3 +237,154 @@ fn signed_time(ns: f64) -> String {
         format!("+{}", time(ns))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{compare::Value, workload::ops::Operations};
+
+    fn id(key: &str, role: &str, state: &str) -> MetricId {
+        (
+            key.into(),
+            vec![("role".into(), role.into()), ("state".into(), state.into())],
+        )
+    }
+
+    /// A subject of `ops` requests per recording whose metrics are `(key,
+    /// role, state, ns per recording)`; per request when `ops` > 0.
+    fn subject(name: &str, ops: f64, metrics: &[(&str, &str, &str, f64)]) -> Subject {
+        Subject {
+            name: name.into(),
+            platform: "host".into(),
+            recordings: 1,
+            ops: (ops > 0.0).then(|| Operations {
+                count: ops,
+                unit: "request".into(),
+                source: "--ops".into(),
+                per_second: None,
+            }),
+            metrics: metrics
+                .iter()
+                .map(|&(key, role, state, ns)| {
+                    (
+                        id(key, role, state),
+                        Value {
+                            unit: "ns",
+                            value: ns,
+                            per_op: (ops > 0.0).then_some(ns / ops),
+                        },
+                    )
+                })
+                .collect::<BTreeMap<_, _>>(),
+            keys: vec!["cpu_ns".into()],
+        }
+    }
+
+    fn a() -> Subject {
+        subject(
+            "a",
+            100.0,
+            &[
+                ("cpu_ns", "app", "user", 4000.0),
+                ("cpu_ns", "app", "system", 2000.0),
+                ("cpu_ns", "vmm", "system", 800.0),
+                ("cpu_ns", "kernel", "softirq", 0.0),
+                ("cpu_ns", "vtrace", "system", 9000.0),
+                ("cpu_ns", "stress", "user", 9000.0),
+                ("softirq_ns", "app", "NET_RX", 500.0),
+            ],
+        )
+    }
+
+    fn b() -> Subject {
+        subject(
+            "b",
+            200.0,
+            &[
+                ("cpu_ns", "app", "user", 8400.0),
+                ("cpu_ns", "app", "system", 2000.0),
+                ("cpu_ns", "vcpu", "guest", 1200.0),
+                ("cpu_ns", "kernel", "softirq", 0.0),
+                ("cpu_ns", "vtrace", "system", 100.0),
+                ("softirq_ns", "app", "NET_RX", 9000.0),
+            ],
+        )
+    }
+
+    fn names(terms: &[Term]) -> Vec<(String, String, f64)> {
+        terms
+            .iter()
+            .map(|t| (t.role.clone(), t.state.clone(), t.diff_ns))
+            .collect()
+    }
+
+    #[test]
+    fn terms_sum_to_the_difference_per_operation() {
+        let (terms, total_a, total_b) = terms(&a(), &b(), true);
+        // Per request: A 40 + 20 + 8; B 42 + 10 + 6 (vtrace and stressors left out).
+        assert_eq!((total_a, total_b), (68.0, 58.0));
+        assert_eq!(terms.iter().map(|t| t.diff_ns).sum::<f64>(), total_b - total_a);
+        for t in &terms {
+            assert_eq!(t.diff_ns, t.b_ns - t.a_ns);
+        }
+        // A role and state on one side only is a term, zero on the other.
+        let vmm = terms.iter().find(|t| t.role == "vmm").unwrap();
+        assert_eq!((vmm.a_ns, vmm.b_ns), (8.0, 0.0));
+    }
+
+    #[test]
+    fn terms_leave_out_vtrace_stressors_other_keys_and_zeros() {
+        let (terms, ..) = terms(&a(), &b(), true);
+        for t in &terms {
+            assert!(!ROLES_LEFT_OUT.contains(&t.role.as_str()), "{t:?}");
+            assert!(t.a_ns != 0.0 || t.b_ns != 0.0, "{t:?}");
+            assert_ne!(t.state, "NET_RX");
+        }
+        assert_eq!(terms.len(), 4);
+    }
+
+    #[test]
+    fn terms_rank_by_size_either_way() {
+        let (terms, ..) = terms(&a(), &b(), true);
+        assert_eq!(
+            names(&terms),
+            [
+                ("app".into(), "system".into(), -10.0),
+                ("vmm".into(), "system".into(), -8.0),
+                ("vcpu".into(), "guest".into(), 6.0),
+                ("app".into(), "user".into(), 2.0),
+            ]
+        );
+    }
+
+    #[test]
+    fn terms_per_recording_without_operations() {
+        let (terms, total_a, total_b) = terms(&a(), &b(), false);
+        assert_eq!((total_a, total_b), (6800.0, 11600.0));
+        assert_eq!(terms.iter().map(|t| t.diff_ns).sum::<f64>(), 4800.0);
+        assert_eq!(names(&terms)[0], ("app".into(), "user".into(), 4400.0), "largest first");
+    }
+
+    #[test]
+    fn explain_reports_the_terms_and_their_sum() {
+        let sections = explain(&a(), &b(), 2);
+        let (name, json) = &sections[0].json[0];
+        assert_eq!(*name, "explain");
+        assert_eq!(json["per_op_unit"], "request");
+        assert_eq!(json["total_diff_ns"], -10.0);
+        let diffs: Vec<f64> = json["terms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["diff_ns"].as_f64().unwrap())
+            .collect();
+        assert_eq!(diffs, [-10.0, -8.0, 6.0, 2.0]);
+        // Without a common unit: per recording.
+        let c = subject("c", 0.0, &[("cpu_ns", "app", "user", 1.0)]);
+        let json = &explain(&a(), &c, 2)[0].json[0].1;
+        assert!(json["per_op_unit"].is_null());
+        assert_eq!(json["total_diff_ns"], 1.0 - 6800.0);
+    }
+}

@@ -114,16 +114,21 @@ pub fn ns_per_event(run_time_ns: u64, run_count: u64) -> f64 {
 /// of running an empty program at a hook, dispatch included, which no
 /// statistic counts (both measured at start-up: `bpf_stats::calibrate`).
 pub fn calibrated_ns_per_event(p: &crate::recording::ProgramRow, ov: &crate::recording::Overhead) -> f64 {
-    if p.run_count == 0 {
-        return 0.0;
-    }
-    (ns_per_event(p.run_time_ns, p.run_count) - ov.bpf_stats_floor_ns).max(0.0) + ov.bpf_hook_ns
+    calibration(ov).ns_per_run(p.run_time_ns, p.run_count)
 }
 
 /// A program's run time over the whole recording: its exact number of runs
 /// times its calibrated cost per run, measured while the statistics were on.
 pub fn whole_run_time_ns(p: &crate::recording::ProgramRow, ov: &crate::recording::Overhead) -> u64 {
-    (calibrated_ns_per_event(p, ov) * p.events as f64).round() as u64
+    calibration(ov).whole_run_time_ns(p.run_time_ns, p.run_count, p.events)
+}
+
+/// The calibration a recording kept (none before it was measured: 0 and 0).
+fn calibration(ov: &crate::recording::Overhead) -> crate::collectors::bpf_stats::Calibration {
+    crate::collectors::bpf_stats::Calibration {
+        floor_ns: ov.bpf_stats_floor_ns,
+        hook_ns: ov.bpf_hook_ns,
+    }
 }
 
 /// The recording's sampled stacks, each prefixed by its process name, merged

@@ -7,6 +7,7 @@ pub mod analysis;
 pub mod collector;
 pub mod index;
 pub mod journal;
+mod ownership;
 pub mod probes;
 pub mod rows;
 pub mod summary;

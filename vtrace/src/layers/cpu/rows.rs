@@ -1,21 +1,23 @@
-//! CPU snapshots -> rows: threads (with their owner), CPUs, softirq vectors,
-//! IRQs, and the per-interval time series.
+//! CPU snapshots -> rows: threads (with their owner, decided in
+//! [`super::ownership`]), CPUs, softirq vectors, IRQs, and the per-interval
+//! time series.
 
 use std::{
     collections::{HashMap, HashSet},
     path::Path,
 };
 
-use vtrace_common::{IRQ_DEVICE_SLOTS, OVERFLOW_TID, SOFTIRQ_NAMES, ThreadTimes, irq_vector, state, thread_flag};
+use vtrace_common::{IRQ_DEVICE_SLOTS, SOFTIRQ_NAMES, ThreadTimes, irq_vector, state, thread_flag};
 
 use super::{
     collector::{CpuSnapshot, CpuSplit},
+    ownership,
     tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow},
 };
 use crate::{
     collectors::procfs::{self, TaskStat},
     layers::options::RecordOptions,
-    platforms::{self, attribute::Attribution},
+    platforms::attribute::Attribution,
     recording::Workload,
 };
 
@@ -245,31 +247,6 @@ pub(crate) fn comm_of(t: &ThreadTimes) -> String {
     String::from_utf8_lossy(&t.comm[..end]).into_owned()
 }
 
-/// Roles on the host platform; platform profiles refine these.
-/// The role of a thread no platform instance claims. `vcpu`: it ran a guest
-/// (guest time, or KVM exits); `in_vmm`: a thread of its process did.
-fn role_of(tid: u32, t: &ThreadTimes, selected: bool, vcpu: bool, in_vmm: bool, vtrace: bool) -> &'static str {
-    if tid == 0 {
-        "idle"
-    } else if tid == OVERFLOW_TID {
-        "overflow"
-    } else if t.flags & thread_flag::KTHREAD != 0 {
-        "kernel"
-    } else if vtrace {
-        "vtrace"
-    } else if comm_of(t) == platforms::STRESSOR_COMM {
-        "stress"
-    } else if vcpu {
-        "vcpu"
-    } else if in_vmm {
-        "vmm"
-    } else if selected {
-        "app"
-    } else {
-        "other"
-    }
-}
-
 pub fn thread_rows(
     snap: &CpuSnapshot,
     sel: &Selection,
@@ -318,37 +295,30 @@ pub fn thread_rows(
                 "none"
             };
             let pcomm = process_comm.get(&t.tgid).cloned().unwrap_or_else(|| comm.clone());
-            // Kernel threads belong to no instance, except vhost workers (kernel threads before Linux 6.4).
-            let claimable = *tid != 0 && (t.flags & thread_flag::KTHREAD == 0 || comm.starts_with("vhost-"));
-            let claimed = claimable
-                .then(|| attribution.classify(*tid, t.tgid, &comm, &pcomm, &parent))
-                .flatten();
-            let selected = sel.selects(t, &comm) || claimed.is_some();
-            let (platform, instance, role) = match claimed {
-                Some(a) => (a.platform, a.instance, a.role),
-                None => (
-                    platforms::HOST.to_string(),
-                    String::new(),
-                    role_of(
-                        *tid,
-                        t,
-                        selected,
-                        guest_ns > 0 || vcpu_tids.contains(tid),
-                        vmm_tgids.contains(&t.tgid),
-                        sel.is_vtrace(t, &comm),
-                    )
-                    .to_string(),
-                ),
-            };
+            let owner = ownership::owner(
+                &ownership::Thread {
+                    tid: *tid,
+                    pid: t.tgid,
+                    kthread: t.flags & thread_flag::KTHREAD != 0,
+                    comm: &comm,
+                    process_comm: &pcomm,
+                    selected: sel.selects(t, &comm),
+                    vcpu: guest_ns > 0 || vcpu_tids.contains(tid),
+                    in_vmm: vmm_tgids.contains(&t.tgid),
+                    vtrace: sel.is_vtrace(t, &comm),
+                },
+                attribution,
+                &parent,
+            );
             ThreadRow {
                 tid: *tid,
                 pid: t.tgid,
                 ppid: t.parent_tgid,
-                role,
-                platform,
-                instance,
+                role: owner.role,
+                platform: owner.platform,
+                instance: owner.instance,
                 comm,
-                selected,
+                selected: owner.selected,
                 kthread: t.flags & thread_flag::KTHREAD != 0,
                 exited: t.flags & thread_flag::EXITED != 0,
                 born_during_run: t.flags & thread_flag::BORN_DURING_RUN != 0,
@@ -365,74 +335,8 @@ pub fn thread_rows(
             }
         })
         .collect();
-    claim_by_cgroup(&mut rows);
-    claim_vhost_workers(&mut rows);
+    ownership::claim_by_table(&mut rows);
     rows
-}
-
-/// A vhost worker (`vhost-<owner pid>`: a kernel thread before Linux 6.4,
-/// a thread of the owner after) that no platform instance claimed works for
-/// its owner: it takes the owner's platform, instance and selection, with
-/// the role `vhost`.
-fn claim_vhost_workers(rows: &mut [ThreadRow]) {
-    let owners: HashMap<u32, (String, String, bool)> = rows
-        .iter()
-        .filter(|r| r.tid == r.pid)
-        .map(|r| (r.pid, (r.platform.clone(), r.instance.clone(), r.selected)))
-        .collect();
-    for r in rows
-        .iter_mut()
-        .filter(|r| r.platform == platforms::HOST && r.instance.is_empty())
-    {
-        let Some(owner) = r.comm.strip_prefix("vhost-").and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Some((platform, instance, selected)) = owners.get(&owner) {
-            r.platform = platform.clone();
-            r.instance = instance.clone();
-            r.selected |= *selected;
-            r.role = "vhost".into();
-        }
-    }
-}
-
-/// A process started inside a container after its instance was detected
-/// (`runc exec`, `docker exec`, `vtrace lab exec`) descends from the exec
-/// command on the host, not from the instance's root: it is claimed by its
-/// cgroup when one instance alone has threads there and every other thread
-/// in it was born during the run. (A cgroup with a host thread older than
-/// the run is shared, as a host-platform instance shares the host's.)
-fn claim_by_cgroup(rows: &mut [ThreadRow]) {
-    // cgroup -> its one instance, or None once it is shared.
-    let mut owners: HashMap<u64, Option<(String, String)>> = HashMap::new();
-    for r in rows.iter().filter(|r| r.cgroup_id != 0 && !r.kthread) {
-        let claim = if r.platform != platforms::HOST {
-            Some((r.platform.clone(), r.instance.clone()))
-        } else if r.born_during_run {
-            continue; // says nothing either way
-        } else {
-            None
-        };
-        match owners.get(&r.cgroup_id) {
-            Some(o) if *o != claim => {
-                owners.insert(r.cgroup_id, None);
-            }
-            Some(_) => {}
-            None => {
-                owners.insert(r.cgroup_id, claim);
-            }
-        }
-    }
-    for r in rows
-        .iter_mut()
-        .filter(|r| r.platform == platforms::HOST && r.born_during_run && !r.kthread)
-    {
-        if let Some(Some((platform, instance))) = owners.get(&r.cgroup_id) {
-            r.platform = platform.clone();
-            r.instance = instance.clone();
-            r.role = "app".into();
-        }
-    }
 }
 
 pub fn cpu_rows(snap: &CpuSnapshot) -> Vec<CpuRow> {
@@ -509,4 +413,124 @@ pub fn irq_rows(snap: &CpuSnapshot) -> Vec<IrqRow> {
         }
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot at `at_ns` with each thread's totals (user, system).
+    fn snapshot(at_ns: u64, threads: &[(u32, u64, u64)]) -> CpuSnapshot {
+        CpuSnapshot {
+            at_ns,
+            threads: threads
+                .iter()
+                .map(|&(tid, user, system)| {
+                    let mut ns = [0; state::REPORTED];
+                    ns[state::USER] = user;
+                    ns[state::SYSTEM] = system;
+                    (
+                        tid,
+                        ThreadTimes {
+                            ns,
+                            tgid: tid,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn interval(start_ns: u64, tid: u32, user_ns: u64, system_ns: u64) -> IntervalRow {
+        IntervalRow {
+            start_ns,
+            end_ns: start_ns + 10,
+            tid,
+            pid: tid,
+            user_ns,
+            system_ns,
+            ..Default::default()
+        }
+    }
+
+    fn owed(user: u64, system: u64) -> [u64; state::REPORTED] {
+        let mut o = [0; state::REPORTED];
+        o[state::USER] = user;
+        o[state::SYSTEM] = system;
+        o
+    }
+
+    /// (start, user, system) of `tid`'s rows.
+    fn of(rows: &[IntervalRow], tid: u32) -> Vec<(u64, u64, u64)> {
+        rows.iter()
+            .filter(|r| r.tid == tid)
+            .map(|r| (r.start_ns, r.user_ns, r.system_ns))
+            .collect()
+    }
+
+    fn total(rows: &[IntervalRow], tid: u32) -> (u64, u64) {
+        of(rows, tid)
+            .iter()
+            .fold((0, 0), |(u, s), &(_, user, system)| (u + user, s + system))
+    }
+
+    #[test]
+    fn settle_takes_what_is_owed_from_the_latest_rows() {
+        let rows = vec![
+            interval(0, 1, 10, 4),
+            interval(0, 2, 7, 0),
+            interval(10, 1, 10, 4),
+            interval(20, 1, 10, 0),
+        ];
+        let settled = settle(rows, [(1, owed(15, 3))]);
+        // User: 10 off the last row (dropped, empty), 5 off the one before;
+        // system: 3 off the latest row that has any.
+        assert_eq!(of(&settled, 1), [(0, 10, 4), (10, 5, 1)]);
+        assert_eq!(total(&settled, 1), (30 - 15, 8 - 3));
+        // Other threads untouched.
+        assert_eq!(of(&settled, 2), [(0, 7, 0)]);
+    }
+
+    #[test]
+    fn settle_never_goes_below_zero() {
+        let rows = vec![interval(0, 1, 10, 4), interval(10, 1, 5, 0), interval(0, 2, 3, 0)];
+        let settled = settle(rows, [(1, owed(100, 1)), (3, owed(5, 5))]);
+        // More owed than the rows hold: they go to zero, the empty ones away.
+        assert_eq!(of(&settled, 1), [(0, 0, 3)]);
+        // Owed by a thread with no rows: nothing to take.
+        assert_eq!(of(&settled, 2), [(0, 3, 0)]);
+        assert!(settle(Vec::new(), [(1, owed(1, 1))]).is_empty());
+    }
+
+    #[test]
+    fn series_repays_what_a_snapshot_gave_back_from_the_next_intervals() {
+        let mut series = Series::default();
+        // Thread 1 over-charged at 20 (25), trimmed at 30 (20): 5 owed,
+        // repaid out of its next increase. Thread 2 grows steadily.
+        for (at, t1, t2) in [(10, 10, 1), (20, 25, 2), (30, 20, 3), (40, 40, 4), (50, 50, 5)] {
+            series.push(&snapshot(at, &[(1, t1, 0), (2, t2, 0)]), 0);
+        }
+        assert_eq!(of(&series.rows, 1), [(0, 10, 0), (10, 15, 0), (30, 15, 0), (40, 10, 0)]);
+        assert!(series.owed().is_empty());
+        let rows = series.finish();
+        assert_eq!(total(&rows, 1), (50, 0));
+        assert_eq!(total(&rows, 2), (5, 0));
+        // Each row spans the interval since the previous snapshot.
+        assert!(rows.iter().all(|r| r.end_ns == r.start_ns + 10));
+    }
+
+    #[test]
+    fn series_settles_what_is_still_owed_at_the_end_from_the_last_rows() {
+        let mut series = Series::default();
+        for (at, user, system) in [(10, 10, 10), (20, 30, 12), (30, 22, 12), (40, 22, 9)] {
+            series.push(&snapshot(at, &[(1, user, system)]), 0);
+        }
+        assert_eq!(series.owed(), [(1, owed(8, 3))]);
+        let rows = series.finish();
+        // The last snapshot's totals, never below zero in any row.
+        assert_eq!(total(&rows, 1), (22, 9));
+        assert_eq!(of(&rows, 1), [(0, 10, 9), (10, 12, 0)]);
+    }
 }
