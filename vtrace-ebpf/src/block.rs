@@ -9,12 +9,11 @@
 //! classic records carry only device and sector.
 
 use crate::hist::log2_bucket;
-use crate::runs::count_run;
+use crate::runs::hook_programs;
 use aya_ebpf::{
     helpers::{bpf_get_current_cgroup_id, bpf_get_current_pid_tgid},
-    macros::{btf_tracepoint, map, raw_tracepoint},
+    macros::map,
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
-    programs::{BtfTracePointContext, RawTracePointContext},
 };
 use vtrace_common::{BLOCK_BUCKETS, BlockInflight, BlockKey, BlockPending, BlockStats};
 
@@ -158,49 +157,37 @@ fn dev_of<M: KernelMem>(rq: u64) -> u32 {
     }
 }
 
-/// TP_PROTO(struct request *rq)
-#[btf_tracepoint(function = "block_rq_insert")]
-pub fn btf_block_rq_insert(ctx: BtfTracePointContext) -> i32 {
-    count_run!("block_rq_insert");
-    on_insert::<BtfLoad>(ctx.arg(0));
-    0
+// TP_PROTO(struct request *rq)
+hook_programs! {
+    "block_rq_insert";
+    btf btf_block_rq_insert(ctx) => {
+        on_insert::<BtfLoad>(ctx.arg(0));
+    }
+    raw raw_block_rq_insert(ctx) => {
+        on_insert::<ProbeRead>(ctx.arg(0));
+    }
 }
 
-#[raw_tracepoint(tracepoint = "block_rq_insert")]
-pub fn raw_block_rq_insert(ctx: RawTracePointContext) -> i32 {
-    count_run!("block_rq_insert");
-    on_insert::<ProbeRead>(ctx.arg(0));
-    0
+// TP_PROTO(struct request *rq)
+hook_programs! {
+    "block_rq_issue";
+    btf btf_block_rq_issue(ctx) => {
+        on_issue::<BtfLoad>(ctx.arg(0));
+    }
+    raw raw_block_rq_issue(ctx) => {
+        on_issue::<ProbeRead>(ctx.arg(0));
+    }
 }
 
-/// TP_PROTO(struct request *rq)
-#[btf_tracepoint(function = "block_rq_issue")]
-pub fn btf_block_rq_issue(ctx: BtfTracePointContext) -> i32 {
-    count_run!("block_rq_issue");
-    on_issue::<BtfLoad>(ctx.arg(0));
-    0
-}
-
-#[raw_tracepoint(tracepoint = "block_rq_issue")]
-pub fn raw_block_rq_issue(ctx: RawTracePointContext) -> i32 {
-    count_run!("block_rq_issue");
-    on_issue::<ProbeRead>(ctx.arg(0));
-    0
-}
-
-/// TP_PROTO(struct request *rq, blk_status_t error, unsigned int nr_bytes)
-#[btf_tracepoint(function = "block_rq_complete")]
-pub fn btf_block_rq_complete(ctx: BtfTracePointContext) -> i32 {
-    count_run!("block_rq_complete");
-    let bytes: u64 = ctx.arg(2);
-    on_complete::<BtfLoad>(ctx.arg(0), bytes as u32);
-    0
-}
-
-#[raw_tracepoint(tracepoint = "block_rq_complete")]
-pub fn raw_block_rq_complete(ctx: RawTracePointContext) -> i32 {
-    count_run!("block_rq_complete");
-    let bytes: u64 = ctx.arg(2);
-    on_complete::<ProbeRead>(ctx.arg(0), bytes as u32);
-    0
+// TP_PROTO(struct request *rq, blk_status_t error, unsigned int nr_bytes)
+hook_programs! {
+    "block_rq_complete";
+    btf btf_block_rq_complete(ctx) => {
+        let bytes: u64 = ctx.arg(2);
+        on_complete::<BtfLoad>(ctx.arg(0), bytes as u32);
+    }
+    raw raw_block_rq_complete(ctx) => {
+        let bytes: u64 = ctx.arg(2);
+        on_complete::<ProbeRead>(ctx.arg(0), bytes as u32);
+    }
 }

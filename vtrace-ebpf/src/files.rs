@@ -13,12 +13,12 @@
 //! sys_enter/sys_exit), so a call not followed costs one compare at entry and
 //! one pt_regs read at exit, before any map is touched.
 
-use crate::runs::count_run;
+use crate::runs::{count_run, hook_programs};
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_probe_read_user},
-    macros::{fentry, kprobe, map, raw_tracepoint, tracepoint},
+    macros::{fentry, kprobe, map},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
-    programs::{FEntryContext, ProbeContext, RawTracePointContext, TracePointContext},
+    programs::{FEntryContext, ProbeContext},
 };
 use vtrace_common::{
     FsKey, FsPending, FsStats,
@@ -186,55 +186,49 @@ fn on_exit(nr: u64, ret: i64) {
     }
 }
 
-/// TP_PROTO(struct pt_regs *regs, long id): arguments from the saved registers.
-#[raw_tracepoint(tracepoint = "sys_enter")]
-pub fn raw_fs_sys_enter(ctx: RawTracePointContext) -> i32 {
-    count_run!("fs_sys_enter");
-    let nr: u64 = ctx.arg(1);
-    if fs_op::target(nr as u32).is_none() {
-        return 0;
+// TP_PROTO(struct pt_regs *regs, long id): arguments from the saved registers.
+hook_programs! {
+    "sys_enter", "raw_syscalls", counted "fs_sys_enter";
+    raw raw_fs_sys_enter(ctx) => {
+        let nr: u64 = ctx.arg(1);
+        if fs_op::target(nr as u32).is_none() {
+            return 0;
+        }
+        let regs: u64 = ctx.arg(0);
+        let arg0: u64 = ProbeRead::read(regs, conf!(pt_regs_di)).unwrap_or(u64::MAX);
+        let arg1: u64 = ProbeRead::read(regs, conf!(pt_regs_si)).unwrap_or(0);
+        on_enter(nr, arg0, arg1);
     }
-    let regs: u64 = ctx.arg(0);
-    let arg0: u64 = ProbeRead::read(regs, conf!(pt_regs_di)).unwrap_or(u64::MAX);
-    let arg1: u64 = ProbeRead::read(regs, conf!(pt_regs_si)).unwrap_or(0);
-    on_enter(nr, arg0, arg1);
-    0
-}
-
-/// TP_PROTO(struct pt_regs *regs, long ret): the number from `orig_ax`.
-#[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn raw_fs_sys_exit(ctx: RawTracePointContext) -> i32 {
-    count_run!("fs_sys_exit");
-    let regs: u64 = ctx.arg(0);
-    let nr: u64 = ProbeRead::read(regs, conf!(pt_regs_orig_ax)).unwrap_or(u64::MAX);
-    let ret: u64 = ctx.arg(1);
-    on_exit(nr, ret as i64);
-    0
-}
-
-/// Record: id at 8, args[6] at 16.
-#[tracepoint(category = "raw_syscalls", name = "sys_enter")]
-pub fn tp_fs_sys_enter(ctx: TracePointContext) -> i32 {
-    count_run!("fs_sys_enter");
-    let nr: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
-    if fs_op::target(nr as u32).is_none() {
-        return 0;
+    tp tp_fs_sys_enter(ctx) => {
+        let nr: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
+        if fs_op::target(nr as u32).is_none() {
+            return 0;
+        }
+        let arg0: u64 = unsafe { ctx.read_at(16) }.unwrap_or(u64::MAX);
+        let arg1: u64 = unsafe { ctx.read_at(24) }.unwrap_or(0);
+        on_enter(nr, arg0, arg1);
     }
-    let arg0: u64 = unsafe { ctx.read_at(16) }.unwrap_or(u64::MAX);
-    let arg1: u64 = unsafe { ctx.read_at(24) }.unwrap_or(0);
-    on_enter(nr, arg0, arg1);
-    0
 }
 
-/// Record: id and ret (offsets from the format file for id; ret at 16).
-#[tracepoint(category = "raw_syscalls", name = "sys_exit")]
-pub fn tp_fs_sys_exit(ctx: TracePointContext) -> i32 {
-    count_run!("fs_sys_exit");
-    let nr: u64 = unsafe { ctx.read_at(conf!(tp_sys_exit_id) as usize) }.unwrap_or(u64::MAX);
-    let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
-    on_exit(nr, ret);
-    0
+// TP_PROTO(struct pt_regs *regs, long ret): the number from `orig_ax`.
+hook_programs! {
+    "sys_exit", "raw_syscalls", counted "fs_sys_exit";
+    raw raw_fs_sys_exit(ctx) => {
+        let regs: u64 = ctx.arg(0);
+        let nr: u64 = ProbeRead::read(regs, conf!(pt_regs_orig_ax)).unwrap_or(u64::MAX);
+        let ret: u64 = ctx.arg(1);
+        on_exit(nr, ret as i64);
+    }
+    tp tp_fs_sys_exit(ctx) => {
+        let nr: u64 = unsafe { ctx.read_at(conf!(tp_sys_exit_id) as usize) }.unwrap_or(u64::MAX);
+        let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
+        on_exit(nr, ret);
+    }
 }
+
+// Record: id at 8, args[6] at 16.
+
+// Record: id and ret (offsets from the format file for id; ret at 16).
 
 /// Overlayfs switching to its mounter's credentials around every operation
 /// on the lower layers, and back: calls counted per function and process

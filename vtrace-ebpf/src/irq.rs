@@ -2,11 +2,7 @@
 //! x86 system vectors (local timer, IPIs, irq work) have their own
 //! tracepoints in irq_vectors and are kept in their own slots.
 
-use crate::runs::count_run;
-use aya_ebpf::{
-    macros::{raw_tracepoint, tracepoint},
-    programs::{RawTracePointContext, TracePointContext},
-};
+use crate::runs::hook_programs;
 use vtrace_common::{IRQ_DEVICE_SLOTS, NO_SOFTIRQ, SOFTIRQ_VECTORS, irq_vector, state};
 
 use crate::{account, config::conf};
@@ -77,94 +73,64 @@ fn on_softirq_exit() {
     st.softirq_vec = NO_SOFTIRQ;
 }
 
-/// TP_PROTO(int irq, struct irqaction *action)
-#[raw_tracepoint(tracepoint = "irq_handler_entry")]
-pub fn raw_irq_handler_entry(ctx: RawTracePointContext) -> i32 {
-    count_run!("irq_handler_entry");
-    let irq: u64 = ctx.arg(0);
-    on_hardirq_entry(device_slot(irq as u32));
-    0
+// TP_PROTO(int irq, struct irqaction *action)
+hook_programs! {
+    "irq_handler_entry", "irq";
+    raw raw_irq_handler_entry(ctx) => {
+        let irq: u64 = ctx.arg(0);
+        on_hardirq_entry(device_slot(irq as u32));
+    }
+    tp tp_irq_handler_entry(ctx) => {
+        let irq: i32 = unsafe { ctx.read_at(conf!(tp_irq_irq) as usize) }.unwrap_or(0);
+        on_hardirq_entry(device_slot(irq as u32));
+    }
 }
 
-#[raw_tracepoint(tracepoint = "irq_handler_exit")]
-pub fn raw_irq_handler_exit(_ctx: RawTracePointContext) -> i32 {
-    count_run!("irq_handler_exit");
-    on_hardirq_exit();
-    0
+hook_programs! {
+    "irq_handler_exit", "irq";
+    raw raw_irq_handler_exit(_ctx) => {
+        on_hardirq_exit();
+    }
+    tp tp_irq_handler_exit(_ctx) => {
+        on_hardirq_exit();
+    }
 }
 
-#[tracepoint(category = "irq", name = "irq_handler_entry")]
-pub fn tp_irq_handler_entry(ctx: TracePointContext) -> i32 {
-    count_run!("irq_handler_entry");
-    let irq: i32 = unsafe { ctx.read_at(conf!(tp_irq_irq) as usize) }.unwrap_or(0);
-    on_hardirq_entry(device_slot(irq as u32));
-    0
+// TP_PROTO(unsigned int vec_nr)
+hook_programs! {
+    "softirq_entry", "irq";
+    raw raw_softirq_entry(ctx) => {
+        let vec: u64 = ctx.arg(0);
+        on_softirq_entry(vec as u32);
+    }
+    tp tp_softirq_entry(ctx) => {
+        let vec: u32 = unsafe { ctx.read_at(conf!(tp_softirq_vec) as usize) }.unwrap_or(u32::MAX);
+        on_softirq_entry(vec);
+    }
 }
 
-#[tracepoint(category = "irq", name = "irq_handler_exit")]
-pub fn tp_irq_handler_exit(_ctx: TracePointContext) -> i32 {
-    count_run!("irq_handler_exit");
-    on_hardirq_exit();
-    0
-}
-
-/// TP_PROTO(unsigned int vec_nr)
-#[raw_tracepoint(tracepoint = "softirq_entry")]
-pub fn raw_softirq_entry(ctx: RawTracePointContext) -> i32 {
-    count_run!("softirq_entry");
-    let vec: u64 = ctx.arg(0);
-    on_softirq_entry(vec as u32);
-    0
-}
-
-#[raw_tracepoint(tracepoint = "softirq_exit")]
-pub fn raw_softirq_exit(_ctx: RawTracePointContext) -> i32 {
-    count_run!("softirq_exit");
-    on_softirq_exit();
-    0
-}
-
-#[tracepoint(category = "irq", name = "softirq_entry")]
-pub fn tp_softirq_entry(ctx: TracePointContext) -> i32 {
-    count_run!("softirq_entry");
-    let vec: u32 = unsafe { ctx.read_at(conf!(tp_softirq_vec) as usize) }.unwrap_or(u32::MAX);
-    on_softirq_entry(vec);
-    0
-}
-
-#[tracepoint(category = "irq", name = "softirq_exit")]
-pub fn tp_softirq_exit(_ctx: TracePointContext) -> i32 {
-    count_run!("softirq_exit");
-    on_softirq_exit();
-    0
+hook_programs! {
+    "softirq_exit", "irq";
+    raw raw_softirq_exit(_ctx) => {
+        on_softirq_exit();
+    }
+    tp tp_softirq_exit(_ctx) => {
+        on_softirq_exit();
+    }
 }
 
 /// irq_vectors entry/exit pairs: raw and classic flavours per system vector.
 macro_rules! system_vector {
     ($slot:expr, $raw_entry:ident, $raw_exit:ident, $tp_entry:ident, $tp_exit:ident, $entry:literal, $exit:literal) => {
-        #[raw_tracepoint(tracepoint = $entry)]
-        pub fn $raw_entry(_ctx: RawTracePointContext) -> i32 {
-            count_run!($entry);
-            on_hardirq_entry($slot);
-            0
+        hook_programs! {
+            $entry, "irq_vectors";
+            raw $raw_entry(_ctx) => { on_hardirq_entry($slot); }
+            tp $tp_entry(_ctx) => { on_hardirq_entry($slot); }
         }
-        #[raw_tracepoint(tracepoint = $exit)]
-        pub fn $raw_exit(_ctx: RawTracePointContext) -> i32 {
-            count_run!($exit);
-            on_hardirq_exit();
-            0
-        }
-        #[tracepoint(category = "irq_vectors", name = $entry)]
-        pub fn $tp_entry(_ctx: TracePointContext) -> i32 {
-            count_run!($entry);
-            on_hardirq_entry($slot);
-            0
-        }
-        #[tracepoint(category = "irq_vectors", name = $exit)]
-        pub fn $tp_exit(_ctx: TracePointContext) -> i32 {
-            count_run!($exit);
-            on_hardirq_exit();
-            0
+        hook_programs! {
+            $exit, "irq_vectors";
+            raw $raw_exit(_ctx) => { on_hardirq_exit(); }
+            tp $tp_exit(_ctx) => { on_hardirq_exit(); }
         }
     };
 }

@@ -7,11 +7,11 @@
 //! On kernels where kvm_entry/kvm_exit do not fire (e.g. PVM), userspace falls
 //! back to tick-sampled guest time from /proc and labels it so.
 
-use crate::runs::count_run;
+use crate::runs::hook_programs;
 use aya_ebpf::{
-    macros::{map, raw_tracepoint, tracepoint},
+    macros::map,
     maps::{LruHashMap, PerCpuHashMap},
-    programs::{RawTracePointContext, TracePointContext},
+    programs::TracePointContext,
 };
 use vtrace_common::{
     KVM_RUN_INTERRUPTED, KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, VcpuPending, kvm_event, kvm_latency,
@@ -103,16 +103,16 @@ fn on_entry() {
 /// `_IO(KVMIO, 0x80)`
 const KVM_RUN: u64 = 0xae80;
 
-/// syscalls/sys_enter_ioctl fires for ioctl(2) only, so KVM_RUN is seen
-/// without a program on every syscall. Record: args[1] (the command) at 24,
-/// the layout every syscalls/sys_enter_* record shares.
-#[tracepoint(category = "syscalls", name = "sys_enter_ioctl")]
-pub fn tp_sys_enter_ioctl(ctx: TracePointContext) -> i32 {
-    count_run!("sys_enter_ioctl");
-    if unsafe { ctx.read_at::<u64>(24) } == Ok(KVM_RUN) {
-        on_kvm_run();
+// syscalls/sys_enter_ioctl fires for ioctl(2) only, so KVM_RUN is seen
+// without a program on every syscall. Record: args[1] (the command) at 24,
+// the layout every syscalls/sys_enter_* record shares.
+hook_programs! {
+    "sys_enter_ioctl", "syscalls";
+    tp tp_sys_enter_ioctl(ctx) => {
+        if unsafe { ctx.read_at::<u64>(24) } == Ok(KVM_RUN) {
+            on_kvm_run();
+        }
     }
-    0
 }
 
 /// An `ioctl(fd, KVM_RUN)` ends the VMM's handling of the thread's last
@@ -141,122 +141,114 @@ fn field<T: Copy + Default>(ctx: &TracePointContext, offset: u32) -> T {
     unsafe { ctx.read_at::<T>(offset as usize) }.unwrap_or_default()
 }
 
-/// Without the record's reason (raw_tp args are the vcpu and isa only); the
-/// classic tracepoint is preferred for that reason.
-#[raw_tracepoint(tracepoint = "kvm_exit")]
-pub fn raw_kvm_exit(ctx: RawTracePointContext) -> i32 {
-    count_run!("kvm_exit");
-    let isa: u64 = ctx.arg(1);
-    on_exit(u32::MAX, isa as u32);
-    0
-}
-
-#[tracepoint(category = "kvm", name = "kvm_exit")]
-pub fn tp_kvm_exit(ctx: TracePointContext) -> i32 {
-    count_run!("kvm_exit");
-    let reason: u32 = field(&ctx, conf!(tp_kvm_exit_reason));
-    let isa: u32 = field(&ctx, conf!(tp_kvm_exit_isa));
-    // VMX keeps flags in the upper half of the basic exit reason.
-    let reason = if isa == 1 { reason & 0xffff } else { reason };
-    on_exit(reason, isa);
-    0
-}
-
-#[raw_tracepoint(tracepoint = "kvm_entry")]
-pub fn raw_kvm_entry(_ctx: RawTracePointContext) -> i32 {
-    count_run!("kvm_entry");
-    on_entry();
-    0
-}
-
-#[tracepoint(category = "kvm", name = "kvm_entry")]
-pub fn tp_kvm_entry(_ctx: TracePointContext) -> i32 {
-    count_run!("kvm_entry");
-    on_entry();
-    0
-}
-
-#[tracepoint(category = "kvm", name = "kvm_userspace_exit")]
-pub fn tp_kvm_userspace_exit(ctx: TracePointContext) -> i32 {
-    count_run!("kvm_userspace_exit");
-    let reason: u32 = field(&ctx, conf!(tp_kvm_uexit_reason));
-    let errno: i32 = field(&ctx, conf!(tp_kvm_uexit_errno));
-    let reason = if errno < 0 { KVM_RUN_INTERRUPTED } else { reason };
-    if let Some(p) = pending(account::current_tid()) {
-        p.userspace_ns = account::now();
-        p.userspace_reason = reason;
+// Without the record's reason (raw_tp args are the vcpu and isa only); the
+// classic tracepoint is preferred for that reason.
+hook_programs! {
+    "kvm_exit", "kvm";
+    raw raw_kvm_exit(ctx) => {
+        let isa: u64 = ctx.arg(1);
+        on_exit(u32::MAX, isa as u32);
     }
-    count_event(kvm_event::USERSPACE_EXIT, reason as u64, 0, 0, 0);
-    0
+    tp tp_kvm_exit(ctx) => {
+        let reason: u32 = field(&ctx, conf!(tp_kvm_exit_reason));
+        let isa: u32 = field(&ctx, conf!(tp_kvm_exit_isa));
+        // VMX keeps flags in the upper half of the basic exit reason.
+        let reason = if isa == 1 { reason & 0xffff } else { reason };
+        on_exit(reason, isa);
+    }
 }
 
-#[tracepoint(category = "kvm", name = "kvm_pio")]
-pub fn tp_kvm_pio(ctx: TracePointContext) -> i32 {
-    count_run!("kvm_pio");
-    let rw: u32 = field(&ctx, conf!(tp_kvm_pio_rw));
-    let port: u32 = field(&ctx, conf!(tp_kvm_pio_port));
-    let size: u32 = field(&ctx, conf!(tp_kvm_pio_size));
-    let count: u32 = field(&ctx, conf!(tp_kvm_pio_count));
-    count_event(kvm_event::PIO, port as u64, rw, size, size as u64 * count as u64);
-    0
+hook_programs! {
+    "kvm_entry", "kvm";
+    raw raw_kvm_entry(_ctx) => {
+        on_entry();
+    }
+    tp tp_kvm_entry(_ctx) => {
+        on_entry();
+    }
 }
 
-#[tracepoint(category = "kvm", name = "kvm_mmio")]
-pub fn tp_kvm_mmio(ctx: TracePointContext) -> i32 {
-    count_run!("kvm_mmio");
-    let kind: u32 = field(&ctx, conf!(tp_kvm_mmio_type));
-    let len: u32 = field(&ctx, conf!(tp_kvm_mmio_len));
-    let gpa: u64 = field(&ctx, conf!(tp_kvm_mmio_gpa));
-    count_event(kvm_event::MMIO, gpa, kind, len, len as u64);
-    0
+hook_programs! {
+    "kvm_userspace_exit", "kvm";
+    tp tp_kvm_userspace_exit(ctx) => {
+        let reason: u32 = field(&ctx, conf!(tp_kvm_uexit_reason));
+        let errno: i32 = field(&ctx, conf!(tp_kvm_uexit_errno));
+        let reason = if errno < 0 { KVM_RUN_INTERRUPTED } else { reason };
+        if let Some(p) = pending(account::current_tid()) {
+            p.userspace_ns = account::now();
+            p.userspace_reason = reason;
+        }
+        count_event(kvm_event::USERSPACE_EXIT, reason as u64, 0, 0, 0);
+    }
 }
 
-#[tracepoint(category = "kvm", name = "kvm_fast_mmio")]
-pub fn tp_kvm_fast_mmio(ctx: TracePointContext) -> i32 {
-    count_run!("kvm_fast_mmio");
-    let gpa: u64 = field(&ctx, conf!(tp_kvm_fast_mmio_gpa));
-    count_event(kvm_event::FAST_MMIO, gpa, 0, 0, 0);
-    0
+hook_programs! {
+    "kvm_pio", "kvm";
+    tp tp_kvm_pio(ctx) => {
+        let rw: u32 = field(&ctx, conf!(tp_kvm_pio_rw));
+        let port: u32 = field(&ctx, conf!(tp_kvm_pio_port));
+        let size: u32 = field(&ctx, conf!(tp_kvm_pio_size));
+        let count: u32 = field(&ctx, conf!(tp_kvm_pio_count));
+        count_event(kvm_event::PIO, port as u64, rw, size, size as u64 * count as u64);
+    }
 }
 
-#[tracepoint(category = "kvm", name = "kvm_set_irq")]
-pub fn tp_kvm_set_irq(ctx: TracePointContext) -> i32 {
-    count_run!("kvm_set_irq");
-    let gsi: u32 = field(&ctx, conf!(tp_kvm_set_irq_gsi));
-    let level: i32 = field(&ctx, conf!(tp_kvm_set_irq_level));
-    count_event(kvm_event::SET_IRQ, gsi as u64, level as u32, 0, 0);
-    0
+hook_programs! {
+    "kvm_mmio", "kvm";
+    tp tp_kvm_mmio(ctx) => {
+        let kind: u32 = field(&ctx, conf!(tp_kvm_mmio_type));
+        let len: u32 = field(&ctx, conf!(tp_kvm_mmio_len));
+        let gpa: u64 = field(&ctx, conf!(tp_kvm_mmio_gpa));
+        count_event(kvm_event::MMIO, gpa, kind, len, len as u64);
+    }
 }
 
-#[tracepoint(category = "kvm", name = "kvm_msi_set_irq")]
-pub fn tp_kvm_msi_set_irq(ctx: TracePointContext) -> i32 {
-    count_run!("kvm_msi_set_irq");
-    let address: u64 = field(&ctx, conf!(tp_kvm_msi_address));
-    let data: u64 = field(&ctx, conf!(tp_kvm_msi_data));
-    count_event(kvm_event::MSI, address, (data & 0xff) as u32, 0, 0);
-    0
+hook_programs! {
+    "kvm_fast_mmio", "kvm";
+    tp tp_kvm_fast_mmio(ctx) => {
+        let gpa: u64 = field(&ctx, conf!(tp_kvm_fast_mmio_gpa));
+        count_event(kvm_event::FAST_MMIO, gpa, 0, 0, 0);
+    }
 }
 
-#[tracepoint(category = "kvm", name = "kvm_inj_virq")]
-pub fn tp_kvm_inj_virq(ctx: TracePointContext) -> i32 {
-    count_run!("kvm_inj_virq");
-    let vector: u32 = field(&ctx, conf!(tp_kvm_inj_virq_vector));
-    let soft: u8 = field(&ctx, conf!(tp_kvm_inj_virq_soft));
-    count_event(kvm_event::INJ_VIRQ, vector as u64, soft as u32, 0, 0);
-    0
+hook_programs! {
+    "kvm_set_irq", "kvm";
+    tp tp_kvm_set_irq(ctx) => {
+        let gsi: u32 = field(&ctx, conf!(tp_kvm_set_irq_gsi));
+        let level: i32 = field(&ctx, conf!(tp_kvm_set_irq_level));
+        count_event(kvm_event::SET_IRQ, gsi as u64, level as u32, 0, 0);
+    }
 }
 
-#[tracepoint(category = "kvm", name = "kvm_vcpu_wakeup")]
-pub fn tp_kvm_vcpu_wakeup(ctx: TracePointContext) -> i32 {
-    count_run!("kvm_vcpu_wakeup");
-    let ns: u64 = field(&ctx, conf!(tp_kvm_wakeup_ns));
-    let waited: u8 = field(&ctx, conf!(tp_kvm_wakeup_waited));
-    let key = KvmLatencyKey {
-        tid: account::current_tid(),
-        kind: kvm_latency::HALT,
-        reason: waited as u32,
-        isa: 0,
-    };
-    add_latency(&key, ns);
-    0
+hook_programs! {
+    "kvm_msi_set_irq", "kvm";
+    tp tp_kvm_msi_set_irq(ctx) => {
+        let address: u64 = field(&ctx, conf!(tp_kvm_msi_address));
+        let data: u64 = field(&ctx, conf!(tp_kvm_msi_data));
+        count_event(kvm_event::MSI, address, (data & 0xff) as u32, 0, 0);
+    }
+}
+
+hook_programs! {
+    "kvm_inj_virq", "kvm";
+    tp tp_kvm_inj_virq(ctx) => {
+        let vector: u32 = field(&ctx, conf!(tp_kvm_inj_virq_vector));
+        let soft: u8 = field(&ctx, conf!(tp_kvm_inj_virq_soft));
+        count_event(kvm_event::INJ_VIRQ, vector as u64, soft as u32, 0, 0);
+    }
+}
+
+hook_programs! {
+    "kvm_vcpu_wakeup", "kvm";
+    tp tp_kvm_vcpu_wakeup(ctx) => {
+        let ns: u64 = field(&ctx, conf!(tp_kvm_wakeup_ns));
+        let waited: u8 = field(&ctx, conf!(tp_kvm_wakeup_waited));
+        let key = KvmLatencyKey {
+            tid: account::current_tid(),
+            kind: kvm_latency::HALT,
+            reason: waited as u32,
+            isa: 0,
+        };
+        add_latency(&key, ns);
+    }
 }

@@ -6,12 +6,12 @@
 //! classic-tracepoint fallbacks take the skb address from the record.
 
 use crate::hist::log2_bucket;
-use crate::runs::count_run;
+use crate::runs::{count_run, hook_programs};
 use aya_ebpf::{
     EbpfContext,
-    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
+    macros::{map, tracepoint},
     maps::{Array, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
+    programs::{BtfTracePointContext, TracePointContext},
 };
 use vtrace_common::{
     DEV_SLOTS, DROP_REASONS, DevKey, DevSlot, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent,
@@ -311,133 +311,116 @@ fn arg_number(ctx: &BtfTracePointContext, n: usize) -> u64 {
     ProbeRead::read(ctx.as_ptr() as u64, (n * 8) as u32).unwrap_or(0)
 }
 
-#[btf_tracepoint(function = "net_dev_queue")]
-pub fn btf_net_dev_queue(ctx: BtfTracePointContext) -> i32 {
-    count_run!("net_dev_queue");
-    count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), 0, hop::QUEUE, 0, None);
-    0
+hook_programs! {
+    "net_dev_queue";
+    btf btf_net_dev_queue(ctx) => {
+        count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), 0, hop::QUEUE, 0, None);
+    }
+    raw raw_net_dev_queue(ctx) => {
+        count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::QUEUE, 0, None);
+    }
 }
 
-#[btf_tracepoint(function = "net_dev_start_xmit")]
-pub fn btf_net_dev_start_xmit(ctx: BtfTracePointContext) -> i32 {
-    count_run!("net_dev_start_xmit");
-    count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), ctx.arg(1), hop::START_XMIT, 0, None);
-    0
+hook_programs! {
+    "net_dev_start_xmit";
+    btf btf_net_dev_start_xmit(ctx) => {
+        count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), ctx.arg(1), hop::START_XMIT, 0, None);
+    }
+    raw raw_net_dev_start_xmit(ctx) => {
+        count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), ctx.arg(1), hop::START_XMIT, 0, None);
+    }
 }
 
-#[btf_tracepoint(function = "net_dev_xmit")]
-pub fn btf_net_dev_xmit(ctx: BtfTracePointContext) -> i32 {
-    count_run!("net_dev_xmit");
-    let rc: u64 = ctx.arg(1);
-    let len: u64 = ctx.arg(3);
-    count::<BtfLoad>(
-        ctx.arg(0),
-        || arg_number(&ctx, 0),
-        ctx.arg(2),
-        hop::XMIT,
-        rc as i32,
-        Some(len as u32),
-    );
-    0
+hook_programs! {
+    "net_dev_xmit";
+    btf btf_net_dev_xmit(ctx) => {
+        let rc: u64 = ctx.arg(1);
+        let len: u64 = ctx.arg(3);
+        count::<BtfLoad>(
+            ctx.arg(0),
+            || arg_number(&ctx, 0),
+            ctx.arg(2),
+            hop::XMIT,
+            rc as i32,
+            Some(len as u32),
+        );
+    }
+    raw raw_net_dev_xmit(ctx) => {
+        let rc: u64 = ctx.arg(1);
+        let len: u64 = ctx.arg(3);
+        count::<ProbeRead>(
+            ctx.arg(0),
+            || ctx.arg(0),
+            ctx.arg(2),
+            hop::XMIT,
+            rc as i32,
+            Some(len as u32),
+        );
+    }
 }
 
-#[btf_tracepoint(function = "netif_rx")]
-pub fn btf_netif_rx(ctx: BtfTracePointContext) -> i32 {
-    count_run!("netif_rx");
-    count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), 0, hop::RX, 0, None);
-    0
+hook_programs! {
+    "netif_rx";
+    btf btf_netif_rx(ctx) => {
+        count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), 0, hop::RX, 0, None);
+    }
+    raw raw_netif_rx(ctx) => {
+        count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::RX, 0, None);
+    }
 }
 
-#[btf_tracepoint(function = "netif_receive_skb")]
-pub fn btf_netif_receive_skb(ctx: BtfTracePointContext) -> i32 {
-    count_run!("netif_receive_skb");
-    count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), 0, hop::RECEIVE, 0, None);
-    0
+hook_programs! {
+    "netif_receive_skb";
+    btf btf_netif_receive_skb(ctx) => {
+        count::<BtfLoad>(ctx.arg(0), || arg_number(&ctx, 0), 0, hop::RECEIVE, 0, None);
+    }
+    raw raw_netif_receive_skb(ctx) => {
+        count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::RECEIVE, 0, None);
+    }
 }
 
-/// TP_PROTO(struct sk_buff *skb)
-#[raw_tracepoint(tracepoint = "net_dev_queue")]
-pub fn raw_net_dev_queue(ctx: RawTracePointContext) -> i32 {
-    count_run!("net_dev_queue");
-    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::QUEUE, 0, None);
-    0
+// TP_PROTO(struct sk_buff *skb)
+
+// TP_PROTO(const struct sk_buff *skb, const struct net_device *dev)
+
+// TP_PROTO(struct sk_buff *skb, int rc, struct net_device *dev, unsigned int skb_len)
+
+hook_programs! {
+    "napi_gro_receive_entry";
+    raw raw_napi_gro_receive_entry(ctx) => {
+        count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::GRO, 0, None);
+    }
 }
 
-/// TP_PROTO(const struct sk_buff *skb, const struct net_device *dev)
-#[raw_tracepoint(tracepoint = "net_dev_start_xmit")]
-pub fn raw_net_dev_start_xmit(ctx: RawTracePointContext) -> i32 {
-    count_run!("net_dev_start_xmit");
-    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), ctx.arg(1), hop::START_XMIT, 0, None);
-    0
-}
-
-/// TP_PROTO(struct sk_buff *skb, int rc, struct net_device *dev, unsigned int skb_len)
-#[raw_tracepoint(tracepoint = "net_dev_xmit")]
-pub fn raw_net_dev_xmit(ctx: RawTracePointContext) -> i32 {
-    count_run!("net_dev_xmit");
-    let rc: u64 = ctx.arg(1);
-    let len: u64 = ctx.arg(3);
-    count::<ProbeRead>(
-        ctx.arg(0),
-        || ctx.arg(0),
-        ctx.arg(2),
-        hop::XMIT,
-        rc as i32,
-        Some(len as u32),
-    );
-    0
-}
-
-#[raw_tracepoint(tracepoint = "netif_rx")]
-pub fn raw_netif_rx(ctx: RawTracePointContext) -> i32 {
-    count_run!("netif_rx");
-    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::RX, 0, None);
-    0
-}
-
-#[raw_tracepoint(tracepoint = "netif_receive_skb")]
-pub fn raw_netif_receive_skb(ctx: RawTracePointContext) -> i32 {
-    count_run!("netif_receive_skb");
-    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::RECEIVE, 0, None);
-    0
-}
-
-#[raw_tracepoint(tracepoint = "napi_gro_receive_entry")]
-pub fn raw_napi_gro_receive_entry(ctx: RawTracePointContext) -> i32 {
-    count_run!("napi_gro_receive_entry");
-    count::<ProbeRead>(ctx.arg(0), || ctx.arg(0), 0, hop::GRO, 0, None);
-    0
-}
-
-/// TP_PROTO(struct napi_struct *napi, int work, int budget)
-#[raw_tracepoint(tracepoint = "napi_poll")]
-pub fn raw_napi_poll(ctx: RawTracePointContext) -> i32 {
-    count_run!("napi_poll");
-    let napi: u64 = ctx.arg(0);
-    let work: u64 = ctx.arg(1);
-    let budget: u64 = ctx.arg(2);
-    let dev: u64 = if napi == 0 {
-        0
-    } else {
-        ProbeRead::read(napi, conf!(napi_dev)).unwrap_or(0)
-    };
-    let Some((netns, ifindex)) = device_id::<ProbeRead>(dev) else {
-        return 0;
-    };
-    let key = dev_key(netns, ifindex);
-    let full = (work as i32 >= budget as i32) as u64;
-    match NAPI_POLLS.get_ptr_mut(&key) {
-        Some(v) => {
-            let v = unsafe { &mut *v };
-            v[0] += 1;
-            v[1] += work as u32 as u64;
-            v[2] += full;
-        }
-        None => {
-            let _ = NAPI_POLLS.insert(&key, &[1, work as u32 as u64, full], 0);
+// TP_PROTO(struct napi_struct *napi, int work, int budget)
+hook_programs! {
+    "napi_poll";
+    raw raw_napi_poll(ctx) => {
+        let napi: u64 = ctx.arg(0);
+        let work: u64 = ctx.arg(1);
+        let budget: u64 = ctx.arg(2);
+        let dev: u64 = if napi == 0 {
+            0
+        } else {
+            ProbeRead::read(napi, conf!(napi_dev)).unwrap_or(0)
+        };
+        let Some((netns, ifindex)) = device_id::<ProbeRead>(dev) else {
+            return 0;
+        };
+        let key = dev_key(netns, ifindex);
+        let full = (work as i32 >= budget as i32) as u64;
+        match NAPI_POLLS.get_ptr_mut(&key) {
+            Some(v) => {
+                let v = unsafe { &mut *v };
+                v[0] += 1;
+                v[1] += work as u32 as u64;
+                v[2] += full;
+            }
+            None => {
+                let _ = NAPI_POLLS.insert(&key, &[1, work as u32 as u64, full], 0);
+            }
         }
     }
-    0
 }
 
 #[inline(always)]
@@ -452,33 +435,35 @@ fn drop_reason(reason: u32) {
     }
 }
 
-/// TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
-#[raw_tracepoint(tracepoint = "kfree_skb")]
-pub fn raw_kfree_skb(ctx: RawTracePointContext) -> i32 {
-    count_run!("kfree_skb");
-    let reason: u64 = ctx.arg(2);
-    drop_reason(reason as u32);
-    let skb: u64 = ctx.arg(0);
-    forget(skb);
-    0
+// TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
+hook_programs! {
+    "kfree_skb", "skb";
+    raw raw_kfree_skb(ctx) => {
+        let reason: u64 = ctx.arg(2);
+        drop_reason(reason as u32);
+        let skb: u64 = ctx.arg(0);
+        forget(skb);
+    }
+    tp tp_kfree_skb(ctx) => {
+        let reason: u32 = unsafe { ctx.read_at(36) }.unwrap_or(0);
+        drop_reason(reason);
+        let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
+        forget(skb);
+    }
 }
 
-/// TP_PROTO(struct sk_buff *skb, void *location): the skb's journey ends; its
-/// address may be reused.
-#[raw_tracepoint(tracepoint = "consume_skb")]
-pub fn raw_consume_skb(ctx: RawTracePointContext) -> i32 {
-    count_run!("consume_skb");
-    let skb: u64 = ctx.arg(0);
-    forget(skb);
-    0
-}
-
-#[tracepoint(category = "skb", name = "consume_skb")]
-pub fn tp_consume_skb(ctx: TracePointContext) -> i32 {
-    count_run!("consume_skb");
-    let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
-    forget(skb);
-    0
+// TP_PROTO(struct sk_buff *skb, void *location): the skb's journey ends; its
+// address may be reused.
+hook_programs! {
+    "consume_skb", "skb";
+    raw raw_consume_skb(ctx) => {
+        let skb: u64 = ctx.arg(0);
+        forget(skb);
+    }
+    tp tp_consume_skb(ctx) => {
+        let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
+        forget(skb);
+    }
 }
 
 /// Classic tracepoints whose record starts with `void *skbaddr` at offset 8.
@@ -507,13 +492,3 @@ skb_tracepoint!(tp_net_dev_queue, "net_dev_queue", hop::QUEUE);
 skb_tracepoint!(tp_net_dev_xmit, "net_dev_xmit", hop::XMIT);
 skb_tracepoint!(tp_netif_rx, "netif_rx", hop::RX);
 skb_tracepoint!(tp_netif_receive_skb, "netif_receive_skb", hop::RECEIVE);
-
-#[tracepoint(category = "skb", name = "kfree_skb")]
-pub fn tp_kfree_skb(ctx: TracePointContext) -> i32 {
-    count_run!("kfree_skb");
-    let reason: u32 = unsafe { ctx.read_at(36) }.unwrap_or(0);
-    drop_reason(reason);
-    let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
-    forget(skb);
-    0
-}

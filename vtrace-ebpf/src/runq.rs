@@ -8,12 +8,11 @@
 //! Its own sched_switch program (the CPU engine's stays as it is): one more
 //! program on every context switch, paid only when the layer runs.
 
-use crate::runs::count_run;
+use crate::runs::hook_programs;
 use aya_ebpf::{
     helpers::bpf_get_smp_processor_id,
-    macros::{btf_tracepoint, map, raw_tracepoint, tracepoint},
+    macros::map,
     maps::{Array, HashMap, PerCpuArray},
-    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
 };
 use vtrace_common::{RunqStats, RunqWorst};
 
@@ -103,39 +102,31 @@ fn on_switch(prev_tid: u32, prev_runnable: bool, next_tid: u32) {
     }
 }
 
-/// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
-#[btf_tracepoint(function = "sched_switch")]
-pub fn btf_runq_switch(ctx: BtfTracePointContext) -> i32 {
-    count_run!("runq_switch");
-    let prev_state: u64 = ctx.arg(3);
-    on_switch(
-        tid_of::<BtfLoad>(ctx.arg(1)),
-        prev_state as u32 == 0,
-        tid_of::<BtfLoad>(ctx.arg(2)),
-    );
-    0
-}
-
-#[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn raw_runq_switch(ctx: RawTracePointContext) -> i32 {
-    count_run!("runq_switch");
-    let prev_state: u64 = ctx.arg(3);
-    on_switch(
-        tid_of::<ProbeRead>(ctx.arg(1)),
-        prev_state as u32 == 0,
-        tid_of::<ProbeRead>(ctx.arg(2)),
-    );
-    0
-}
-
-#[tracepoint(category = "sched", name = "sched_switch")]
-pub fn tp_runq_switch(ctx: TracePointContext) -> i32 {
-    count_run!("runq_switch");
-    let prev_state: i64 = unsafe { ctx.read_at(conf!(tp_switch_prev_state) as usize) }.unwrap_or(1);
-    let prev_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_prev_pid) as usize) }.unwrap_or(0);
-    let next_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_next_pid) as usize) }.unwrap_or(0);
-    on_switch(prev_tid, prev_state == 0, next_tid);
-    0
+// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+hook_programs! {
+    "sched_switch", "sched", counted "runq_switch";
+    btf btf_runq_switch(ctx) => {
+        let prev_state: u64 = ctx.arg(3);
+        on_switch(
+            tid_of::<BtfLoad>(ctx.arg(1)),
+            prev_state as u32 == 0,
+            tid_of::<BtfLoad>(ctx.arg(2)),
+        );
+    }
+    raw raw_runq_switch(ctx) => {
+        let prev_state: u64 = ctx.arg(3);
+        on_switch(
+            tid_of::<ProbeRead>(ctx.arg(1)),
+            prev_state as u32 == 0,
+            tid_of::<ProbeRead>(ctx.arg(2)),
+        );
+    }
+    tp tp_runq_switch(ctx) => {
+        let prev_state: i64 = unsafe { ctx.read_at(conf!(tp_switch_prev_state) as usize) }.unwrap_or(1);
+        let prev_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_prev_pid) as usize) }.unwrap_or(0);
+        let next_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_next_pid) as usize) }.unwrap_or(0);
+        on_switch(prev_tid, prev_state == 0, next_tid);
+    }
 }
 
 #[inline(always)]
@@ -143,46 +134,31 @@ fn runnable_now(tid: u32) {
     runnable(tid, account::now());
 }
 
-/// TP_PROTO(struct task_struct *p)
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn btf_runq_wakeup(ctx: BtfTracePointContext) -> i32 {
-    count_run!("runq_wakeup");
-    runnable_now(tid_of::<BtfLoad>(ctx.arg(0)));
-    0
+// TP_PROTO(struct task_struct *p)
+hook_programs! {
+    "sched_wakeup", "sched", counted "runq_wakeup";
+    btf btf_runq_wakeup(ctx) => {
+        runnable_now(tid_of::<BtfLoad>(ctx.arg(0)));
+    }
+    raw raw_runq_wakeup(ctx) => {
+        runnable_now(tid_of::<ProbeRead>(ctx.arg(0)));
+    }
+    tp tp_runq_wakeup(ctx) => {
+        runnable_now(unsafe { ctx.read_at(conf!(tp_wakeup_pid) as usize) }.unwrap_or(0));
+    }
 }
 
-#[raw_tracepoint(tracepoint = "sched_wakeup")]
-pub fn raw_runq_wakeup(ctx: RawTracePointContext) -> i32 {
-    count_run!("runq_wakeup");
-    runnable_now(tid_of::<ProbeRead>(ctx.arg(0)));
-    0
+hook_programs! {
+    "sched_wakeup_new", "sched", counted "runq_wakeup_new";
+    btf btf_runq_wakeup_new(ctx) => {
+        runnable_now(tid_of::<BtfLoad>(ctx.arg(0)));
+    }
+    raw raw_runq_wakeup_new(ctx) => {
+        runnable_now(tid_of::<ProbeRead>(ctx.arg(0)));
+    }
+    tp tp_runq_wakeup_new(ctx) => {
+        runnable_now(unsafe { ctx.read_at(conf!(tp_wakeup_pid) as usize) }.unwrap_or(0));
+    }
 }
 
-#[tracepoint(category = "sched", name = "sched_wakeup")]
-pub fn tp_runq_wakeup(ctx: TracePointContext) -> i32 {
-    count_run!("runq_wakeup");
-    runnable_now(unsafe { ctx.read_at(conf!(tp_wakeup_pid) as usize) }.unwrap_or(0));
-    0
-}
-
-#[btf_tracepoint(function = "sched_wakeup_new")]
-pub fn btf_runq_wakeup_new(ctx: BtfTracePointContext) -> i32 {
-    count_run!("runq_wakeup_new");
-    runnable_now(tid_of::<BtfLoad>(ctx.arg(0)));
-    0
-}
-
-#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
-pub fn raw_runq_wakeup_new(ctx: RawTracePointContext) -> i32 {
-    count_run!("runq_wakeup_new");
-    runnable_now(tid_of::<ProbeRead>(ctx.arg(0)));
-    0
-}
-
-/// sched_wakeup_new's record is sched_wakeup's (same template).
-#[tracepoint(category = "sched", name = "sched_wakeup_new")]
-pub fn tp_runq_wakeup_new(ctx: TracePointContext) -> i32 {
-    count_run!("runq_wakeup_new");
-    runnable_now(unsafe { ctx.read_at(conf!(tp_wakeup_pid) as usize) }.unwrap_or(0));
-    0
-}
+// sched_wakeup_new's record is sched_wakeup's (same template).

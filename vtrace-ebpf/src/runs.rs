@@ -23,6 +23,56 @@ macro_rules! count_run {
 }
 pub(crate) use count_run;
 
+/// One hook's programs, one per attach flavour it has (each a strategy of
+/// its catalog entry, best first): `btf NAME(ctx) => { .. }` (tp_btf: typed
+/// pointer arguments), `raw NAME(ctx) => { .. }` (raw_tp: arguments as
+/// u64), `tp NAME(ctx) => { .. }` (the classic tracepoint of `category`:
+/// the record's fields, at offsets from tracefs). Each counts its run under
+/// the hook's name (or under `counted`, for a second family of programs on
+/// the same tracepoint), then runs its body, and returns 0.
+macro_rules! hook_programs {
+    (@gen $hook:literal, $category:literal, $counted:literal;
+     $(btf $btf:ident($bctx:ident) => $btf_body:block)?
+     $(raw $raw:ident($rctx:ident) => $raw_body:block)?
+     $(tp $tp:ident($tctx:ident) => $tp_body:block)?) => {
+        $(
+            #[aya_ebpf::macros::btf_tracepoint(function = $hook)]
+            pub fn $btf($bctx: aya_ebpf::programs::BtfTracePointContext) -> i32 {
+                $crate::runs::count_run!($counted);
+                $btf_body;
+                0
+            }
+        )?
+        $(
+            #[aya_ebpf::macros::raw_tracepoint(tracepoint = $hook)]
+            pub fn $raw($rctx: aya_ebpf::programs::RawTracePointContext) -> i32 {
+                $crate::runs::count_run!($counted);
+                $raw_body;
+                0
+            }
+        )?
+        $(
+            #[aya_ebpf::macros::tracepoint(category = $category, name = $hook)]
+            pub fn $tp($tctx: aya_ebpf::programs::TracePointContext) -> i32 {
+                $crate::runs::count_run!($counted);
+                $tp_body;
+                0
+            }
+        )?
+    };
+    ($hook:literal, $category:literal, counted $counted:literal; $($programs:tt)*) => {
+        $crate::runs::hook_programs!(@gen $hook, $category, $counted; $($programs)*);
+    };
+    ($hook:literal, $category:literal; $($programs:tt)*) => {
+        $crate::runs::hook_programs!(@gen $hook, $category, $hook; $($programs)*);
+    };
+    // Without a classic tracepoint, no category.
+    ($hook:literal; $($programs:tt)*) => {
+        $crate::runs::hook_programs!(@gen $hook, "", $hook; $($programs)*);
+    };
+}
+pub(crate) use hook_programs;
+
 /// Does nothing. Attached for a moment at start-up to task_rename, which
 /// vtrace then fires itself (prctl(PR_SET_NAME) with its own name), with
 /// and without the kernel's BPF statistics on: what they add to every

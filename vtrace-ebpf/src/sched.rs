@@ -1,12 +1,8 @@
 //! Scheduler hooks: context switch (flushes per-thread time), fork (marks new
 //! threads as seen from birth), exit (marks threads whose totals are final).
 
-use crate::runs::count_run;
-use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task},
-    macros::{btf_tracepoint, raw_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, RawTracePointContext, TracePointContext},
-};
+use crate::runs::hook_programs;
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_current_task};
 use vtrace_common::{CpuState, LastSwitchOut, ThreadTimes, clocks_in, state, thread_flag, thread_slot};
 
 use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
@@ -296,76 +292,60 @@ fn on_exit() {
     }
 }
 
-/// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
-#[btf_tracepoint(function = "sched_switch")]
-pub fn btf_sched_switch(ctx: BtfTracePointContext) -> i32 {
-    count_run!("sched_switch");
-    let next: u64 = ctx.arg(2);
-    let prev_state: u64 = ctx.arg(3);
-    on_switch::<BtfLoad>(
-        ctx.arg(1),
-        prev_state as u32 == 0,
-        Some(next),
-        read_task_u32::<BtfLoad>(next, conf!(task_pid)),
-    );
-    0
+// TP_PROTO(bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+hook_programs! {
+    "sched_switch", "sched";
+    btf btf_sched_switch(ctx) => {
+        let next: u64 = ctx.arg(2);
+        let prev_state: u64 = ctx.arg(3);
+        on_switch::<BtfLoad>(
+            ctx.arg(1),
+            prev_state as u32 == 0,
+            Some(next),
+            read_task_u32::<BtfLoad>(next, conf!(task_pid)),
+        );
+    }
+    raw raw_sched_switch(ctx) => {
+        let next: u64 = ctx.arg(2);
+        let prev_state: u64 = ctx.arg(3);
+        on_switch::<ProbeRead>(
+            ctx.arg(1),
+            prev_state as u32 == 0,
+            Some(next),
+            read_task_u32::<ProbeRead>(next, conf!(task_pid)),
+        );
+    }
+    tp tp_sched_switch(ctx) => {
+        let prev_state: i64 = unsafe { ctx.read_at(conf!(tp_switch_prev_state) as usize) }.unwrap_or(1);
+        let next_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_next_pid) as usize) }.unwrap_or(0);
+        let prev = unsafe { bpf_get_current_task() };
+        on_switch::<ProbeRead>(prev, prev_state == 0, runqueue_current(prev, next_tid), next_tid);
+    }
 }
 
-#[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn raw_sched_switch(ctx: RawTracePointContext) -> i32 {
-    count_run!("sched_switch");
-    let next: u64 = ctx.arg(2);
-    let prev_state: u64 = ctx.arg(3);
-    on_switch::<ProbeRead>(
-        ctx.arg(1),
-        prev_state as u32 == 0,
-        Some(next),
-        read_task_u32::<ProbeRead>(next, conf!(task_pid)),
-    );
-    0
+// TP_PROTO(struct task_struct *parent, struct task_struct *child)
+hook_programs! {
+    "sched_process_fork", "sched";
+    raw raw_sched_process_fork(ctx) => {
+        let child: u64 = ctx.arg(1);
+        on_fork(
+            read_task_u32::<ProbeRead>(child, conf!(task_pid)),
+            read_task_u32::<ProbeRead>(child, conf!(task_tgid)),
+        );
+    }
+    tp tp_sched_process_fork(ctx) => {
+        let child_tid: u32 = unsafe { ctx.read_at(conf!(tp_fork_child_pid) as usize) }.unwrap_or(0);
+        // The record has no tgid; the first switch-out of the child fills it in.
+        on_fork(child_tid, 0);
+    }
 }
 
-#[tracepoint(category = "sched", name = "sched_switch")]
-pub fn tp_sched_switch(ctx: TracePointContext) -> i32 {
-    count_run!("sched_switch");
-    let prev_state: i64 = unsafe { ctx.read_at(conf!(tp_switch_prev_state) as usize) }.unwrap_or(1);
-    let next_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_next_pid) as usize) }.unwrap_or(0);
-    let prev = unsafe { bpf_get_current_task() };
-    on_switch::<ProbeRead>(prev, prev_state == 0, runqueue_current(prev, next_tid), next_tid);
-    0
-}
-
-/// TP_PROTO(struct task_struct *parent, struct task_struct *child)
-#[raw_tracepoint(tracepoint = "sched_process_fork")]
-pub fn raw_sched_process_fork(ctx: RawTracePointContext) -> i32 {
-    count_run!("sched_process_fork");
-    let child: u64 = ctx.arg(1);
-    on_fork(
-        read_task_u32::<ProbeRead>(child, conf!(task_pid)),
-        read_task_u32::<ProbeRead>(child, conf!(task_tgid)),
-    );
-    0
-}
-
-#[tracepoint(category = "sched", name = "sched_process_fork")]
-pub fn tp_sched_process_fork(ctx: TracePointContext) -> i32 {
-    count_run!("sched_process_fork");
-    let child_tid: u32 = unsafe { ctx.read_at(conf!(tp_fork_child_pid) as usize) }.unwrap_or(0);
-    // The record has no tgid; the first switch-out of the child fills it in.
-    on_fork(child_tid, 0);
-    0
-}
-
-#[raw_tracepoint(tracepoint = "sched_process_exit")]
-pub fn raw_sched_process_exit(_ctx: RawTracePointContext) -> i32 {
-    count_run!("sched_process_exit");
-    on_exit();
-    0
-}
-
-#[tracepoint(category = "sched", name = "sched_process_exit")]
-pub fn tp_sched_process_exit(_ctx: TracePointContext) -> i32 {
-    count_run!("sched_process_exit");
-    on_exit();
-    0
+hook_programs! {
+    "sched_process_exit", "sched";
+    raw raw_sched_process_exit(_ctx) => {
+        on_exit();
+    }
+    tp tp_sched_process_exit(_ctx) => {
+        on_exit();
+    }
 }

@@ -3,12 +3,11 @@
 //! this CPU's state (no per-thread lookup), and they are attached only when
 //! one of those asks for them.
 
-use crate::runs::count_run;
+use crate::runs::hook_programs;
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
-    macros::{map, raw_tracepoint, tracepoint},
+    macros::map,
     maps::{HashMap, PerCpuHashMap},
-    programs::{RawTracePointContext, TracePointContext},
 };
 use vtrace_common::{DevStats, TunIoKey, TunPending, count_size, state};
 
@@ -110,57 +109,51 @@ fn on_sys_exit() {
     st.base = state::USER as u32;
 }
 
-/// TP_PROTO(struct pt_regs *regs, long id)
-#[raw_tracepoint(tracepoint = "sys_enter")]
-pub fn raw_sys_enter(ctx: RawTracePointContext) -> i32 {
-    count_run!("sys_enter");
-    on_sys_enter();
-    if conf!(tun_fds_on) != 0 {
-        let id: u64 = ctx.arg(1);
-        if id <= NR_WRITEV {
-            let regs: u64 = ctx.arg(0);
-            let fd: u64 = ProbeRead::read(regs, conf!(pt_regs_di)).unwrap_or(u64::MAX);
-            tun_enter(id, fd);
+// TP_PROTO(struct pt_regs *regs, long id)
+hook_programs! {
+    "sys_enter", "raw_syscalls";
+    raw raw_sys_enter(ctx) => {
+        on_sys_enter();
+        if conf!(tun_fds_on) != 0 {
+            let id: u64 = ctx.arg(1);
+            if id <= NR_WRITEV {
+                let regs: u64 = ctx.arg(0);
+                let fd: u64 = ProbeRead::read(regs, conf!(pt_regs_di)).unwrap_or(u64::MAX);
+                tun_enter(id, fd);
+            }
         }
     }
-    0
-}
-
-/// TP_PROTO(struct pt_regs *regs, long ret)
-#[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn raw_sys_exit(ctx: RawTracePointContext) -> i32 {
-    count_run!("sys_exit");
-    on_sys_exit();
-    if conf!(tun_fds_on) != 0 {
-        let ret: u64 = ctx.arg(1);
-        tun_exit(ret as i64);
-    }
-    0
-}
-
-/// Record: id at 8, args[6] at 16.
-#[tracepoint(category = "raw_syscalls", name = "sys_enter")]
-pub fn tp_sys_enter(ctx: TracePointContext) -> i32 {
-    count_run!("sys_enter");
-    on_sys_enter();
-    if conf!(tun_fds_on) != 0 {
-        let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
-        if id <= NR_WRITEV {
-            let fd: u64 = unsafe { ctx.read_at(16) }.unwrap_or(u64::MAX);
-            tun_enter(id, fd);
+    tp tp_sys_enter(ctx) => {
+        on_sys_enter();
+        if conf!(tun_fds_on) != 0 {
+            let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
+            if id <= NR_WRITEV {
+                let fd: u64 = unsafe { ctx.read_at(16) }.unwrap_or(u64::MAX);
+                tun_enter(id, fd);
+            }
         }
     }
-    0
 }
 
-/// Record: ret at 16.
-#[tracepoint(category = "raw_syscalls", name = "sys_exit")]
-pub fn tp_sys_exit(ctx: TracePointContext) -> i32 {
-    count_run!("sys_exit");
-    on_sys_exit();
-    if conf!(tun_fds_on) != 0 {
-        let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
-        tun_exit(ret);
+// TP_PROTO(struct pt_regs *regs, long ret)
+hook_programs! {
+    "sys_exit", "raw_syscalls";
+    raw raw_sys_exit(ctx) => {
+        on_sys_exit();
+        if conf!(tun_fds_on) != 0 {
+            let ret: u64 = ctx.arg(1);
+            tun_exit(ret as i64);
+        }
     }
-    0
+    tp tp_sys_exit(ctx) => {
+        on_sys_exit();
+        if conf!(tun_fds_on) != 0 {
+            let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
+            tun_exit(ret);
+        }
+    }
 }
+
+// Record: id at 8, args[6] at 16.
+
+// Record: ret at 16.
