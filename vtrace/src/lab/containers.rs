@@ -6,11 +6,12 @@ use std::{
     fs,
     path::Path,
     process::{Command, Stdio},
+    time::Duration,
 };
 
 use serde_json::json;
 
-use super::{LabPlatform, Ledger, Resource, rootfs, veth_netns};
+use super::{ContainerRuntime, LabPlatform, Ledger, Resource, Runtime, quiet, rootfs, veth_netns};
 use crate::{Result, workload::netns::sh};
 
 pub const CONTAINER_ID: &str = "vtrace-lab";
@@ -39,7 +40,50 @@ fn spawn_in(ledger: &mut Ledger, ns: &str, args: &[&str]) -> Result<()> {
     ledger.add(Resource::Process { pid: child.id(), comm })
 }
 
-pub fn up_host(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+/// The `host` platform: redis and iperf3 in a network namespace.
+pub struct Host;
+
+impl Runtime for Host {
+    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+        up_host(p, ledger)
+    }
+
+    fn exec(&self, ledger: &Ledger) -> Option<Vec<String>> {
+        ledger.resources.iter().find_map(|r| match r {
+            Resource::Netns { name } => Some(vec!["ip".into(), "netns".into(), "exec".into(), name.clone()]),
+            _ => None,
+        })
+    }
+}
+
+/// OCI containers: `runc`, `crun` and `gvisor` (runsc).
+pub struct Oci;
+
+impl Runtime for Oci {
+    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+        up_oci(p, ledger)
+    }
+}
+
+impl ContainerRuntime for Oci {
+    fn remove(&self, runtime: &str, id: &str, root: &str) {
+        quiet(&[runtime, "--root", root, "kill", id, "KILL"]);
+        std::thread::sleep(Duration::from_millis(200));
+        quiet(&[runtime, "--root", root, "delete", "--force", id]);
+    }
+
+    fn exec(&self, runtime: &str, id: &str, root: &str) -> Vec<String> {
+        vec![
+            runtime.to_string(),
+            "--root".into(),
+            root.to_string(),
+            "exec".into(),
+            id.to_string(),
+        ]
+    }
+}
+
+fn up_host(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     let (ns, host_if, ns_if) = names(p);
     veth_netns(ledger, p, &ns, &host_if, &ns_if)?;
     spawn_in(
@@ -124,7 +168,7 @@ fn runtime_of(platform: &str) -> &str {
     if platform == "gvisor" { "runsc" } else { platform }
 }
 
-pub fn up_oci(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+fn up_oci(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     let runtime = runtime_of(p.name);
     let lower = rootfs::ensure()?;
     let (ns, host_if, ns_if) = names(p);

@@ -9,7 +9,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{DATA_DIR, LEDGER_DIR, LabPlatform, Ledger, Resource, address, containers::SERVE, rootfs};
+use super::{
+    ContainerRuntime, DATA_DIR, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE, net, quiet,
+    rootfs,
+};
 use crate::{Error, Result, workload::netns::sh};
 
 pub const BRIDGE: &str = "vtl-docker0";
@@ -39,14 +42,38 @@ pub fn client(args: &[&str]) -> Result<String> {
     }
 }
 
-pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
-    let (host_addr, _) = address(p);
+/// The `docker` platform.
+pub struct Docker;
+
+impl Runtime for Docker {
+    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+        up(p, ledger)
+    }
+}
+
+impl ContainerRuntime for Docker {
+    fn remove(&self, _runtime: &str, id: &str, root: &str) {
+        quiet(&["docker", "-H", root, "rm", "-f", id]);
+    }
+
+    fn left(&self, _runtime: &str, _id: &str, _root: &str) -> Option<String> {
+        None // gone with its daemon
+    }
+
+    fn exec(&self, _runtime: &str, id: &str, root: &str) -> Vec<String> {
+        vec![
+            "docker".into(),
+            "-H".into(),
+            root.to_string(),
+            "exec".into(),
+            id.to_string(),
+        ]
+    }
+}
+
+fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     let lower = rootfs::ensure()?;
-    ledger.add(Resource::Link { name: BRIDGE.into() })?;
-    sh(&["ip", "link", "add", BRIDGE, "type", "bridge"])?;
-    super::ipv4_only(BRIDGE, None)?;
-    sh(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", BRIDGE])?;
-    sh(&["ip", "link", "set", BRIDGE, "up"])?;
+    net::bridge(ledger, p, BRIDGE)?;
     let data = Path::new(DATA_DIR).join("docker");
     let exec = Path::new(LEDGER_DIR).join("docker-exec");
     ledger.add(Resource::Dir {

@@ -9,9 +9,10 @@ use std::{
     fs,
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    time::Duration,
 };
 
-use super::{DATA_DIR, LabPlatform, Ledger, Resource, address};
+use super::{DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, net};
 use crate::{Error, Result, workload::netns::sh};
 
 pub const TAP: &str = "vtl-vm0";
@@ -190,16 +191,25 @@ fn accelerator() -> &'static str {
     }
 }
 
-pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
-    let (host_addr, guest_addr) = address(p);
+/// The `linuxvm` platform.
+pub struct LinuxVm;
+
+impl Runtime for LinuxVm {
+    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+        up(p, ledger)
+    }
+
+    fn boot(&self) -> Duration {
+        Duration::from_secs(90) // a TCG guest boots in seconds to tens of seconds
+    }
+}
+
+fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+    let (_, guest_addr) = address(p);
     fs::create_dir_all(dir()).map_err(crate::error::io(format!("create {}", dir().display())))?;
     let (vmlinuz, modules) = kernel()?;
     let initrd = initramfs(&modules, &guest_addr)?;
-    ledger.add(Resource::Link { name: TAP.into() })?;
-    sh(&["ip", "tuntap", "add", "dev", TAP, "mode", "tap"])?;
-    super::ipv4_only(TAP, None)?;
-    sh(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", TAP])?;
-    sh(&["ip", "link", "set", TAP, "up"])?;
+    net::tap(ledger, p, TAP, None)?;
     let run = dir().join("run");
     ledger.add(Resource::Dir {
         path: run.display().to_string(),

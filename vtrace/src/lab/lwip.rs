@@ -12,8 +12,8 @@ use std::{
     process::{Command, Stdio},
 };
 
-use super::{DATA_DIR, LabPlatform, Ledger, Resource, address};
-use crate::{Error, Result, workload::netns::sh};
+use super::{DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, net};
+use crate::{Error, Result};
 
 pub const TAP: &str = "vtl-lwip0";
 pub const MTU: &str = "576";
@@ -48,15 +48,23 @@ fn build() -> Result<std::path::PathBuf> {
     Ok(bin)
 }
 
-pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+/// The `lwip` platform.
+pub struct Lwip;
+
+impl Runtime for Lwip {
+    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+        up(p, ledger)
+    }
+
+    fn serves_iperf3(&self) -> bool {
+        false // serves redis only
+    }
+}
+
+fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     let (host_addr, guest_addr) = address(p);
     let bin = build()?;
-    ledger.add(Resource::Link { name: TAP.into() })?;
-    sh(&["ip", "tuntap", "add", "dev", TAP, "mode", "tap"])?;
-    super::ipv4_only(TAP, None)?;
-    sh(&["ip", "link", "set", TAP, "mtu", MTU])?;
-    sh(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", TAP])?;
-    sh(&["ip", "link", "set", TAP, "up"])?;
+    net::tap(ledger, p, TAP, Some(MTU))?;
     let child = Command::new("setsid")
         .arg(&bin)
         .args([guest_addr.as_str(), "255.255.255.0", host_addr.as_str()])

@@ -4,7 +4,9 @@
 
 use std::{fs, path::Path};
 
-use super::{DATA_DIR, LabPlatform, Ledger, Resource, address, containers::SERVE, rootfs};
+use super::{
+    ContainerRuntime, DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, containers::SERVE, net, quiet, rootfs,
+};
 use crate::{Result, workload::netns::sh};
 
 pub const NAME: &str = "vtrace-lab";
@@ -14,7 +16,38 @@ pub fn lxcpath() -> String {
     Path::new(DATA_DIR).join("lxc").display().to_string()
 }
 
-pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+/// The `lxc` platform.
+pub struct Lxc;
+
+impl Runtime for Lxc {
+    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+        up(p, ledger)
+    }
+}
+
+impl ContainerRuntime for Lxc {
+    fn remove(&self, _runtime: &str, id: &str, root: &str) {
+        quiet(&["lxc-stop", "-P", root, "-n", id, "-k"]);
+        quiet(&["lxc-destroy", "-P", root, "-n", id]);
+        // lxc-start leaves an empty `lxc.pivot` cgroup behind on cgroup v1.
+        for ctl in fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
+            let _ = fs::remove_dir(ctl.path().join("lxc.pivot"));
+        }
+    }
+
+    fn exec(&self, _runtime: &str, id: &str, root: &str) -> Vec<String> {
+        vec![
+            "lxc-attach".into(),
+            "-P".into(),
+            root.to_string(),
+            "-n".into(),
+            id.to_string(),
+            "--".into(),
+        ]
+    }
+}
+
+fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     let (host_addr, guest_addr) = address(p);
     let lower = rootfs::ensure()?;
     let path = lxcpath();
@@ -59,6 +92,5 @@ pub fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     fs::write(root.join("serve.sh"), format!("cd /data\n{SERVE}\n")).map_err(crate::error::io("write serve.sh"))?;
     ledger.add(Resource::Link { name: HOST_IF.into() })?;
     sh(&["lxc-start", "-P", &path, "-n", NAME, "-d"])?;
-    sh(&["ip", "addr", "add", &format!("{host_addr}/24"), "dev", HOST_IF])?;
-    sh(&["ip", "link", "set", HOST_IF, "up"])
+    net::host_link_up(HOST_IF, &host_addr)
 }

@@ -1,0 +1,195 @@
+//! Everything the report says of one cell, aggregated from its runs'
+//! recordings into per-platform figures: throughput, CPU and run-queue wait
+//! per operation by role, packets per hop; what only one workload has its
+//! file adds ([`WorkloadSection::summarize`](super::WorkloadSection::summarize)).
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{Runs, part};
+use crate::{
+    Result,
+    bench::{Cell, Matrix, error_path, run_path},
+    compare::{MetricId, Subject},
+    recording,
+};
+
+/// Mean and range over a cell's repetitions.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct Spread {
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(values: &[f64]) -> Option<Spread> {
+        if values.is_empty() {
+            return None;
+        }
+        Some(Spread {
+            mean: values.iter().sum::<f64>() / values.len() as f64,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        })
+    }
+}
+
+/// A packet hop per operation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Hop {
+    pub device: String,
+    pub hop: String,
+    pub packets_per_op: f64,
+    pub bytes_per_packet: f64,
+}
+
+/// Everything the report says of one cell.
+#[derive(Clone, Debug, Serialize)]
+pub struct CellSummary {
+    pub platform: String,
+    pub workload: String,
+    pub param: String,
+    pub stress: u32,
+    pub neighbour: bool,
+    pub runs: usize,
+    pub errors: Vec<String>,
+    /// What one operation is (request, MiB, reply).
+    pub unit: Option<String>,
+    /// Operations per second as the workload measured them.
+    pub ops_per_s: Option<Spread>,
+    /// CPU ns per operation by role (vtrace's own and stressors' left out), largest first.
+    pub cpu_ns_per_op: Vec<(String, f64)>,
+    pub cpu_ns_per_op_total: f64,
+    pub hops: Vec<Hop>,
+    /// ping round-trip times over every reply of every run (µs).
+    pub rtt_us: Option<Rtt>,
+    /// Run-queue wait per operation by role (ns; the run-queue layer's,
+    /// stressors and vtrace left out), largest first; empty without it.
+    pub runq_ns_per_op: Vec<(String, f64)>,
+    /// fio cells: the victim's latency as fio measured it, and who else
+    /// had requests on its disk meanwhile.
+    pub victim: Option<Victim>,
+    /// Module-load cells: file syscalls per module by call (the fs
+    /// layer's rows of the instance's processes, or node's on the host),
+    /// with their mean latency: (call, calls per module, mean ns).
+    pub file_calls_per_op: Vec<(String, f64, f64)>,
+}
+
+/// A fio cell's reads (medians over the runs) and the other requests on
+/// the same device during them (summed over the runs).
+#[derive(Clone, Debug, Serialize)]
+pub struct Victim {
+    pub clat_p50_us: f64,
+    pub clat_p99_us: f64,
+    pub device: String,
+    /// Its reads' time on the device (vtrace's block layer), median p50 over the runs.
+    pub device_p50_us: f64,
+    /// (owner and operation, requests, MiB) of every other cgroup on that device.
+    pub others: Vec<(String, u64, f64)>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Rtt {
+    pub replies: usize,
+    pub p50: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+/// Reads every cell of the bench under `root`.
+pub fn summarize(root: &Path) -> Result<(Matrix, Vec<CellSummary>)> {
+    let m = Matrix::load(root)?;
+    let mut cells = Vec::new();
+    for cell in m.cells() {
+        cells.push(summarize_cell(root, &m, &cell)?);
+    }
+    Ok((m, cells))
+}
+
+fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
+    let dir = cell.dir(root);
+    let mut recs = Vec::new();
+    let mut outputs = Vec::new();
+    let mut errors = Vec::new();
+    for rep in 1..=m.repeat {
+        let path = run_path(&dir, rep);
+        if path.join(recording::META).is_file() {
+            outputs.push(std::fs::read_to_string(path.join("workload.out")).unwrap_or_default());
+            recs.push(crate::layers::read(&path)?);
+        } else if let Ok(why) = std::fs::read_to_string(error_path(&dir, rep)) {
+            errors.push(format!("rep {rep}: {}", why.trim()));
+        }
+    }
+    let subject = Subject::of(cell.name(), &recs);
+    let rates: Vec<f64> = recs.iter().filter_map(|r| r.ops()?.per_second).collect();
+    let per_op = |id: &MetricId| subject.metrics.get(id).and_then(|v| v.per_op).unwrap_or(0.0);
+    let dim = |id: &MetricId, name: &str| id.1.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+
+    // A metric per operation summed by role, the roles left out left out.
+    let by_role = |key: &str| {
+        let mut roles: Vec<(String, f64)> = Vec::new();
+        for id in subject.metrics.keys().filter(|(k, _)| k == key) {
+            let role = dim(id, "role").unwrap_or_default();
+            if crate::platforms::ROLES_LEFT_OUT.contains(&role.as_str()) {
+                continue;
+            }
+            match roles.iter_mut().find(|(r, _)| *r == role) {
+                Some(e) => e.1 += per_op(id),
+                None => roles.push((role, per_op(id))),
+            }
+        }
+        roles.retain(|(_, ns)| *ns > 0.0);
+        roles.sort_by(|a, b| b.1.total_cmp(&a.1));
+        roles
+    };
+    let roles = by_role("cpu_ns");
+
+    let mut hops: Vec<Hop> = subject
+        .metrics
+        .keys()
+        .filter(|(k, _)| k == "packets")
+        .map(|id| {
+            let bytes_id = ("bytes".to_string(), id.1.clone());
+            let packets = subject.metrics[id].value;
+            Hop {
+                device: dim(id, "device").unwrap_or_default(),
+                hop: dim(id, "hop").unwrap_or_default(),
+                packets_per_op: per_op(id),
+                bytes_per_packet: subject.metrics.get(&bytes_id).map_or(0.0, |b| b.value) / packets.max(1.0),
+            }
+        })
+        .filter(|h| h.packets_per_op > 0.0)
+        .collect();
+    hops.sort_by(|a, b| b.packets_per_op.total_cmp(&a.packets_per_op));
+
+    let mut summary = CellSummary {
+        platform: cell.platform.clone(),
+        workload: cell.workload.name().into(),
+        param: cell.param.clone(),
+        stress: cell.stress,
+        neighbour: cell.neighbour,
+        runs: recs.len(),
+        errors,
+        unit: subject.ops.as_ref().map(|o| o.unit.clone()),
+        ops_per_s: Spread::of(&rates),
+        // + 0.0: an empty sum is -0.0.
+        cpu_ns_per_op_total: roles.iter().map(|(_, ns)| ns).sum::<f64>() + 0.0,
+        cpu_ns_per_op: roles,
+        hops,
+        rtt_us: None,
+        runq_ns_per_op: by_role("runq_delay_ns"),
+        file_calls_per_op: Vec::new(),
+        victim: None,
+    };
+    let runs = Runs {
+        cell,
+        dir: &dir,
+        recs: &recs,
+        outputs: &outputs,
+    };
+    part(cell.workload).summarize(&runs, &mut summary);
+    Ok(summary)
+}

@@ -1,0 +1,238 @@
+//! The lab's platforms: one table of those it can start (name, network,
+//! what it needs, and the file that implements it) and the list of those it
+//! cannot, with how their absence is detected. What a platform's runtime
+//! does sits in its own file (containers.rs, docker.rs, lxc.rs, linuxvm.rs,
+//! lwip.rs), behind [`Runtime`] and, for what a ledger's containers need,
+//! [`ContainerRuntime`].
+
+use std::{fs, path::PathBuf, time::Duration};
+
+use super::{Ledger, containers, docker, linuxvm, lwip, lxc};
+use crate::{Error, Result};
+
+/// Platforms `lab` can start here, and what each needs.
+pub struct LabPlatform {
+    pub name: &'static str,
+    /// Third octet of the 10.99.X.0/24 network between host and instance.
+    pub net: u8,
+    pub binaries: &'static [&'static str],
+    /// The file that starts it.
+    pub runtime: &'static dyn Runtime,
+}
+
+/// What a platform's file knows of its instance: how it comes up, and how
+/// it serves once up.
+pub trait Runtime: Sync {
+    /// Makes the instance, recording every resource in the ledger before the
+    /// next step (the address too, where the runtime chooses it).
+    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()>;
+
+    /// How long `up` waits for its redis to answer.
+    fn boot(&self) -> Duration {
+        Duration::from_secs(20)
+    }
+
+    /// Whether it also serves iperf3 (on 5201).
+    fn serves_iperf3(&self) -> bool {
+        true
+    }
+
+    /// The command line that runs a command inside an instance whose ledger
+    /// records no container (`vtrace lab exec`); None: nothing to exec in.
+    fn exec(&self, _ledger: &Ledger) -> Option<Vec<String>> {
+        None
+    }
+}
+
+/// What `down`, the leftover check and `vtrace lab exec` do with a container
+/// a ledger records, by the runtime that made it.
+pub trait ContainerRuntime: Sync {
+    /// Stops and removes it.
+    fn remove(&self, runtime: &str, id: &str, root: &str);
+
+    /// What is left of it after `remove`, if anything.
+    fn left(&self, runtime: &str, id: &str, root: &str) -> Option<String> {
+        std::path::Path::new(root)
+            .join(id)
+            .exists()
+            .then(|| format!("{runtime} container {id}"))
+    }
+
+    /// The runtime's own exec: the words before the command.
+    fn exec(&self, runtime: &str, id: &str, root: &str) -> Vec<String>;
+}
+
+/// The file that handles a container of `runtime` (a ledger's
+/// `Resource::Container`): docker's, LXC's, or an OCI runtime's (runc,
+/// crun, runsc).
+pub fn container_runtime(runtime: &str) -> &'static dyn ContainerRuntime {
+    match runtime {
+        "docker" => &docker::Docker,
+        "lxc" => &lxc::Lxc,
+        _ => &containers::Oci,
+    }
+}
+
+pub const RUNNABLE: &[LabPlatform] = &[
+    LabPlatform {
+        name: "host",
+        net: 11,
+        binaries: &["redis-server", "iperf3", "ip"],
+        runtime: &containers::Host,
+    },
+    LabPlatform {
+        name: "runc",
+        net: 12,
+        binaries: &["runc", "busybox", "redis-server", "iperf3", "ip"],
+        runtime: &containers::Oci,
+    },
+    LabPlatform {
+        name: "crun",
+        net: 13,
+        binaries: &["crun", "busybox", "redis-server", "iperf3", "ip"],
+        runtime: &containers::Oci,
+    },
+    LabPlatform {
+        name: "gvisor",
+        net: 17,
+        binaries: &["runsc", "busybox", "redis-server", "iperf3", "ip"],
+        runtime: &containers::Oci,
+    },
+    LabPlatform {
+        name: "lxc",
+        net: 15,
+        binaries: &["lxc-start", "lxc-create", "busybox", "redis-server", "iperf3"],
+        runtime: &lxc::Lxc,
+    },
+    LabPlatform {
+        name: "docker",
+        net: 16,
+        binaries: &[
+            "dockerd",
+            "docker",
+            "containerd",
+            "runc",
+            "busybox",
+            "redis-server",
+            "iperf3",
+        ],
+        runtime: &docker::Docker,
+    },
+    LabPlatform {
+        name: "lwip",
+        net: 18,
+        binaries: &["cc", "ip"],
+        runtime: &lwip::Lwip,
+    },
+    LabPlatform {
+        name: "linuxvm",
+        net: 14,
+        binaries: &[
+            "qemu-system-x86_64",
+            "busybox",
+            "redis-server",
+            "iperf3",
+            "cpio",
+            "gzip",
+            "dpkg",
+        ],
+        runtime: &linuxvm::LinuxVm,
+    },
+];
+
+/// A platform this lab cannot start: what it needs, and why not.
+pub struct NotRunnable {
+    pub name: &'static str,
+    pub binaries: &'static [&'static str],
+    pub why: &'static str,
+    /// What is said instead when the hardware it needs is here after all.
+    pub present: Option<Present>,
+}
+
+/// Whether the hardware a platform needs is here, and what is said then.
+pub type Present = (fn() -> bool, &'static str);
+
+/// Platforms this lab cannot start, and how their absence is detected.
+pub const NOT_RUNNABLE: &[NotRunnable] = &[
+    NotRunnable {
+        name: "firecracker",
+        binaries: &["firecracker"],
+        why: "needs the firecracker binary and a KVM that boots Linux guests",
+        present: None,
+    },
+    NotRunnable {
+        name: "kata",
+        binaries: &["containerd-shim-kata-v2", "kata-runtime"],
+        why: "needs Kata Containers (shim, runtime, guest image) and containerd",
+        present: None,
+    },
+    NotRunnable {
+        name: "unikraft",
+        binaries: &["kraft"],
+        why: "needs kraft and a Unikraft image, and a KVM that boots guests",
+        present: None,
+    },
+    NotRunnable {
+        name: "sriov",
+        binaries: &[],
+        why: "needs an SR-IOV capable NIC (no /sys/class/net/*/device/sriov_totalvfs here) and vfio-pci",
+        present: Some((has_sriov_vf, "SR-IOV NIC present, but the lab does not configure VFs")),
+    },
+];
+
+fn has_sriov_vf() -> bool {
+    fs::read_dir("/sys/class/net")
+        .map(|d| d.flatten().any(|e| e.path().join("device/sriov_totalvfs").exists()))
+        .unwrap_or(false)
+}
+
+pub fn which(binary: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| {
+            std::env::split_paths(&p)
+                .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+                .any(|d| d.join(binary).is_file())
+        })
+        .unwrap_or(false)
+}
+
+pub(super) fn not_runnable(name: &str) -> Option<&'static NotRunnable> {
+    NOT_RUNNABLE.iter().find(|n| n.name == name)
+}
+
+pub(super) fn lab_platform(name: &str) -> Result<&'static LabPlatform> {
+    if let Some(p) = RUNNABLE.iter().find(|p| p.name == name) {
+        return Ok(p);
+    }
+    if let Some(n) = not_runnable(name) {
+        return Err(Error::LabUnavailable {
+            platform: name.into(),
+            reason: availability(name).unwrap_or_else(|| n.why.to_string()),
+        });
+    }
+    let known: Vec<&str> = RUNNABLE
+        .iter()
+        .map(|p| p.name)
+        .chain(NOT_RUNNABLE.iter().map(|n| n.name))
+        .collect();
+    Err(Error::UnknownPlatform {
+        name: name.into(),
+        known: known.join(", "),
+        running: None,
+    })
+}
+
+/// What is missing for a platform the lab cannot start (None if nothing is).
+pub fn availability(name: &str) -> Option<String> {
+    if let Some(p) = RUNNABLE.iter().find(|p| p.name == name) {
+        let missing: Vec<&str> = p.binaries.iter().copied().filter(|b| !which(b)).collect();
+        return (!missing.is_empty()).then(|| format!("missing {} (run scripts/setup.sh)", missing.join(", ")));
+    }
+    let n = not_runnable(name)?;
+    let missing: Vec<&str> = n.binaries.iter().copied().filter(|b| !which(b)).collect();
+    Some(match n.present {
+        Some((found, what)) if found() => format!("{}: {what}", n.why),
+        _ if missing.is_empty() => n.why.to_string(),
+        _ => format!("{}: {} not found", n.why, missing.join(", ")),
+    })
+}

@@ -1,0 +1,206 @@
+//! The record of what `lab up` made (/run/vtrace-lab/<platform>.json),
+//! written before each step relies on what it adds, so `down` undoes exactly
+//! what was made, also after a failed or interrupted `up`; and the check of
+//! what is left after.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::{kinds::container_runtime, quiet};
+use crate::{
+    Result,
+    workload::netns::{NETNS_DIR, is_mount_point, netns_dir_unused},
+};
+
+pub const LEDGER_DIR: &str = "/run/vtrace-lab";
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Resource {
+    Netns {
+        name: String,
+    },
+    Link {
+        name: String,
+    },
+    Process {
+        pid: u32,
+        comm: String,
+    },
+    /// Every process whose command line contains `pattern` (helpers a daemon starts).
+    Processes {
+        pattern: String,
+    },
+    Container {
+        runtime: String,
+        id: String,
+        root: String,
+    },
+    Mount {
+        path: String,
+    },
+    Dir {
+        path: String,
+    },
+    /// /run/netns made a mount point by the first `ip netns add`: unmounted
+    /// again once no named namespace is left in it.
+    NetnsMount,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Ledger {
+    pub platform: String,
+    pub address: String,
+    pub resources: Vec<Resource>,
+    /// Set once `up` finished.
+    pub ready: bool,
+    /// What a user should know about the instance (e.g. the accelerator).
+    #[serde(default)]
+    pub note: String,
+}
+
+impl Ledger {
+    fn path(platform: &str) -> PathBuf {
+        Path::new(LEDGER_DIR).join(format!("{platform}.json"))
+    }
+
+    pub fn load(platform: &str) -> Option<Ledger> {
+        fs::read(Self::path(platform))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    pub(super) fn save(&self) -> Result<()> {
+        fs::create_dir_all(LEDGER_DIR).map_err(crate::error::io(format!("create {LEDGER_DIR}")))?;
+        let tmp = Self::path(&self.platform).with_extension("tmp");
+        fs::write(&tmp, serde_json::to_vec_pretty(self).expect("ledger serializes"))
+            .map_err(crate::error::io("write lab ledger"))?;
+        fs::rename(&tmp, Self::path(&self.platform)).map_err(crate::error::io("write lab ledger"))
+    }
+
+    /// Records a resource (before relying on it), so `down` can undo it.
+    pub fn add(&mut self, r: Resource) -> Result<()> {
+        self.resources.push(r);
+        self.save()
+    }
+
+    /// Undoes every resource of the ledger, newest first, then removes the
+    /// ledger of platform `name`.
+    pub(super) fn undo(&self, name: &str) {
+        for r in self.resources.iter().rev() {
+            match r {
+                Resource::Process { pid, comm } => {
+                    // Only if the pid still belongs to what we started.
+                    let current = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                    if current.trim_end() == comm {
+                        unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+                        let start = Instant::now();
+                        while is_alive(*pid) && start.elapsed() < Duration::from_secs(15) {
+                            std::thread::sleep(Duration::from_millis(50));
+                        }
+                        unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
+                    }
+                }
+                Resource::Container { runtime, id, root } => container_runtime(runtime).remove(runtime, id, root),
+                Resource::Processes { pattern } => {
+                    for pid in processes_matching(pattern) {
+                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    }
+                }
+                Resource::Mount { path } => {
+                    quiet(&["umount", "-l", path]);
+                }
+                Resource::NetnsMount => {
+                    if netns_dir_unused() {
+                        quiet(&["umount", NETNS_DIR]);
+                    }
+                }
+                Resource::Link { name } => {
+                    quiet(&["ip", "link", "del", name]);
+                }
+                Resource::Netns { name } => {
+                    quiet(&["ip", "netns", "del", name]);
+                }
+                Resource::Dir { path } => {
+                    // Runtimes leave mounts under their directories (runsc's null-netns).
+                    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+                    for m in mounts.lines().filter_map(|l| l.split_whitespace().nth(1)) {
+                        if Path::new(m).starts_with(path) {
+                            quiet(&["umount", "-l", m]);
+                        }
+                    }
+                    let _ = fs::remove_dir_all(path);
+                }
+            }
+        }
+        let _ = fs::remove_file(Self::path(name));
+        let _ = fs::remove_dir(LEDGER_DIR); // only when no other platform's ledger is left
+    }
+}
+
+/// Whether `pid` still runs. A process this vtrace started (`vtrace bench`
+/// brings instances up and down in one process) is reaped here; a zombie
+/// whose parent has not reaped it yet has ended all the same.
+fn is_alive(pid: u32) -> bool {
+    unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with(['Z', 'X'])))
+        .unwrap_or(false)
+}
+
+/// Processes whose command line contains `pattern`.
+fn processes_matching(pattern: &str) -> Vec<u32> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " ").contains(pattern))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Resources of a ledger that still exist.
+pub fn leftovers(ledger: &Ledger) -> Vec<String> {
+    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    ledger
+        .resources
+        .iter()
+        .filter_map(|r| match r {
+            Resource::Netns { name } => Path::new("/run/netns")
+                .join(name)
+                .exists()
+                .then(|| format!("netns {name}")),
+            Resource::Link { name } => Path::new("/sys/class/net")
+                .join(name)
+                .exists()
+                .then(|| format!("link {name}")),
+            Resource::Process { pid, comm } => fs::read_to_string(format!("/proc/{pid}/comm"))
+                .ok()
+                .filter(|c| c.trim_end() == comm && is_alive(*pid))
+                .map(|_| format!("process {pid} ({comm})")),
+            Resource::Container { runtime, id, root } => container_runtime(runtime).left(runtime, id, root),
+            Resource::Processes { pattern } => {
+                let left = processes_matching(pattern);
+                (!left.is_empty()).then(|| format!("processes {left:?} matching {pattern}"))
+            }
+            Resource::Mount { path } => mounts
+                .lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(path))
+                .then(|| format!("mount {path}")),
+            Resource::Dir { path } => Path::new(path).exists().then(|| format!("dir {path}")),
+            Resource::NetnsMount => {
+                (netns_dir_unused() && is_mount_point(NETNS_DIR)).then(|| format!("mount {NETNS_DIR}"))
+            }
+        })
+        .collect()
+}

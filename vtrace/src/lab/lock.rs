@@ -1,0 +1,48 @@
+//! One `vtrace lab up` or `down` at a time per platform.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use super::LEDGER_DIR;
+use crate::{Error, Result};
+
+/// One `vtrace lab up` or `down` at a time per platform: a second one is
+/// refused, naming the first (flock: released when its holder exits, however
+/// it exits). The lock file goes with the lock, so nothing stays behind.
+pub(super) struct PlatformLock {
+    path: PathBuf,
+    _file: fs::File,
+}
+
+impl PlatformLock {
+    pub(super) fn take(platform: &str) -> Result<PlatformLock> {
+        use std::{io::Write, os::fd::AsRawFd};
+        fs::create_dir_all(LEDGER_DIR).map_err(crate::error::io(format!("create {LEDGER_DIR}")))?;
+        let path = Path::new(LEDGER_DIR).join(format!("{platform}.lock"));
+        let mut file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(crate::error::io(format!("open {}", path.display())))?;
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(Error::LabBusy {
+                platform: platform.into(),
+                holder: fs::read_to_string(&path).unwrap_or_default().trim().to_string(),
+            });
+        }
+        let _ = file.set_len(0);
+        let _ = write!(file, "{}", std::process::id());
+        Ok(PlatformLock { path, _file: file })
+    }
+}
+
+impl Drop for PlatformLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+        let _ = fs::remove_dir(LEDGER_DIR); // only when nothing else is left there
+    }
+}
