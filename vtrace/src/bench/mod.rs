@@ -1,7 +1,7 @@
 //! `vtrace bench`: a matrix of platforms x workloads x parameters x
 //! repetitions, each cell recorded against a lab instance (started and
 //! stopped by the bench, or one already up), every run kept with its
-//! workload's output. `report.rs` draws the studies' figures from it.
+//! workload's output. `report/` (one file per workload) draws the studies' figures from it.
 //!
 //! On disk (`-o DIR`): `bench.json` (the matrix), and per cell
 //! `cells/<platform>/<workload>-<param>/rep<N>.vtrace` (a recording) or
@@ -10,204 +10,24 @@
 //! the same command again resumes with the cells not yet done (failed ones
 //! are tried again). Ctrl-C discards only the cell being recorded.
 
+mod load;
+mod matrix;
 pub mod report;
 
+pub use load::NEIGHBOUR_CGROUP;
+use load::{Neighbour, Stressors};
+pub use matrix::{Cell, MATRIX_FILE, Matrix, Workload, error_path, run_path};
+
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     sync::atomic::{AtomicBool, Ordering},
     time::Duration,
 };
-
-use serde::{Deserialize, Serialize};
 
 use crate::{
     Error, Result, lab,
     record::{RecordOptions, Recorder},
 };
-
-/// The matrix, as given on the command line (`bench.json`).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
-pub struct Matrix {
-    /// Lab platforms (see `vtrace lab status`).
-    #[arg(long, value_delimiter = ',', default_value = "host,runc")]
-    pub platforms: Vec<String>,
-    #[arg(long = "workload", value_enum, value_delimiter = ',', default_value = "redis")]
-    pub workloads: Vec<Workload>,
-    /// redis-benchmark value sizes (bytes).
-    #[arg(long, value_delimiter = ',', default_value = "32,64,1024,4096,16384")]
-    pub sizes: Vec<u32>,
-    /// iperf3 TCP window sizes (its -w: 64K, 1M, ...).
-    #[arg(long, value_delimiter = ',', default_value = "64K,256K,1M")]
-    pub windows: Vec<String>,
-    /// CPU stressors (busy loops) beside the workload, one cell per count (e.g. 0,2).
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    pub stress: Vec<u32>,
-    /// Runs per cell.
-    #[arg(long, default_value_t = 3)]
-    pub repeat: u32,
-    /// redis-benchmark requests per test (GET, SET).
-    #[arg(long, default_value_t = 100_000)]
-    pub requests: u32,
-    /// iperf3 seconds per run.
-    #[arg(long, default_value_t = 5)]
-    pub seconds: u32,
-    /// ping echo requests per run (10 ms apart).
-    #[arg(long, default_value_t = 200)]
-    pub pings: u32,
-    /// Packages the module-load workload requires (one cell per count).
-    #[arg(long, value_delimiter = ',', default_value = "500")]
-    #[serde(default = "default_modules")]
-    pub modules: Vec<u32>,
-    /// fio cells also run beside a noisy neighbour: direct 1 MiB writes to
-    /// a large file on the same disk from a cgroup of their own.
-    #[arg(long)]
-    #[serde(default)]
-    pub neighbour: bool,
-}
-
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Workload {
-    Redis,
-    Iperf3,
-    Ping,
-    /// Direct random 4 KiB reads inside the instance (`vtrace lab exec`).
-    Fio,
-    /// Node.js requiring a tree of small packages from the lab volume.
-    Modules,
-}
-
-impl Workload {
-    pub fn name(self) -> &'static str {
-        match self {
-            Workload::Redis => "redis",
-            Workload::Iperf3 => "iperf3",
-            Workload::Ping => "ping",
-            Workload::Fio => "fio",
-            Workload::Modules => "modules",
-        }
-    }
-}
-
-/// One configuration of the matrix; its repetitions are its runs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Cell {
-    pub platform: String,
-    pub workload: Workload,
-    /// The value size, the window, or "rtt".
-    pub param: String,
-    pub stress: u32,
-    /// Beside a noisy neighbour (`--neighbour`, fio cells).
-    pub neighbour: bool,
-}
-
-impl Cell {
-    /// `redis-64`, `iperf3-64K+stress2`, `fio-randread-4k+neighbour`.
-    pub fn name(&self) -> String {
-        let stress = if self.stress > 0 {
-            format!("+stress{}", self.stress)
-        } else {
-            String::new()
-        };
-        let neighbour = if self.neighbour { "+neighbour" } else { "" };
-        format!("{}-{}{stress}{neighbour}", self.workload.name(), self.param)
-    }
-
-    pub fn dir(&self, root: &Path) -> PathBuf {
-        root.join("cells").join(&self.platform).join(self.name())
-    }
-
-    /// The command that drives the instance at `addr`.
-    fn command(&self, m: &Matrix, addr: &str) -> Vec<String> {
-        let vtrace = || std::env::current_exe().map_or_else(|_| "vtrace".into(), |p| p.display().to_string());
-        let words = match self.workload {
-            Workload::Redis => format!(
-                "redis-benchmark -h {addr} -t get,set -d {} -n {} -q",
-                self.param, m.requests
-            ),
-            Workload::Iperf3 => format!("iperf3 -c {addr} -t {} -w {}", m.seconds, self.param),
-            Workload::Ping => format!("ping -c {} -i 0.01 {addr}", m.pings),
-            Workload::Fio => {
-                // Inside the instance: a file in its own root (the host
-                // platform's processes share the host's: the lab's directory).
-                let file = if self.platform == crate::platforms::HOST {
-                    format!("{}/fio-victim.dat", lab::DATA_DIR)
-                } else {
-                    "/fio-victim.dat".into()
-                };
-                format!(
-                    "{} lab exec {} -- fio --name=victim --filename={file} --rw=randread --bs=4k \
-                     --size=64M --direct=1 --time_based --runtime={} --output-format=json",
-                    vtrace(),
-                    self.platform,
-                    m.seconds
-                )
-            }
-            Workload::Modules => format!(
-                "{} lab exec {} -- node {}/modules-{}/index.js",
-                vtrace(),
-                self.platform,
-                lab::volume_in(&self.platform),
-                self.param
-            ),
-        };
-        words.split_whitespace().map(String::from).collect()
-    }
-}
-
-impl Matrix {
-    pub fn cells(&self) -> Vec<Cell> {
-        let mut cells = Vec::new();
-        for platform in &self.platforms {
-            for &workload in &self.workloads {
-                let params: Vec<String> = match workload {
-                    Workload::Redis => self.sizes.iter().map(u32::to_string).collect(),
-                    Workload::Iperf3 => self.windows.clone(),
-                    Workload::Ping => vec!["rtt".into()],
-                    Workload::Fio => vec!["randread-4k".into()],
-                    Workload::Modules => self.modules.iter().map(u32::to_string).collect(),
-                };
-                let neighbours: &[bool] = if workload == Workload::Fio && self.neighbour {
-                    &[false, true]
-                } else {
-                    &[false]
-                };
-                for param in params {
-                    for &stress in &self.stress {
-                        for &neighbour in neighbours {
-                            cells.push(Cell {
-                                platform: platform.clone(),
-                                workload,
-                                param: param.clone(),
-                                stress,
-                                neighbour,
-                            });
-                        }
-                    }
-                }
-            }
-        }
-        cells
-    }
-
-    pub fn load(root: &Path) -> Result<Matrix> {
-        let path = root.join(MATRIX_FILE);
-        let bytes = std::fs::read(&path).map_err(|e| Error::NotARecording {
-            path: root.to_path_buf(),
-            reason: format!("not a bench directory ({MATRIX_FILE}: {e})"),
-        })?;
-        serde_json::from_slice(&bytes).map_err(|e| Error::NotARecording {
-            path: path.clone(),
-            reason: format!("unreadable bench matrix: {e}"),
-        })
-    }
-}
-
-pub const MATRIX_FILE: &str = "bench.json";
-
-fn default_modules() -> Vec<u32> {
-    vec![500]
-}
 
 /// The layers a bench records by default: a plain record's, and the run
 /// queue (the RTT-under-stress figures need it).
@@ -215,15 +35,6 @@ pub fn default_layers() -> Vec<String> {
     let mut layers = crate::layers::default_names();
     layers.push("runq".into());
     layers
-}
-
-/// A run of a cell: its recording, or the error that stopped it.
-pub fn run_path(cell_dir: &Path, rep: u32) -> PathBuf {
-    cell_dir.join(format!("rep{rep}.vtrace"))
-}
-
-pub fn error_path(cell_dir: &Path, rep: u32) -> PathBuf {
-    cell_dir.join(format!("rep{rep}.error"))
 }
 
 /// Set by SIGINT/SIGTERM while a bench runs.
@@ -433,128 +244,5 @@ fn record_run(
                 cell.command(m, &ledger.address).join(" ")
             ))
         }
-    }
-}
-
-/// Busy loops beside the workload (`--stress N`), stopped when dropped:
-/// forked processes named `platforms::STRESSOR_COMM`, so their CPU shows
-/// under the role `stress` and stays out of the cost per operation.
-struct Stressors(Vec<libc::pid_t>);
-
-impl Stressors {
-    fn start(n: u32) -> std::io::Result<Stressors> {
-        let name = std::ffi::CString::new(crate::platforms::STRESSOR_COMM).expect("no NUL");
-        let mut pids = Stressors(Vec::new());
-        for _ in 0..n {
-            match unsafe { libc::fork() } {
-                -1 => return Err(std::io::Error::last_os_error()),
-                0 => {
-                    // The child: only async-signal-safe calls after a fork.
-                    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
-                    loop {
-                        std::hint::spin_loop();
-                    }
-                }
-                pid => pids.0.push(pid),
-            }
-        }
-        Ok(pids)
-    }
-}
-
-impl Drop for Stressors {
-    fn drop(&mut self) {
-        for &pid in &self.0 {
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-        }
-    }
-}
-
-/// The file in a `+neighbour` cell's directory that holds its neighbours'
-/// cgroup ids, one line per run (a new cgroup each time).
-pub const NEIGHBOUR_CGROUP: &str = "neighbour.cgroup";
-
-/// A noisy neighbour (`--neighbour`): fio writing a large file on the lab's
-/// disk with direct 1 MiB writes, from a cgroup of its own (so its requests
-/// are told apart from the instance's), stopped and removed when dropped.
-struct Neighbour {
-    child: std::process::Child,
-    cgroup: PathBuf,
-    file: PathBuf,
-}
-
-impl Neighbour {
-    const NAME: &str = "vtrace-neighbour";
-
-    /// Starts it; its cgroup's id (what block rows name it by) is added to
-    /// `cell_dir/NEIGHBOUR_CGROUP` for the report.
-    fn start(seconds: u32, cell_dir: &Path) -> std::io::Result<Neighbour> {
-        // The cgroup v2 hierarchy (block requests carry its ids): on its
-        // own, or beside v1 controllers as `unified`.
-        let unified = Path::new("/sys/fs/cgroup/unified");
-        let root = if unified.join("cgroup.procs").is_file() {
-            unified
-        } else {
-            Path::new("/sys/fs/cgroup")
-        };
-        let cgroup = root.join(Self::NAME);
-        std::fs::create_dir_all(&cgroup)?;
-        // A cgroup v2 id is its directory's inode number.
-        let id = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&cgroup)?);
-        let mut ids = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(cell_dir.join(NEIGHBOUR_CGROUP))?;
-        std::io::Write::write_all(&mut ids, format!("{id}\n").as_bytes())?;
-        std::fs::create_dir_all(lab::DATA_DIR)?;
-        let file = Path::new(lab::DATA_DIR).join("fio-neighbour.dat");
-        let child = std::process::Command::new("fio")
-            .args([
-                "--name=neighbour",
-                "--rw=write",
-                "--bs=1M",
-                "--size=512M",
-                "--direct=1",
-                "--time_based",
-            ])
-            .arg(format!("--runtime={}", seconds * 4 + 30))
-            .arg(format!("--filename={}", file.display()))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()?;
-        // Into its cgroup at once: it lays its file out before it writes.
-        std::fs::write(cgroup.join("cgroup.procs"), child.id().to_string())?;
-        // fio lays the file out first: let the writes begin.
-        std::thread::sleep(Duration::from_secs(2));
-        Ok(Neighbour { child, cgroup, file })
-    }
-}
-
-impl Drop for Neighbour {
-    fn drop(&mut self) {
-        // fio runs its job in a process of its own: every process of the
-        // cgroup goes (cgroup.kill where the kernel has it).
-        if std::fs::write(self.cgroup.join("cgroup.kill"), "1").is_err() {
-            for pid in std::fs::read_to_string(self.cgroup.join("cgroup.procs"))
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.trim().parse::<i32>().ok())
-            {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::fs::read_to_string(self.cgroup.join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty())
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = std::fs::remove_file(&self.file);
-        let _ = std::fs::remove_dir(&self.cgroup);
     }
 }

@@ -1,0 +1,202 @@
+//! The bench matrix: platforms x workloads x parameters x repetitions, as
+//! given on the command line and kept in `bench.json`, its cells and where
+//! each run's recording lies.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Result, lab};
+
+/// The matrix, as given on the command line (`bench.json`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
+pub struct Matrix {
+    /// Lab platforms (see `vtrace lab status`).
+    #[arg(long, value_delimiter = ',', default_value = "host,runc")]
+    pub platforms: Vec<String>,
+    #[arg(long = "workload", value_enum, value_delimiter = ',', default_value = "redis")]
+    pub workloads: Vec<Workload>,
+    /// redis-benchmark value sizes (bytes).
+    #[arg(long, value_delimiter = ',', default_value = "32,64,1024,4096,16384")]
+    pub sizes: Vec<u32>,
+    /// iperf3 TCP window sizes (its -w: 64K, 1M, ...).
+    #[arg(long, value_delimiter = ',', default_value = "64K,256K,1M")]
+    pub windows: Vec<String>,
+    /// CPU stressors (busy loops) beside the workload, one cell per count (e.g. 0,2).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub stress: Vec<u32>,
+    /// Runs per cell.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: u32,
+    /// redis-benchmark requests per test (GET, SET).
+    #[arg(long, default_value_t = 100_000)]
+    pub requests: u32,
+    /// iperf3 seconds per run.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u32,
+    /// ping echo requests per run (10 ms apart).
+    #[arg(long, default_value_t = 200)]
+    pub pings: u32,
+    /// Packages the module-load workload requires (one cell per count).
+    #[arg(long, value_delimiter = ',', default_value = "500")]
+    #[serde(default = "default_modules")]
+    pub modules: Vec<u32>,
+    /// fio cells also run beside a noisy neighbour: direct 1 MiB writes to
+    /// a large file on the same disk from a cgroup of their own.
+    #[arg(long)]
+    #[serde(default)]
+    pub neighbour: bool,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    Redis,
+    Iperf3,
+    Ping,
+    /// Direct random 4 KiB reads inside the instance (`vtrace lab exec`).
+    Fio,
+    /// Node.js requiring a tree of small packages from the lab volume.
+    Modules,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Redis => "redis",
+            Workload::Iperf3 => "iperf3",
+            Workload::Ping => "ping",
+            Workload::Fio => "fio",
+            Workload::Modules => "modules",
+        }
+    }
+}
+
+/// One configuration of the matrix; its repetitions are its runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cell {
+    pub platform: String,
+    pub workload: Workload,
+    /// The value size, the window, or "rtt".
+    pub param: String,
+    pub stress: u32,
+    /// Beside a noisy neighbour (`--neighbour`, fio cells).
+    pub neighbour: bool,
+}
+
+impl Cell {
+    /// `redis-64`, `iperf3-64K+stress2`, `fio-randread-4k+neighbour`.
+    pub fn name(&self) -> String {
+        let stress = if self.stress > 0 {
+            format!("+stress{}", self.stress)
+        } else {
+            String::new()
+        };
+        let neighbour = if self.neighbour { "+neighbour" } else { "" };
+        format!("{}-{}{stress}{neighbour}", self.workload.name(), self.param)
+    }
+
+    pub fn dir(&self, root: &Path) -> PathBuf {
+        root.join("cells").join(&self.platform).join(self.name())
+    }
+
+    /// The command that drives the instance at `addr`.
+    pub(super) fn command(&self, m: &Matrix, addr: &str) -> Vec<String> {
+        let vtrace = || std::env::current_exe().map_or_else(|_| "vtrace".into(), |p| p.display().to_string());
+        let words = match self.workload {
+            Workload::Redis => format!(
+                "redis-benchmark -h {addr} -t get,set -d {} -n {} -q",
+                self.param, m.requests
+            ),
+            Workload::Iperf3 => format!("iperf3 -c {addr} -t {} -w {}", m.seconds, self.param),
+            Workload::Ping => format!("ping -c {} -i 0.01 {addr}", m.pings),
+            Workload::Fio => {
+                // Inside the instance: a file in its own root (the host
+                // platform's processes share the host's: the lab's directory).
+                let file = if self.platform == crate::platforms::HOST {
+                    format!("{}/fio-victim.dat", lab::DATA_DIR)
+                } else {
+                    "/fio-victim.dat".into()
+                };
+                format!(
+                    "{} lab exec {} -- fio --name=victim --filename={file} --rw=randread --bs=4k \
+                     --size=64M --direct=1 --time_based --runtime={} --output-format=json",
+                    vtrace(),
+                    self.platform,
+                    m.seconds
+                )
+            }
+            Workload::Modules => format!(
+                "{} lab exec {} -- node {}/modules-{}/index.js",
+                vtrace(),
+                self.platform,
+                lab::volume_in(&self.platform),
+                self.param
+            ),
+        };
+        words.split_whitespace().map(String::from).collect()
+    }
+}
+
+impl Matrix {
+    pub fn cells(&self) -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for platform in &self.platforms {
+            for &workload in &self.workloads {
+                let params: Vec<String> = match workload {
+                    Workload::Redis => self.sizes.iter().map(u32::to_string).collect(),
+                    Workload::Iperf3 => self.windows.clone(),
+                    Workload::Ping => vec!["rtt".into()],
+                    Workload::Fio => vec!["randread-4k".into()],
+                    Workload::Modules => self.modules.iter().map(u32::to_string).collect(),
+                };
+                let neighbours: &[bool] = if workload == Workload::Fio && self.neighbour {
+                    &[false, true]
+                } else {
+                    &[false]
+                };
+                for param in params {
+                    for &stress in &self.stress {
+                        for &neighbour in neighbours {
+                            cells.push(Cell {
+                                platform: platform.clone(),
+                                workload,
+                                param: param.clone(),
+                                stress,
+                                neighbour,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        cells
+    }
+
+    pub fn load(root: &Path) -> Result<Matrix> {
+        let path = root.join(MATRIX_FILE);
+        let bytes = std::fs::read(&path).map_err(|e| Error::NotARecording {
+            path: root.to_path_buf(),
+            reason: format!("not a bench directory ({MATRIX_FILE}: {e})"),
+        })?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::NotARecording {
+            path: path.clone(),
+            reason: format!("unreadable bench matrix: {e}"),
+        })
+    }
+}
+
+pub const MATRIX_FILE: &str = "bench.json";
+
+fn default_modules() -> Vec<u32> {
+    vec![500]
+}
+
+/// A run of a cell: its recording, or the error that stopped it.
+pub fn run_path(cell_dir: &Path, rep: u32) -> PathBuf {
+    cell_dir.join(format!("rep{rep}.vtrace"))
+}
+
+pub fn error_path(cell_dir: &Path, rep: u32) -> PathBuf {
+    cell_dir.join(format!("rep{rep}.error"))
+}
