@@ -6,13 +6,16 @@
 //! - `mix-sleep` (only with `--only ...,sleep`): 20 000 additions, a 4 KiB
 //!   write to /dev/null and a 200 us nanosleep in a loop: thousands of
 //!   sleeps and wakeups, each a short slice (the case that needs every slice
-//!   matched to the scheduler's clock).
+//!   matched to the scheduler's clock);
+//! - `mix-faults` (only with `--only ...,faults`): touches `--pages N` fresh
+//!   anonymous pages (no huge pages) once each, then read(2)s /dev/zero into
+//!   another N fresh pages: N faults in user mode and N in kernel mode.
 //!
 //! When the time is up every worker parks; the main thread then reads each
 //! one's /proc/self/task/<tid>/schedstat (run time and run-queue wait, exact while it sleeps) and the
 //! kernel's tick-sampled utime/stime from .../stat, prints them as JSON, and exits the process with the workers still parked.
 //!
-//! Usage: cpu-mix [--seconds S] [--out FILE] [--only spin,syscall,net,sleep] [--spinners N]
+//! Usage: cpu-mix [--seconds S] [--out FILE] [--only spin,syscall,net,sleep,faults] [--spinners N] [--pages N]
 //! (`--only`: just those workers, default spin,syscall,net; `net` is the rx/tx pair; `--spinners`:
 //! that many `mix-spin` threads, more than the CPUs to make them queue).
 
@@ -59,6 +62,35 @@ fn utime_stime(tid: u32) -> (u64, u64) {
     (f.first().copied().unwrap_or(0), f.get(1).copied().unwrap_or(0))
 }
 
+/// (minflt, majflt) from /proc/self/task/<tid>/stat: the kernel's own count
+/// of the page faults the thread took (fields 10 and 12).
+fn faults(tid: u32) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap_or_default();
+    let rest = s.rsplit_once(')').map_or("", |(_, r)| r);
+    // Fields after the parenthesised comm: state is field 3.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| f.get(n - 3).and_then(|v| v.parse().ok()).unwrap_or(0);
+    (field(10), field(12))
+}
+
+/// `pages` fresh anonymous pages, never backed by a huge page (one fault a page).
+fn fresh_pages(pages: usize) -> &'static mut [u8] {
+    let len = pages * 4096;
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED, "mmap");
+        libc::madvise(p, len, libc::MADV_NOHUGEPAGE);
+        std::slice::from_raw_parts_mut(p as *mut u8, len)
+    }
+}
+
 /// The spinning thread's work: a function of its own (not inlined), so a
 /// flamegraph of cpu-mix has a known hot function.
 #[inline(never)]
@@ -78,11 +110,18 @@ fn main() {
     let only = only.unwrap_or_else(|| "spin,syscall,net".into());
     let wanted = |kind: &str| only.split(',').any(|k| k == kind);
     let spinners: usize = args.num("--spinners", 1);
-    let workers = [("spin", spinners), ("syscall", 1), ("net", 2), ("sleep", 1)]
-        .iter()
-        .filter(|(k, _)| wanted(k))
-        .map(|(_, n)| n)
-        .sum::<usize>();
+    let pages: usize = args.num("--pages", 1000);
+    let workers = [
+        ("spin", spinners),
+        ("syscall", 1),
+        ("net", 2),
+        ("sleep", 1),
+        ("faults", 1),
+    ]
+    .iter()
+    .filter(|(k, _)| wanted(k))
+    .map(|(_, n)| n)
+    .sum::<usize>();
 
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let addr = listener.local_addr().unwrap();
@@ -155,6 +194,23 @@ fn main() {
             }),
         ));
     }
+    if wanted("faults") {
+        handles.push(worker(
+            "mix-faults",
+            Box::new(move |_until| {
+                // User mode: one write a page.
+                let touched = fresh_pages(pages);
+                for page in touched.chunks_mut(4096) {
+                    page[0] = 1;
+                }
+                // Kernel mode: the kernel fills fresh pages for read(2).
+                let filled = fresh_pages(pages);
+                let mut zero = std::fs::File::open("/dev/zero").unwrap();
+                zero.read_exact(filled).unwrap();
+                pages as u64
+            }),
+        ));
+    }
     if wanted("net") {
         handles.push(worker(
             "mix-rx",
@@ -204,8 +260,9 @@ fn main() {
         .map(|(name, tid, units)| {
             let (ns, run_delay, slices) = schedstat(*tid);
             let (utime, stime) = utime_stime(*tid);
+            let (minflt, majflt) = faults(*tid);
             format!(
-                r#"{{"name":"{name}","tid":{tid},"schedstat_ns":{ns},"run_delay_ns":{run_delay},"timeslices":{slices},"units":{units},"utime_ticks":{utime},"stime_ticks":{stime}}}"#
+                r#"{{"name":"{name}","tid":{tid},"schedstat_ns":{ns},"run_delay_ns":{run_delay},"timeslices":{slices},"units":{units},"utime_ticks":{utime},"stime_ticks":{stime},"minflt":{minflt},"majflt":{majflt}}}"#
             )
         })
         .collect();

@@ -105,6 +105,15 @@ fn each_layer_that_can_lose_events_reports_its_losses() {
     );
     assert_reported("sample", &r, &text, "sample.drops");
 
+    // Page faults: one thread's counts kept where every process faults.
+    let (r, text) = record(
+        "faults",
+        &["--layers", "cpu,faults"],
+        "FAULTS=1",
+        &[mix, "--only", "faults", "--pages", "500"],
+    );
+    assert_reported("faults", &r, &text, "faults.drops");
+
     // Per-packet events: a one-page ring under a flood ping on loopback.
     let (r, text) = record(
         "net",

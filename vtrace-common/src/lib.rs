@@ -8,6 +8,7 @@
 mod block;
 mod config;
 mod cpu;
+mod faults;
 mod fs;
 mod kvm;
 mod net;
@@ -19,6 +20,7 @@ mod uprobe;
 pub use block::*;
 pub use config::*;
 pub use cpu::*;
+pub use faults::*;
 pub use fs::*;
 pub use kvm::*;
 pub use net::*;
@@ -31,6 +33,7 @@ pub use uprobe::*;
 mod pod {
     // SAFETY: all three are repr(C), Copy, and made only of integers.
     unsafe impl aya::Pod for super::Config {}
+    unsafe impl aya::Pod for super::FaultCounts {}
     unsafe impl aya::Pod for super::ThreadTimes {}
     unsafe impl aya::Pod for super::ThreadSlot {}
     unsafe impl aya::Pod for super::CpuState {}
@@ -70,7 +73,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 60] = [
+pub const COUNTED_HOOKS: [&str; 62] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exit",
@@ -131,6 +134,8 @@ pub const COUNTED_HOOKS: [&str; 60] = [
     "fs_sys_exit",
     "ovl_override_creds",
     "ovl_revert_creds",
+    "page_fault_user",
+    "page_fault_kernel",
 ];
 
 const fn same(a: &str, b: &str) -> bool {

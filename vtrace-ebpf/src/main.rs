@@ -15,6 +15,7 @@
 mod account;
 mod block;
 mod config;
+mod faults;
 mod files;
 mod hist;
 mod irq;

@@ -27,6 +27,7 @@ use crate::{
 
 pub mod block;
 pub mod cpu;
+pub mod faults;
 pub mod fs;
 pub mod kvm;
 pub mod net;
@@ -48,6 +49,7 @@ pub const REGISTRY: &[&dyn Layer] = &[
     &runq::RunqLayer,
     &block::BlockLayer,
     &fs::FsLayer,
+    &faults::FaultsLayer,
     &sample::SampleLayer,
 ];
 

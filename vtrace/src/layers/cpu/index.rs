@@ -41,6 +41,27 @@ impl<'a> ThreadIndex<'a> {
         }
     }
 
+    /// A thread's process and name: as recorded, else from /proc while it
+    /// lives (a thread the CPU engine has no row for: on this repository's
+    /// PVM guest some threads' switch-outs are never reported); (0, "")
+    /// once gone.
+    pub fn identity(&self, tid: u32) -> (u32, String) {
+        if let Some(t) = self.thread(tid) {
+            return (t.pid, t.comm.clone());
+        }
+        let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+        };
+        (
+            field("Tgid:").and_then(|v| v.parse().ok()).unwrap_or(0),
+            field("Name:").unwrap_or_default(),
+        )
+    }
+
     /// The process that names cgroup `id` (see [`ThreadIndex`]).
     pub fn cgroup(&self, id: u64) -> Option<&'a ThreadRow> {
         self.by_cgroup.get(&id).copied()

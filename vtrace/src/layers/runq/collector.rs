@@ -58,13 +58,8 @@ pub fn rows(snap: &RunqSnapshot, threads: &[ThreadRow], start_mono: u64) -> (Vec
             continue;
         }
         let t = index.thread(tid);
-        // A thread the CPU layer has no row for (on this repository's PVM
-        // guest some threads' switch-outs are never reported, so the CPU
-        // engine cannot charge them): named from /proc, owned by no instance.
-        let (pid, comm) = match t {
-            Some(t) => (t.pid, t.comm.clone()),
-            None => proc_identity(tid),
-        };
+        // A thread the CPU layer has no row for is named from /proc, owned by no instance.
+        let (pid, comm) = index.identity(tid);
         rows.push(RunqRow {
             tid,
             pid,
@@ -81,9 +76,7 @@ pub fn rows(snap: &RunqSnapshot, threads: &[ThreadRow], start_mono: u64) -> (Vec
             worst_prev_tid: worst.prev_tid,
             worst_prev_comm: match worst.prev_tid {
                 0 => "idle".into(),
-                prev => index
-                    .thread(prev)
-                    .map_or_else(|| proc_identity(prev).1, |t| t.comm.clone()),
+                prev => index.identity(prev).1,
             },
         });
         for (i, &count) in h.buckets.iter().enumerate().take(FINE_BUCKETS) {
@@ -99,19 +92,4 @@ pub fn rows(snap: &RunqSnapshot, threads: &[ThreadRow], start_mono: u64) -> (Vec
         }
     }
     (rows, hists)
-}
-
-/// (tgid, comm) of a live thread from /proc; (0, "") once it has gone.
-fn proc_identity(tid: u32) -> (u32, String) {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.trim().to_string())
-    };
-    (
-        field("Tgid:").and_then(|v| v.parse().ok()).unwrap_or(0),
-        field("Name:").unwrap_or_default(),
-    )
 }
