@@ -27,10 +27,7 @@ LEVELS = [
 LEVEL = {m: i for i, names in enumerate(LEVELS) for m in names}
 BASE_LAYER = "cpu"
 # Named exceptions, each with its reason; a new one needs one here.
-ALLOWED_LAYER_USES = {
-    ("fs", "sample"): "the overlay cost's sampled share of overlayfs reads the sample layer's stacks (to be given "
-    "through a seam like Layer::thread_columns)",
-}
+ALLOWED_LAYER_USES = {}
 
 
 def code_lines(path):

@@ -6,6 +6,7 @@
 pub mod csv;
 mod html;
 mod json;
+mod overlay;
 /// The typed report model lives below the layers, which build its sections.
 pub use crate::report_model as model;
 mod per_op;
@@ -46,6 +47,7 @@ pub fn sections(rec: &Recording, top: usize) -> Vec<model::Section> {
     let mut sections = vec![run::header(rec)];
     sections.extend(layers::REGISTRY.iter().map(|l| l.summarize(rec, top)));
     join_thread_columns(&mut sections, rec);
+    overlay::join(&mut sections, rec);
     sections.extend([run::probes(rec), run::overhead(rec)]);
     if let Some(ops) = rec.ops() {
         per_op::divide(&mut sections, ops.count);
