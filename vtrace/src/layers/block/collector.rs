@@ -10,12 +10,12 @@ use aya::{
 use vtrace_common::{BLOCK_BUCKETS, BlockInflight, BlockKey, BlockStats, block_op};
 
 use super::tables::{BlockDeviceRow, BlockHistRow, BlockRow};
+use crate::platforms::attribute::Attributed;
 use crate::{
     Result,
     collectors::maps::{Counters, counters, delta, sum_per_cpu, take},
-    layers::cpu::ThreadIndex,
     layers::cpu::ThreadRow,
-    platforms,
+    layers::cpu::{ThreadIndex, row_owner},
 };
 
 counters!(BlockStats { requests, bytes, queued, queue_ns, device_ns } [queue_hist, device_hist, size_hist]);
@@ -115,7 +115,7 @@ pub fn rows(
         if s.requests == 0 {
             continue;
         }
-        let owner = index.cgroup(k.cgroup_id);
+        let Attributed { platform, instance, .. } = row_owner(index.cgroup(k.cgroup_id));
         let op = op_name(k.op);
         rows.push(BlockRow {
             pid: k.pid,
@@ -124,8 +124,8 @@ pub fn rows(
             dev: k.dev,
             op: op.clone(),
             cgroup_id: k.cgroup_id,
-            platform: owner.map_or(platforms::HOST.to_string(), |t| t.platform.clone()),
-            instance: owner.map(|t| t.instance.clone()).unwrap_or_default(),
+            platform,
+            instance,
             requests: s.requests,
             bytes: s.bytes,
             queued: s.queued,

@@ -4,6 +4,25 @@
 use std::collections::HashMap;
 
 use super::ThreadRow;
+use crate::platforms::attribute::Attributed;
+
+/// Who a row a layer counted belongs to, as the threads table names its
+/// thread or process: the host, no instance and role `other` for one the
+/// table does not know.
+pub fn row_owner(row: Option<&ThreadRow>) -> Attributed {
+    match row {
+        Some(t) => Attributed {
+            platform: t.platform.clone(),
+            instance: t.instance.clone(),
+            role: t.role.clone(),
+        },
+        None => Attributed {
+            platform: crate::platforms::HOST.to_string(),
+            instance: String::new(),
+            role: "other".to_string(),
+        },
+    }
+}
 
 /// The recorded threads by tid, by process and by cgroup: how every layer's
 /// rows name what they counted (pid, comm, platform, instance, role) the way

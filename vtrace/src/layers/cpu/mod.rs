@@ -20,7 +20,7 @@ use aya::Ebpf;
 use vtrace_common::{Config, thread_flag};
 
 pub use collector::{CpuSplit, monotonic_ns};
-pub use index::ThreadIndex;
+pub use index::{ThreadIndex, row_owner};
 pub use tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow};
 
 use self::{

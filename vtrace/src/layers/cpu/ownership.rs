@@ -177,6 +177,8 @@ fn claim_by_cgroup(rows: &mut [ThreadRow]) {
             r.platform = platform.clone();
             r.instance = instance.clone();
             r.role = "app".into();
+            // Claimed like a thread detection finds in the instance: selected.
+            r.selected = true;
         }
     }
 }
@@ -390,8 +392,8 @@ mod tests {
                 (r.platform.as_str(), r.instance.as_str(), r.role.as_str()),
                 ("docker", "docker:100", "app")
             );
-            // A cgroup claim leaves the selection as it was.
-            assert!(!r.selected);
+            // Claimed like a thread detection finds in the instance: selected.
+            assert!(r.selected);
         }
         // Kernel threads are not moved.
         let mut rows = vec![

@@ -17,7 +17,12 @@ use vtrace_common::{Config, FaultCounts};
 
 pub use tables::FaultRow;
 
-use super::{Collector, Emit, End, Layer, LayerOutput, Loss, Setup, ThreadColumns, cpu::ThreadIndex, cpu::ThreadRow};
+use super::{
+    Collector, Emit, End, Layer, LayerOutput, Loss, Setup, ThreadColumns,
+    cpu::ThreadRow,
+    cpu::{ThreadIndex, row_owner},
+};
+use crate::platforms::attribute::Attributed;
 use crate::{
     Error, Result,
     collectors::maps::take,
@@ -109,15 +114,19 @@ impl Collector for FaultsRecorder {
             .last
             .iter()
             .map(|(&tid, c)| {
-                let t = index.thread(tid);
+                let Attributed {
+                    platform,
+                    instance,
+                    role,
+                } = row_owner(index.thread(tid));
                 let (pid, comm) = index.identity(tid);
                 FaultRow {
                     tid,
                     pid,
                     comm,
-                    platform: t.map_or(crate::platforms::HOST.to_string(), |t| t.platform.clone()),
-                    instance: t.map(|t| t.instance.clone()).unwrap_or_default(),
-                    role: t.map_or("other".to_string(), |t| t.role.clone()),
+                    platform,
+                    instance,
+                    role,
                     user: c.user,
                     kernel: c.kernel,
                 }

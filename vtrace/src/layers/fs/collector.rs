@@ -10,12 +10,12 @@ use aya::{
 use vtrace_common::{FINE_BUCKETS, FsKey, FsStats, fine_bucket_range, fs_op};
 
 use super::tables::{FsHistRow, FsRow, OverlayCredsRow};
+use crate::platforms::attribute::Attributed;
 use crate::{
     Result,
     collectors::maps::{Counters, delta, sum_per_cpu, take},
-    layers::cpu::ThreadIndex,
     layers::cpu::ThreadRow,
-    platforms,
+    layers::cpu::{ThreadIndex, row_owner},
 };
 
 impl Counters for FsStats {
@@ -125,14 +125,18 @@ pub fn rows(
         if s.latency.count == 0 {
             continue;
         }
-        let owner = index.process(k.tgid);
+        let Attributed {
+            platform,
+            instance,
+            role,
+        } = row_owner(index.process(k.tgid));
         let op = fs_op::name(k.nr).to_string();
         rows.push(FsRow {
             pid: k.tgid,
             comm: index.process_comm(k.tgid),
-            platform: owner.map_or(platforms::HOST.to_string(), |t| t.platform.clone()),
-            instance: owner.map(|t| t.instance.clone()).unwrap_or_default(),
-            role: owner.map_or("other".to_string(), |t| t.role.clone()),
+            platform,
+            instance,
+            role,
             fs: fs_name(k.magic),
             magic: k.magic,
             op: op.clone(),
@@ -174,13 +178,17 @@ pub fn creds_rows(
             if overrides + reverts == 0 {
                 return None;
             }
-            let owner = index.process(tgid);
+            let Attributed {
+                platform,
+                instance,
+                role,
+            } = row_owner(index.process(tgid));
             Some(OverlayCredsRow {
                 pid: tgid,
                 comm: index.process_comm(tgid),
-                platform: owner.map_or(platforms::HOST.to_string(), |t| t.platform.clone()),
-                instance: owner.map(|t| t.instance.clone()).unwrap_or_default(),
-                role: owner.map_or("other".to_string(), |t| t.role.clone()),
+                platform,
+                instance,
+                role,
                 override_calls: overrides,
                 revert_calls: reverts,
             })

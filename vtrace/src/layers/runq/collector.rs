@@ -10,10 +10,11 @@ use aya::{
 use vtrace_common::{FINE_BUCKETS, RunqStats, fine_bucket_range};
 
 use super::tables::{RunqHistRow, RunqRow};
+use crate::platforms::attribute::Attributed;
 use crate::{
     Error, Result,
     collectors::maps::take,
-    layers::cpu::{ThreadIndex, ThreadRow},
+    layers::cpu::{ThreadIndex, ThreadRow, row_owner},
 };
 
 /// The waits of every thread, with the longest of each.
@@ -60,13 +61,18 @@ pub fn rows(snap: &RunqSnapshot, threads: &[ThreadRow], start_mono: u64) -> (Vec
         let t = index.thread(tid);
         // A thread the CPU layer has no row for is named from /proc, owned by no instance.
         let (pid, comm) = index.identity(tid);
+        let Attributed {
+            platform,
+            instance,
+            role,
+        } = row_owner(t);
         rows.push(RunqRow {
             tid,
             pid,
             comm,
-            platform: t.map_or(crate::platforms::HOST.to_string(), |t| t.platform.clone()),
-            instance: t.map(|t| t.instance.clone()).unwrap_or_default(),
-            role: t.map_or("other".to_string(), |t| t.role.clone()),
+            platform,
+            instance,
+            role,
             waits: h.count,
             delay_ns: h.sum_ns,
             min_ns: h.min_ns,

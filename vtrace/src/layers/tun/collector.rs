@@ -10,12 +10,12 @@ use aya::{
 use vtrace_common::{TunKey, TunStats, tun_fn};
 
 use super::tables::TunRow;
+use crate::platforms::attribute::Attributed;
 use crate::{
     Result,
     collectors::maps::{Counters, delta, sum_per_cpu, take},
-    layers::cpu::ThreadIndex,
     layers::cpu::ThreadRow,
-    platforms,
+    layers::cpu::{ThreadIndex, row_owner},
     probes::ProbeStatus,
 };
 
@@ -71,7 +71,11 @@ pub fn rows(
         .filter(|(_, s)| s.calls > 0)
         .map(|(k, s)| {
             let function = tun_fn::NAMES.get(k.function as usize).copied().unwrap_or("?");
-            let owner = index.process(k.tgid);
+            let Attributed {
+                platform,
+                instance,
+                role,
+            } = row_owner(index.process(k.tgid));
             let name_len = s.name.iter().position(|&b| b == 0).unwrap_or(s.name.len());
             TunRow {
                 device: String::from_utf8_lossy(&s.name[..name_len]).into_owned(),
@@ -80,9 +84,9 @@ pub fn rows(
                 function: function.to_string(),
                 pid: k.tgid,
                 comm: index.process_comm(k.tgid),
-                platform: owner.map_or(platforms::HOST.to_string(), |t| t.platform.clone()),
-                instance: owner.map(|t| t.instance.clone()).unwrap_or_default(),
-                role: owner.map_or("other".to_string(), |t| t.role.clone()),
+                platform,
+                instance,
+                role,
                 method: probes
                     .iter()
                     .find(|p| p.id.ends_with(&format!(":{function}")))
