@@ -247,7 +247,7 @@ fn host_lab_instance() {
 
 #[test]
 fn platforms_the_lab_cannot_start_say_what_is_missing() {
-    for p in ["firecracker", "kata", "unikraft", "sriov"] {
+    for p in ["firecracker", "qemu-kvm", "unikraft-vhost", "kata", "sriov"] {
         let o = vtrace(&["lab", "up", p]);
         assert_eq!(o.status.code(), Some(1));
         let msg = stderr(&o);
@@ -256,13 +256,26 @@ fn platforms_the_lab_cannot_start_say_what_is_missing() {
             "{msg}"
         );
     }
+    // This machine's KVM (PVM) cannot boot a guest OS: the VM platforms say
+    // so, and where they run instead.
     let o = vtrace(&["lab", "status"]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        out.lines()
-            .any(|l| l.starts_with("firecracker") && l.contains("firecracker not found")),
-        "{out}"
-    );
+    for p in [
+        "qemu-kvm",
+        "qemu-kvm-novhost",
+        "firecracker",
+        "unikraft-vhost",
+        "unikraft-virtio",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(p))
+            .unwrap_or_else(|| panic!("no {p} line: {out}"));
+        assert!(
+            line.contains("cannot boot a guest OS") && line.contains("stock-kernel guest"),
+            "{line}"
+        );
+    }
 }
 
 #[test]

@@ -101,7 +101,7 @@ fn boot() -> Result<Guest, String> {
         .map(bin)
         .collect();
     let start = Instant::now();
-    let run = vtrace::lab::guest::run(&binaries, &script(), &out.0, Duration::from_secs(300))
+    let run = vtrace::lab::guest::run(&binaries, &[], &script(), &out.0, Duration::from_secs(300))
         .map_err(|e| format!("guest: {e}"))?;
     if run.status != 0 {
         let log = std::fs::read_to_string(out.join("script.log")).unwrap_or_default();

@@ -140,4 +140,8 @@ pub struct Config {
     pub xdp_frame_len: u32,
     pub iov_iter_count: u32,
     pub dev_name: u32,
+    /// struct kiocb `ki_filp`, struct file `private_data` (a tap's tun_file):
+    /// tun_chr_read_iter's way from its kiocb to the tap.
+    pub kiocb_filp: u32,
+    pub file_private_data: u32,
 }

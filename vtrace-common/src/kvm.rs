@@ -94,7 +94,12 @@ pub mod kvm_event {
     /// kvm_exit: `addr` = exit reason, `op` = isa (every exit, also one
     /// with no kvm_entry after it; [`super::kvm_latency::EXIT`] times the others).
     pub const EXIT: u32 = 7;
-    pub const NAMES: [&str; 8] = [
+    /// A kvm_entry with no kvm_exit since the vCPU's last entry: KVM handled
+    /// the exit in its fastpath and re-entered the guest at once (SVM traces
+    /// kvm_exit only on the slow path, in svm_handle_exit; KVM's own `exits`
+    /// statistic counts both). `addr` = 0.
+    pub const FASTPATH_REENTRY: u32 = 8;
+    pub const NAMES: [&str; 9] = [
         "pio",
         "mmio",
         "fast_mmio",
@@ -103,6 +108,7 @@ pub mod kvm_event {
         "inj_virq",
         "userspace_exit",
         "exit",
+        "fastpath_reentry",
     ];
 }
 
@@ -134,5 +140,10 @@ pub struct VcpuPending {
     pub exit_isa: u32,
     pub userspace_ns: u64,
     pub userspace_reason: u32,
-    pub _pad: u32,
+    /// 1 from a kvm_entry until the next kvm_exit or kvm_userspace_exit.
+    pub in_guest: u32,
+    /// The thread's exits so far (kvm_exit and fastpath re-entries): read
+    /// in one lookup beside KVM's own `exits` statistic, so both cover the
+    /// same moments.
+    pub exits: u64,
 }

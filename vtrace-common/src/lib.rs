@@ -73,7 +73,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 62] = [
+pub const COUNTED_HOOKS: [&str; 64] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exit",
@@ -119,6 +119,8 @@ pub const COUNTED_HOOKS: [&str; 62] = [
     "tun_get_user",
     "tun_sendmsg",
     "tun_recvmsg",
+    "tun_chr_read_iter",
+    "kretprobe_tun_chr_read_iter",
     "tun_net_xmit",
     "handle_tx",
     "handle_rx",

@@ -29,16 +29,20 @@ pub mod tun_fn {
     pub const SENDMSG: u32 = 1;
     /// vhost-net takes one frame from a tap.
     pub const RECVMSG: u32 = 2;
+    /// A tap's user (a VMM's read/readv, io_uring) takes one frame from it;
+    /// a call that got none (EAGAIN) counts as a call without a frame.
+    pub const READ_ITER: u32 = 3;
     /// The stack queues a frame to a tap for its user.
-    pub const NET_XMIT: u32 = 3;
-    pub const HANDLE_TX: u32 = 4;
-    pub const HANDLE_RX: u32 = 5;
-    pub const HANDLE_TX_KICK: u32 = 6;
-    pub const HANDLE_RX_KICK: u32 = 7;
-    pub const NAMES: [&str; 8] = [
+    pub const NET_XMIT: u32 = 4;
+    pub const HANDLE_TX: u32 = 5;
+    pub const HANDLE_RX: u32 = 6;
+    pub const HANDLE_TX_KICK: u32 = 7;
+    pub const HANDLE_RX_KICK: u32 = 8;
+    pub const NAMES: [&str; 9] = [
         "tun_get_user",
         "tun_sendmsg",
         "tun_recvmsg",
+        "tun_chr_read_iter",
         "tun_net_xmit",
         "handle_tx",
         "handle_rx",

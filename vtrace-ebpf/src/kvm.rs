@@ -76,6 +76,8 @@ fn on_exit(reason: u32, isa: u32) {
         p.exit_ns = now;
         p.exit_reason = reason;
         p.exit_isa = isa;
+        p.in_guest = 0;
+        p.exits += 1;
     }
     count_event(kvm_event::EXIT, reason as u64, isa, 0, 0);
 }
@@ -85,8 +87,12 @@ fn on_entry() {
     let now = account::now();
     set_base(now, state::GUEST);
     let tid = account::current_tid();
-    if let Some(p) = VCPU_PENDING.get_ptr_mut(&tid) {
-        let p = unsafe { &mut *p };
+    if let Some(p) = pending(tid) {
+        if p.in_guest != 0 {
+            count_event(kvm_event::FASTPATH_REENTRY, 0, 0, 0, 0);
+            p.exits += 1;
+        }
+        p.in_guest = 1;
         if p.exit_ns != 0 {
             let key = KvmLatencyKey {
                 tid,
@@ -177,6 +183,7 @@ hook_programs! {
         if let Some(p) = pending(account::current_tid()) {
             p.userspace_ns = account::now();
             p.userspace_reason = reason;
+            p.in_guest = 0;
         }
         count_event(kvm_event::USERSPACE_EXIT, reason as u64, 0, 0, 0);
     }

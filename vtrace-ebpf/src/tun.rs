@@ -10,9 +10,9 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::{fentry, kprobe, map},
-    maps::PerCpuHashMap,
-    programs::{FEntryContext, ProbeContext},
+    macros::{fentry, kprobe, kretprobe, map},
+    maps::{HashMap, PerCpuHashMap},
+    programs::{FEntryContext, ProbeContext, RetProbeContext},
 };
 use vtrace_common::{TUN_BATCH_MAX, TUN_MSG_PTR, TunKey, TunStats, dev_key, tun_fn, tun_size_bucket};
 
@@ -25,6 +25,10 @@ use crate::{
 
 #[map]
 pub static TUN_STATS: PerCpuHashMap<TunKey, TunStats> = PerCpuHashMap::with_max_entries(1024, 0);
+
+/// tid -> the tap of its tun_chr_read_iter in progress (entry to return).
+#[map]
+pub static TUN_READS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
 
 /// The low bit of a tun ring entry marks an xdp_frame rather than an skb (TUN_XDP_FLAG).
 const TUN_XDP_FLAG: u64 = 1;
@@ -139,6 +143,35 @@ fn recvmsg(sock: u64, msg: u64) {
     add_frame(s, bytes as u64);
 }
 
+/// tun_chr_read_iter(struct kiocb *iocb, struct iov_iter *to), entry: the
+/// tap of iocb->ki_filp->private_data (its tun_file), kept for the return.
+#[inline(always)]
+fn read_iter_enter(iocb: u64) {
+    let file: u64 = read(iocb, conf!(kiocb_filp));
+    let tfile: u64 = read(file, conf!(file_private_data));
+    let dev = tun_dev(read(tfile, conf!(tun_file_tun)));
+    if dev != 0 {
+        let _ = TUN_READS.insert(&(bpf_get_current_pid_tgid() as u32), &dev, 0);
+    }
+}
+
+/// Its return: one call; one frame of `ret` bytes (what tun_put_user
+/// copied: the vnet header and tun_pi where the tap has them, as
+/// tun_get_user's bytes) when it read one (> 0; EAGAIN reads none).
+#[inline(always)]
+fn read_iter_exit(ret: i64) {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    let Some(dev) = (unsafe { TUN_READS.get(&tid) }).copied() else {
+        return;
+    };
+    let _ = TUN_READS.remove(&tid);
+    if let Some(s) = stats(tun_fn::READ_ITER, dev)
+        && ret > 0
+    {
+        add_frame(s, ret as u64);
+    }
+}
+
 /// tun_net_xmit(skb, dev): one frame queued to the tap for its user.
 #[inline(always)]
 fn net_xmit(skb: u64, dev: u64) {
@@ -183,6 +216,21 @@ macro_rules! kfunc {
 kfunc!(kprobe_tun_get_user, fentry_tun_get_user, "tun_get_user", [tun, _tfile, _control, from] => get_user(tun, from));
 kfunc!(kprobe_tun_sendmsg, fentry_tun_sendmsg, "tun_sendmsg", [sock, msg, len] => sendmsg(sock, msg, len));
 kfunc!(kprobe_tun_recvmsg, fentry_tun_recvmsg, "tun_recvmsg", [sock, msg] => recvmsg(sock, msg));
+
+#[kprobe]
+pub fn kprobe_tun_chr_read_iter(ctx: ProbeContext) -> u32 {
+    count_run!("tun_chr_read_iter");
+    read_iter_enter(ctx.arg(0).unwrap_or(0));
+    0
+}
+
+#[kretprobe]
+pub fn kretprobe_tun_chr_read_iter(ctx: RetProbeContext) -> u32 {
+    count_run!("kretprobe_tun_chr_read_iter");
+    read_iter_exit(ctx.ret::<i64>());
+    0
+}
+
 kfunc!(kprobe_tun_net_xmit, fentry_tun_net_xmit, "tun_net_xmit", [skb, dev] => net_xmit(skb, dev));
 kfunc!(kprobe_handle_tx, fentry_handle_tx, "handle_tx", [] => handler(tun_fn::HANDLE_TX));
 kfunc!(kprobe_handle_rx, fentry_handle_rx, "handle_rx", [] => handler(tun_fn::HANDLE_RX));

@@ -118,6 +118,21 @@ enum Command {
         #[command(subcommand)]
         action: LabAction,
     },
+    /// Send N HTTP GET requests to ADDR:PORT, some connections at a time, and print how many
+    /// were answered (a counted load for HTTP servers, e.g. a Unikraft image's; `record` reads
+    /// its summary as the run's operations).
+    HttpLoad {
+        /// The server, e.g. 10.99.23.2:8123.
+        addr: std::net::SocketAddr,
+        #[arg(short = 'n', long, default_value_t = 1000)]
+        requests: u64,
+        /// Connections at a time.
+        #[arg(short, long, default_value_t = 1)]
+        concurrency: u32,
+        /// Per request (connect, reply).
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
     /// List every probe and the attach method it would use on this kernel, or why it cannot.
     Probes {
         #[arg(long)]
@@ -136,7 +151,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum LabAction {
-    /// Start an instance of PLATFORM (host, runc, crun, docker, gvisor, lxc, linuxvm, lwip).
+    /// Start an instance of PLATFORM (host, runc, crun, docker, gvisor, lxc, linuxvm, lwip,
+    /// qemu-kvm, qemu-kvm-novhost, firecracker, unikraft-vhost, unikraft-virtio).
     Up { platform: String },
     /// Stop it and remove everything `up` made.
     Down { platform: String },
@@ -336,6 +352,16 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        Command::HttpLoad {
+            addr,
+            requests,
+            concurrency,
+            timeout,
+        } => {
+            let load = vtrace::workload::http::run(addr, requests, concurrency, timeout);
+            println!("{}", load.summary());
+            Ok(if load.failed > 0 { 1 } else { 0 })
+        }
         Command::Lab { action } => {
             match action {
                 LabAction::Up { platform } => {
@@ -343,20 +369,13 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                         println!("{platform} is already up (`vtrace lab down {platform}` removes it)");
                     }
                     let l = vtrace::lab::up(&platform)?;
-                    let iperf = if platform == "lwip" {
-                        String::new()
-                    } else {
-                        format!(", iperf3 {}:5201", l.address)
-                    };
-                    println!("{platform} up: redis {}:6379{iperf}", l.address);
+                    println!("{platform} up: {}", vtrace::lab::serves(&platform, &l.address));
                     if !l.note.is_empty() {
                         println!("  {}", l.note);
                     }
-                    println!("  e.g. redis-benchmark -h {} -t get,set -d 64", l.address);
-                    println!(
-                        "  record: vtrace record --platform {platform} -- redis-benchmark -h {} -t get,set",
-                        l.address
-                    );
+                    let workload = vtrace::lab::example_workload(&platform, &l.address);
+                    println!("  e.g. {workload}");
+                    println!("  record: vtrace record --platform {platform} -- {workload}");
                 }
                 LabAction::Down { platform } => {
                     if vtrace::lab::down(&platform)? {

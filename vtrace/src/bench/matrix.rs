@@ -34,6 +34,10 @@ pub struct Matrix {
     /// iperf3 seconds per run.
     #[arg(long, default_value_t = 5)]
     pub seconds: u32,
+    /// HTTP GET requests per run (`vtrace http-load`, one connection at a time).
+    #[arg(long, default_value_t = 2000)]
+    #[serde(default = "default_http_requests")]
+    pub http_requests: u32,
     /// ping echo requests per run (10 ms apart).
     #[arg(long, default_value_t = 200)]
     pub pings: u32,
@@ -58,6 +62,9 @@ pub enum Workload {
     Fio,
     /// Node.js requiring a tree of small packages from the lab volume.
     Modules,
+    /// HTTP GETs (`vtrace http-load`) against the instance's HTTP server
+    /// (port 8123: the Linux guests' busybox httpd, a Unikraft image's own).
+    Http,
 }
 
 impl Workload {
@@ -68,6 +75,7 @@ impl Workload {
             Workload::Ping => "ping",
             Workload::Fio => "fio",
             Workload::Modules => "modules",
+            Workload::Http => "http",
         }
     }
 }
@@ -133,6 +141,12 @@ impl Cell {
                 lab::volume_in(&self.platform),
                 self.param
             ),
+            Workload::Http => format!(
+                "{} http-load {addr}:{} -n {}",
+                vtrace(),
+                lab::HTTP_PORT,
+                m.http_requests
+            ),
         };
         words.split_whitespace().map(String::from).collect()
     }
@@ -149,6 +163,7 @@ impl Matrix {
                     Workload::Ping => vec!["rtt".into()],
                     Workload::Fio => vec!["randread-4k".into()],
                     Workload::Modules => self.modules.iter().map(u32::to_string).collect(),
+                    Workload::Http => vec!["get".into()],
                 };
                 let neighbours: &[bool] = if workload == Workload::Fio && self.neighbour {
                     &[false, true]
@@ -190,6 +205,10 @@ pub const MATRIX_FILE: &str = "bench.json";
 
 fn default_modules() -> Vec<u32> {
     vec![500]
+}
+
+fn default_http_requests() -> u32 {
+    2000
 }
 
 /// A run of a cell: its recording, or the error that stopped it.

@@ -169,11 +169,22 @@ fn record_run(
     rep: u32,
     opts: &RecordOptions,
 ) -> std::result::Result<(), String> {
-    if cell.workload == Workload::Iperf3 && cell.platform == "lwip" {
-        return Err("the lwip instance serves redis only (no iperf3 server)".into());
+    let port = match cell.workload {
+        Workload::Redis => Some(6379),
+        Workload::Iperf3 => Some(5201),
+        Workload::Http => Some(lab::HTTP_PORT),
+        _ => None,
+    };
+    if let Some(port) = port.filter(|&port| !lab::serves_port(&cell.platform, port)) {
+        return Err(format!(
+            "the {} instance serves {} only (nothing on port {port} for {})",
+            cell.platform,
+            lab::serves(&cell.platform, &ledger.address),
+            cell.workload.name()
+        ));
     }
     if [Workload::Fio, Workload::Modules].contains(&cell.workload)
-        && ["lwip", "linuxvm"].contains(&cell.platform.as_str())
+        && lab::exec_command(&cell.platform, &["true".into()]).is_err()
     {
         return Err(format!(
             "{} runs inside the instance, and {} has no shell to exec in",
@@ -218,7 +229,7 @@ fn record_run(
         None
     };
     let stressors = Stressors::start(cell.stress).map_err(|e| format!("start the CPU stressors: {e}"))?;
-    let outcome = Recorder::start(o).and_then(|r| {
+    let outcome = Recorder::start_in_vtrace(o).and_then(|r| {
         while !r.is_finished() {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 return r.stop();

@@ -6,7 +6,9 @@
 //! booted from a busybox initramfs holding the given binaries (with their
 //! shared libraries), kernel modules and a script. The script's files come
 //! back through a 9p share. tests/tests/stock_kernel.rs uses it to attach for
-//! real what the host kernel refuses: kprobes, vhost-net, kvm_exit/kvm_entry.
+//! real what the host kernel refuses: kprobes, vhost-net, kvm_exit/kvm_entry;
+//! tests/tests/vm_platforms.rs runs the VM platforms there (`lab up
+//! qemu-kvm` and the others, vms.rs), with what [`vm_platform_files`] lists.
 
 use std::{
     fs,
@@ -56,31 +58,68 @@ pub fn can_run() -> Result<()> {
     linuxvm::kernel().map(|_| ())
 }
 
+/// What the VM platforms need inside the guest, made here first (a guest
+/// without `ldd` or `xz` could not): the Linux guests' kernel, initramfs and
+/// ELF vmlinux at the lab's own paths, so `lab up` there finds them made,
+/// and QEMU's firmware beside where its binary goes (/usr/bin, with the
+/// other binaries: QEMU finds its data relative to itself). Pairs of (here,
+/// there).
+pub fn vm_platform_files() -> Result<Vec<(PathBuf, PathBuf)>> {
+    let initrd = linuxvm::initramfs()?;
+    let vmlinux = linuxvm::vmlinux()?;
+    let (vmlinuz, _) = linuxvm::kernel()?;
+    let marker = initrd.with_file_name("initrd.version");
+    let mut files: Vec<(PathBuf, PathBuf)> = [vmlinuz, initrd, marker, vmlinux]
+        .into_iter()
+        .map(|p| (p.clone(), p))
+        .collect();
+    for firmware in ["/usr/share/qemu", "/usr/share/seabios"] {
+        files.push((firmware.into(), firmware.into()));
+    }
+    Ok(files)
+}
+
 /// Boots the guest, runs `script` (as /script.sh, in /out: the share backed
-/// by `out`) and powers off; at most `timeout`.
-pub fn run(binaries: &[PathBuf], script: &str, out: &Path, timeout: Duration) -> Result<GuestRun> {
+/// by `out`) and powers off; at most `timeout`. `binaries` go to /usr/bin
+/// (before busybox's applets on PATH) with their shared libraries; `files`
+/// are (here, there) pairs, files or directories, copied as they are.
+pub fn run(
+    binaries: &[PathBuf],
+    files: &[(PathBuf, PathBuf)],
+    script: &str,
+    out: &Path,
+    timeout: Duration,
+) -> Result<GuestRun> {
     can_run()?;
     let (vmlinuz, modules) = linuxvm::kernel()?;
     let work = Path::new(DATA_DIR).join(format!("guest-{}", std::process::id()));
     let _ = fs::remove_dir_all(&work);
     let tree = work.join("tree");
     let result = (|| {
-        for d in ["bin", "proc", "sys", "dev", "tmp", "out", "mnt"] {
+        for d in ["bin", "usr/bin", "proc", "sys", "dev", "tmp", "out", "mnt", "run"] {
             fs::create_dir_all(tree.join(d)).map_err(crate::error::io(format!("create {d}")))?;
         }
         let busybox = rootfs::find("busybox")?;
-        for bin in std::iter::once(&busybox).chain(binaries) {
+        let placed = std::iter::once((&busybox, "bin")).chain(binaries.iter().map(|b| (b, "usr/bin")));
+        for (bin, dir) in placed {
             let name = bin
                 .file_name()
                 .ok_or_else(|| unavailable(format!("{} is no file", bin.display())))?;
-            fs::copy(bin, tree.join("bin").join(name)).map_err(crate::error::io(format!("copy {}", bin.display())))?;
+            fs::copy(bin, tree.join(dir).join(name)).map_err(crate::error::io(format!("copy {}", bin.display())))?;
             for lib in rootfs::libraries(bin) {
                 rootfs::copy_into(&tree, &lib)?;
             }
         }
+        for (here, there) in files {
+            let dest = tree.join(there.strip_prefix("/").unwrap_or(there));
+            if let Some(parent) = dest.parent() {
+                fs::create_dir_all(parent).map_err(crate::error::io(format!("create {}", parent.display())))?;
+            }
+            crate::workload::netns::sh(&["cp", "-a", &here.display().to_string(), &dest.display().to_string()])?;
+        }
         let insmods = linuxvm::install_modules(&tree, &modules, MODULES)?;
         let init = format!(
-            "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nexport PATH=/bin\n\
+            "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nexport PATH=/usr/bin:/bin\n\
              mount -t proc proc /proc\nmount -t sysfs sys /sys\nmount -t devtmpfs dev /dev\n\
              mount -t tracefs nodev /sys/kernel/tracing\nmount -t debugfs nodev /sys/kernel/debug\n\
              {insmods}mount -t 9p -o trans=virtio,version=9p2000.L out /out\n\
@@ -99,7 +138,7 @@ pub fn run(binaries: &[PathBuf], script: &str, out: &Path, timeout: Duration) ->
         let start = Instant::now();
         let mut qemu = Command::new("qemu-system-x86_64")
             .args([
-                "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "1", "-m", "2048",
+                "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "1", "-m", "3072",
             ])
             .arg("-kernel")
             .arg(&vmlinuz)

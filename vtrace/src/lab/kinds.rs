@@ -2,12 +2,12 @@
 //! what it needs, and the file that implements it) and the list of those it
 //! cannot, with how their absence is detected. What a platform's runtime
 //! does sits in its own file (containers.rs, docker.rs, lxc.rs, linuxvm.rs,
-//! lwip.rs), behind [`Runtime`] and, for what a ledger's containers need,
+//! lwip.rs, vms.rs), behind [`Runtime`] and, for what a ledger's containers need,
 //! [`ContainerRuntime`].
 
 use std::{fs, path::PathBuf, time::Duration};
 
-use super::{Ledger, containers, docker, linuxvm, lwip, lxc};
+use super::{Ledger, containers, docker, linuxvm, lwip, lxc, vms};
 use crate::{Error, Result};
 
 /// Platforms `lab` can start here, and what each needs.
@@ -32,9 +32,16 @@ pub trait Runtime: Sync {
         Duration::from_secs(20)
     }
 
-    /// Whether it also serves iperf3 (on 5201).
-    fn serves_iperf3(&self) -> bool {
-        true
+    /// The ports its instance serves (redis 6379, iperf3 5201, HTTP 8123):
+    /// `up` waits for each.
+    fn ports(&self) -> &'static [u16] {
+        &[6379, 5201]
+    }
+
+    /// What this machine lacks for it beyond its binaries (a KVM that boots
+    /// guests, an image), if anything.
+    fn missing(&self) -> Option<String> {
+        None
     }
 
     /// The command line that runs a command inside an instance whose ledger
@@ -138,6 +145,52 @@ pub const RUNNABLE: &[LabPlatform] = &[
         ],
         runtime: &linuxvm::LinuxVm,
     },
+    LabPlatform {
+        name: "qemu-kvm",
+        net: 20,
+        binaries: &["qemu-system-x86_64"],
+        runtime: &vms::QemuKvm {
+            guest: vms::Guest::Linux,
+            vhost: true,
+            tap: "vtl-qk0",
+        },
+    },
+    LabPlatform {
+        name: "qemu-kvm-novhost",
+        net: 21,
+        binaries: &["qemu-system-x86_64"],
+        runtime: &vms::QemuKvm {
+            guest: vms::Guest::Linux,
+            vhost: false,
+            tap: "vtl-qkn0",
+        },
+    },
+    LabPlatform {
+        name: "firecracker",
+        net: 22,
+        binaries: &[],
+        runtime: &vms::Firecracker { tap: "vtl-fc0" },
+    },
+    LabPlatform {
+        name: "unikraft-vhost",
+        net: 23,
+        binaries: &["qemu-system-x86_64"],
+        runtime: &vms::QemuKvm {
+            guest: vms::Guest::Unikraft,
+            vhost: true,
+            tap: "vtl-ukv0",
+        },
+    },
+    LabPlatform {
+        name: "unikraft-virtio",
+        net: 24,
+        binaries: &["qemu-system-x86_64"],
+        runtime: &vms::QemuKvm {
+            guest: vms::Guest::Unikraft,
+            vhost: false,
+            tap: "vtl-uk0",
+        },
+    },
 ];
 
 /// A platform this lab cannot start: what it needs, and why not.
@@ -155,21 +208,9 @@ pub type Present = (fn() -> bool, &'static str);
 /// Platforms this lab cannot start, and how their absence is detected.
 pub const NOT_RUNNABLE: &[NotRunnable] = &[
     NotRunnable {
-        name: "firecracker",
-        binaries: &["firecracker"],
-        why: "needs the firecracker binary and a KVM that boots Linux guests",
-        present: None,
-    },
-    NotRunnable {
         name: "kata",
         binaries: &["containerd-shim-kata-v2", "kata-runtime"],
         why: "needs Kata Containers (shim, runtime, guest image) and containerd",
-        present: None,
-    },
-    NotRunnable {
-        name: "unikraft",
-        binaries: &["kraft"],
-        why: "needs kraft and a Unikraft image, and a KVM that boots guests",
         present: None,
     },
     NotRunnable {
@@ -226,7 +267,10 @@ pub(super) fn lab_platform(name: &str) -> Result<&'static LabPlatform> {
 pub fn availability(name: &str) -> Option<String> {
     if let Some(p) = RUNNABLE.iter().find(|p| p.name == name) {
         let missing: Vec<&str> = p.binaries.iter().copied().filter(|b| !which(b)).collect();
-        return (!missing.is_empty()).then(|| format!("missing {} (run scripts/setup.sh)", missing.join(", ")));
+        if !missing.is_empty() {
+            return Some(format!("missing {} (run scripts/setup.sh)", missing.join(", ")));
+        }
+        return p.runtime.missing();
     }
     let n = not_runnable(name)?;
     let missing: Vec<&str> = n.binaries.iter().copied().filter(|b| !which(b)).collect();

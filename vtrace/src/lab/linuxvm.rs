@@ -3,6 +3,11 @@
 //! plus a busybox initramfs that brings up eth0 and runs redis and iperf3.
 //! KVM is used when it can boot a Linux guest, TCG otherwise, and the
 //! ledger says which.
+//!
+//! The same kernel and initramfs serve every Linux guest of the lab (the
+//! QEMU/KVM platforms and Firecracker, vms.rs): the guest takes its address
+//! from the kernel command line ([`address_arg`]), and the initramfs loads
+//! both virtio transports (PCI for QEMU, MMIO for Firecracker).
 
 use std::{
     collections::BTreeSet,
@@ -16,8 +21,12 @@ use super::{DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, net};
 use crate::{Error, Result, workload::netns::sh};
 
 pub const TAP: &str = "vtl-vm0";
+/// What the Linux guests serve: redis, iperf3, HTTP.
+pub(super) const LINUX_GUEST_PORTS: &[u16] = &[6379, 5201, super::HTTP_PORT];
+/// What the Linux guests run (with their shared libraries).
+const GUEST_BINARIES: &[&str] = &["busybox", "redis-server", "iperf3"];
 /// Bumped when the initramfs contents change.
-const INITRD_VERSION: &str = "1";
+const INITRD_VERSION: &str = "4";
 
 fn dir() -> PathBuf {
     Path::new(DATA_DIR).join("linuxvm")
@@ -152,25 +161,52 @@ pub(super) fn pack(tree: &Path, out: &Path) -> Result<()> {
     sh(&["sh", "-c", &cmd])
 }
 
+/// The kernel command-line word that gives a lab guest its address (/24;
+/// the host's side is .1).
+pub(super) fn address_arg(guest_addr: &str) -> String {
+    format!("vtrace.addr={guest_addr}")
+}
+
+/// Where the initramfs is cached; [`initramfs`] makes it.
+pub(super) fn initramfs_path() -> PathBuf {
+    dir().join("initrd.gz")
+}
+
 /// The initramfs: busybox, redis-server, iperf3 (with their libraries), the
-/// virtio network modules and an /init that serves on `guest_addr`.
-fn initramfs(modules: &Path, guest_addr: &str) -> Result<PathBuf> {
-    let out = dir().join(format!("initrd-{guest_addr}.gz"));
+/// virtio network modules (PCI and MMIO transports) and an /init that serves
+/// redis, iperf3 and HTTP (busybox httpd) on the address of its kernel
+/// command line ([`address_arg`]).
+pub(super) fn initramfs() -> Result<PathBuf> {
+    let out = initramfs_path();
     let marker = dir().join("initrd.version");
     if out.exists() && fs::read_to_string(&marker).is_ok_and(|v| v == INITRD_VERSION) {
         return Ok(out);
     }
-    let root = super::rootfs::ensure()?;
+    let (_, modules) = kernel()?;
     let tree = dir().join("initrd-tree");
     let _ = fs::remove_dir_all(&tree);
-    sh(&["cp", "-a", &root.display().to_string(), &tree.display().to_string()])?;
-    let insmods = install_modules(&tree, modules, &["virtio_pci", "virtio_net"])?;
+    // Only what the guest runs: a lean archive boots in a second where the
+    // containers' root filesystem (node, fio) took several, nested.
+    for d in ["bin", "proc", "sys", "dev", "tmp", "etc"] {
+        fs::create_dir_all(tree.join(d)).map_err(crate::error::io(format!("create {d}")))?;
+    }
+    for binary in GUEST_BINARIES {
+        let bin = super::rootfs::find(binary)?;
+        fs::copy(&bin, tree.join("bin").join(binary)).map_err(crate::error::io(format!("copy {binary}")))?;
+        for lib in super::rootfs::libraries(&bin) {
+            super::rootfs::copy_into(&tree, &lib)?;
+        }
+    }
+    let insmods = install_modules(&tree, &modules, &["virtio_pci", "virtio_mmio", "virtio_net"])?;
     let init = format!(
         "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nmount -t proc proc /proc\nmount -t sysfs sys /sys\n\
-         mount -t devtmpfs dev /dev\n{insmods}ip link set lo up\nip link set eth0 up\n\
-         ip addr add {guest_addr}/24 dev eth0\niperf3 -s -D\n\
+         mount -t devtmpfs dev /dev\n{insmods}\
+         addr=$(sed -n 's/.*vtrace.addr=\\([0-9.]*\\).*/\\1/p' /proc/cmdline)\n\
+         ip link set lo up\nip link set eth0 up\nip addr add $addr/24 dev eth0\niperf3 -s -D\n\
+         mkdir -p /www\necho 'It works!' > /www/index.html\nhttpd -p {http} -h /www\n\
          redis-server --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no --daemonize yes\n\
-         echo vtrace-linuxvm-ready\nexec sleep 2147483647\n"
+         echo vtrace-linuxvm-ready\nexec sleep 2147483647\n",
+        http = super::HTTP_PORT
     );
     let init_path = tree.join("init");
     fs::write(&init_path, init).map_err(crate::error::io("write init"))?;
@@ -180,6 +216,69 @@ fn initramfs(modules: &Path, guest_addr: &str) -> Result<PathBuf> {
     let _ = fs::remove_dir_all(&tree);
     fs::write(&marker, INITRD_VERSION).map_err(crate::error::io("write initrd marker"))?;
     Ok(out)
+}
+
+/// The kernel as an ELF vmlinux (what Firecracker loads), unpacked once from
+/// the bzImage's compressed payload the way the kernel's
+/// scripts/extract-vmlinux does: at each offset a compressor's magic
+/// appears, the payload is handed to that compressor's own tool (the
+/// kernel's xz stream uses the x86 BCJ filter, which only liblzma's tools
+/// unpack), and the first output that is an ELF image wins.
+pub(super) fn vmlinux() -> Result<PathBuf> {
+    let (vmlinuz, _) = kernel()?;
+    let out = dir().join("vmlinux");
+    if out.exists() {
+        return Ok(out);
+    }
+    let image = fs::read(&vmlinuz).map_err(crate::error::io(format!("read {}", vmlinuz.display())))?;
+    const PAYLOADS: &[(&[u8], &str)] = &[
+        (b"\xfd7zXZ\x00", "xz"),
+        (b"\x02\x21\x4c\x18", "lz4"),
+        (b"\x1f\x8b\x08", "gzip"),
+        (b"\x28\xb5\x2f\xfd", "zstd"),
+    ];
+    let elf = PAYLOADS
+        .iter()
+        .flat_map(|(magic, tool)| {
+            image
+                .windows(magic.len())
+                .enumerate()
+                .filter(move |(_, w)| w == magic)
+                .map(move |(at, _)| (at, *tool))
+        })
+        .find_map(|(at, tool)| unpack(tool, &image[at..]).filter(|b| b.starts_with(b"\x7fELF")))
+        .ok_or_else(|| {
+            unavailable(format!(
+                "no ELF kernel found in {} (tried its xz, lz4, gzip and zstd payloads with those tools)",
+                vmlinuz.display()
+            ))
+        })?;
+    let tmp = out.with_extension("tmp");
+    fs::write(&tmp, elf).map_err(crate::error::io(format!("write {}", tmp.display())))?;
+    fs::rename(&tmp, &out).map_err(crate::error::io(format!("rename {}", tmp.display())))?;
+    Ok(out)
+}
+
+/// `tool -dc` over `data`: what it wrote, whatever it said of the bytes
+/// after the stream (the rest of the bzImage).
+fn unpack(tool: &str, data: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write;
+    let mut child = Command::new(tool)
+        .arg("-dc")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut stdin = child.stdin.take()?;
+    let out = std::thread::scope(|s| {
+        s.spawn(move || {
+            let _ = stdin.write_all(data);
+        });
+        child.wait_with_output()
+    })
+    .ok()?;
+    Some(out.stdout)
 }
 
 /// TCG by default: this machine's KVM (PVM) cannot boot a Linux guest.
@@ -202,13 +301,17 @@ impl Runtime for LinuxVm {
     fn boot(&self) -> Duration {
         Duration::from_secs(90) // a TCG guest boots in seconds to tens of seconds
     }
+
+    fn ports(&self) -> &'static [u16] {
+        LINUX_GUEST_PORTS
+    }
 }
 
 fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
     let (_, guest_addr) = address(p);
     fs::create_dir_all(dir()).map_err(crate::error::io(format!("create {}", dir().display())))?;
-    let (vmlinuz, modules) = kernel()?;
-    let initrd = initramfs(&modules, &guest_addr)?;
+    let (vmlinuz, _) = kernel()?;
+    let initrd = initramfs()?;
     net::tap(ledger, p, TAP, None)?;
     let run = dir().join("run");
     ledger.add(Resource::Dir {
@@ -236,7 +339,10 @@ fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
             "-initrd",
             &initrd.display().to_string(),
         ])
-        .args(["-append", "console=ttyS0 quiet panic=-1"])
+        .args([
+            "-append",
+            &format!("console=ttyS0 quiet panic=-1 {}", address_arg(&guest_addr)),
+        ])
         .args([
             "-netdev",
             &format!("tap,id=n0,ifname={TAP},script=no,downscript=no,vhost=off"),

@@ -56,8 +56,8 @@ impl Runtime for Lwip {
         up(p, ledger)
     }
 
-    fn serves_iperf3(&self) -> bool {
-        false // serves redis only
+    fn ports(&self) -> &'static [u16] {
+        &[6379] // redis only
     }
 }
 

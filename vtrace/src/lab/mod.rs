@@ -22,6 +22,7 @@ mod lwip;
 mod lxc;
 mod net;
 mod rootfs;
+mod vms;
 
 use std::{
     fs,
@@ -33,6 +34,7 @@ pub use self::{
     kinds::{ContainerRuntime, LabPlatform, NOT_RUNNABLE, NotRunnable, RUNNABLE, Runtime, availability, which},
     ledger::{LEDGER_DIR, Ledger, Resource, leftovers},
     net::{address, ipv4_only, veth_netns, wait_listening},
+    vms::{FIRECRACKER_ENV, HTTP_PORT, UNIKRAFT_IMAGE_ENV, kvm_cannot_boot_guests},
 };
 use self::{
     kinds::{container_runtime, lab_platform, not_runnable},
@@ -101,22 +103,27 @@ pub fn up(name: &str) -> Result<Ledger> {
         ..Default::default()
     };
     ledger.save()?;
-    let made = p.runtime.up(p, &mut ledger);
-    // The address may be the runtime's choice (docker).
-    let addr = ledger.address.clone();
-    let made = made
-        .and_then(|()| wait_listening(&addr, 6379, p.runtime.boot()))
-        .and_then(|()| {
-            if p.runtime.serves_iperf3() {
-                wait_listening(&addr, 5201, Duration::from_secs(10))
+    let began = std::time::Instant::now();
+    // The address may be the runtime's choice (docker): read after `up`.
+    let made = p.runtime.up(p, &mut ledger).and_then(|()| {
+        for (i, &port) in p.runtime.ports().iter().enumerate() {
+            // The first port waits for the boot; the others are up by then.
+            let wait = if i == 0 {
+                p.runtime.boot()
             } else {
-                Ok(())
-            }
-        });
+                Duration::from_secs(10)
+            };
+            wait_listening(&ledger.address, port, wait)?;
+        }
+        Ok(())
+    });
     if let Err(e) = made {
         let _ = down_locked(name);
         return Err(e);
     }
+    ledger.note = format!("{}; ready in {:.1} s", ledger.note, began.elapsed().as_secs_f64())
+        .trim_start_matches("; ")
+        .to_string();
     ledger.ready = true;
     ledger.save()?;
     Ok(ledger)
@@ -180,12 +187,52 @@ pub fn exec_command(platform: &str, command: &[String]) -> Result<Vec<String>> {
     Ok(argv)
 }
 
+/// What the instance of `platform` serves where: "redis 10.99.11.2:6379,
+/// iperf3 10.99.11.2:5201".
+pub fn serves(platform: &str, addr: &str) -> String {
+    let Some(p) = RUNNABLE.iter().find(|p| p.name == platform) else {
+        return addr.to_string();
+    };
+    let name = |port| match port {
+        6379 => "redis",
+        5201 => "iperf3",
+        HTTP_PORT => "http",
+        _ => "tcp",
+    };
+    let each: Vec<String> = p
+        .runtime
+        .ports()
+        .iter()
+        .map(|&port| format!("{} {addr}:{port}", name(port)))
+        .collect();
+    each.join(", ")
+}
+
+/// Whether the instance of `platform` serves `port` (any port for a name
+/// the lab does not know: the user's own instance).
+pub fn serves_port(platform: &str, port: u16) -> bool {
+    RUNNABLE
+        .iter()
+        .find(|p| p.name == platform)
+        .is_none_or(|p| p.runtime.ports().contains(&port))
+}
+
+/// A workload that drives the instance of `platform` at `addr`: redis where
+/// it serves redis, `vtrace http-load` where it serves only HTTP.
+pub fn example_workload(platform: &str, addr: &str) -> String {
+    if serves_port(platform, 6379) {
+        format!("redis-benchmark -h {addr} -t get,set -d 64")
+    } else {
+        format!("vtrace http-load {addr}:{HTTP_PORT} -n 1000")
+    }
+}
+
 /// One line per platform: running (address), or startable, or why not.
 pub fn status() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for p in RUNNABLE {
         let state = match Ledger::load(p.name) {
-            Some(l) if l.ready => format!("up: redis {0}:6379, iperf3 {0}:5201 {1}", l.address, l.note),
+            Some(l) if l.ready => format!("up: {} {}", serves(p.name, &l.address), l.note),
             Some(_) => "half-made (run `vtrace lab down` to clean up)".into(),
             None => match availability(p.name) {
                 Some(why) => format!("cannot start: {why}"),

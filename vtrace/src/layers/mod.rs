@@ -11,7 +11,10 @@
 //! section). [`REGISTRY`] lists them; `record` runs them through one generic
 //! loop (docs/adding-a-layer.md).
 
-use std::{collections::HashSet, path::Path};
+use std::{
+    collections::{HashMap, HashSet},
+    path::Path,
+};
 
 use aya::Ebpf;
 use vtrace_common::Config;
@@ -152,6 +155,10 @@ pub struct End<'a> {
 pub struct Facts {
     /// Threads that ran a vCPU (the KVM layer's): the CPU layer gives them the `vcpu` role.
     pub vcpu_tids: HashSet<u32>,
+    /// (netns, ifindex) -> the name the kernel gave a device when a probe
+    /// first saw it (the tun layer's): a device created and removed during
+    /// the run keeps its name in every table.
+    pub device_names: HashMap<(u32, u32), String>,
 }
 
 /// What a layer's collector sees when it emits its tables.

@@ -31,7 +31,10 @@ impl Attribution {
         for snap in snapshots {
             for inst in snap {
                 let idx = match instances.iter().position(|i| i.id == inst.id) {
-                    Some(i) => i,
+                    Some(i) => {
+                        merge(&mut instances[i], &inst);
+                        i
+                    }
                     None => {
                         instances.push(inst.clone());
                         instances.len() - 1
@@ -97,4 +100,30 @@ impl Attribution {
         }
         None
     }
+}
+
+/// A later sighting of `known` adds what had not appeared yet: processes,
+/// threads and devices (a VM's tap and vhost worker come after its VMM
+/// starts); its variant is the later one's, which saw more (vhost in use).
+fn merge(known: &mut Instance, later: &Instance) {
+    for p in &later.processes {
+        if !known.processes.contains(p) {
+            known.processes.push(*p);
+        }
+    }
+    for t in &later.threads {
+        if !known.threads.iter().any(|k| k.tid == t.tid) {
+            known.threads.push(t.clone());
+        }
+    }
+    for d in &later.devices {
+        if !known
+            .devices
+            .iter()
+            .any(|k| k.netns == d.netns && k.ifindex == d.ifindex)
+        {
+            known.devices.push(d.clone());
+        }
+    }
+    known.variant = later.variant.clone();
 }

@@ -53,6 +53,13 @@ pub fn ids(instances: &[Instance]) -> String {
     }
 }
 
+/// Whether `--platform platform` (its name or a variant's) and `--instance
+/// instance` (an id or a root pid) choose `i`.
+pub fn chooses(i: &Instance, platform: &str, instance: Option<&str>) -> bool {
+    (i.platform == platform || i.variant == platform)
+        && instance.is_none_or(|id| i.id == id || i.root_pid.to_string() == id)
+}
+
 /// Instances of `platform` (matched on platform or variant name) running now,
 /// optionally only the one with id `instance`.
 pub fn select(
@@ -73,11 +80,7 @@ pub fn select(
         });
     }
     let detected = ids(&all);
-    let chosen: Vec<Instance> = all
-        .into_iter()
-        .filter(|i| i.platform == platform || i.variant == platform)
-        .filter(|i| instance.is_none_or(|id| i.id == id || i.root_pid.to_string() == id))
-        .collect();
+    let chosen: Vec<Instance> = all.into_iter().filter(|i| chooses(i, platform, instance)).collect();
     if chosen.is_empty() {
         return Err(Error::NoInstance {
             platform: platform.into(),

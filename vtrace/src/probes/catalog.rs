@@ -51,6 +51,7 @@ impl Strategy {
     pub fn method(&self) -> &'static str {
         match self {
             Strategy::FEntry { .. } => "fentry",
+            Strategy::KProbe { program, .. } if program.starts_with("kret") => "kretprobe",
             Strategy::KProbe { .. } => "kprobe",
             Strategy::BtfTracepoint { .. } => "tp_btf",
             Strategy::RawTracepoint { .. } => "raw_tp",

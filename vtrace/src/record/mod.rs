@@ -10,6 +10,7 @@ mod preflight;
 mod programs;
 mod recorder;
 mod session;
+mod watch;
 
 use std::{
     path::PathBuf,
@@ -24,6 +25,7 @@ pub use recorder::Recorder;
 use recorder::{Control, runtime};
 pub use session::{OUTPUT_FILE, Stop};
 use session::{Signals, WorkloadChild};
+use watch::InstanceWatch;
 
 use crate::{
     Error, Result,
@@ -142,7 +144,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     // vtrace's own CPU is counted from here: loading, verifying and
     // attaching happened before the workload started.
     let usage_at_start = self_usage();
+    let mut watch = InstanceWatch::new(
+        profiles.clone(),
+        &opts.platform,
+        opts.instance.as_deref(),
+        &instances_at_start,
+    );
     let (mut child, mut stop) = WorkloadChild::spawn(&opts.command, slot.staging(), opts.pass_output);
+    watch.command(child.child.as_ref().and_then(|c| c.id()));
     // What is known now goes into the journal at once: a vtrace killed from
     // here on leaves a recording `vtrace recover` can write.
     let mut meta = Metadata {
@@ -203,6 +212,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
                     c.tick(now)?;
                 }
                 stats.tick();
+                watch.tick();
                 if checkpoints.due() {
                     let parts = Emit {
                         opts,
@@ -264,7 +274,20 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     } else {
         platform_instances(opts, &profiles, &system_at_end).unwrap_or_default()
     };
-    let attribution = Attribution::new(profiles, vec![instances_at_start, instances_at_end]);
+    let no_instance = opts.platform != platforms::HOST
+        && instances_at_start.is_empty()
+        && watch.sightings.is_empty()
+        && instances_at_end.is_empty();
+    if no_instance {
+        notes.push(format!(
+            "no {} instance ran during the recording: nothing is attributed to it",
+            opts.platform
+        ));
+    }
+    let sightings = std::iter::once(instances_at_start)
+        .chain(watch.sightings)
+        .chain([instances_at_end]);
+    let attribution = Attribution::new(profiles, sightings.collect());
     notes.extend(instance_notes(&attribution));
     notes.extend(checkpoints.notes());
     let usage_total = self_usage();

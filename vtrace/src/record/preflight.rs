@@ -29,7 +29,12 @@ pub(super) fn platform_instances(
         return Ok(Vec::new());
     }
     let all = platforms::detect(profiles, system);
-    platforms::select(profiles, all, &opts.platform, opts.instance.as_deref())
+    match platforms::select(profiles, all, &opts.platform, opts.instance.as_deref()) {
+        // The command may start it (`--platform firecracker -- firecracker
+        // ...`): the watch finds it when it appears.
+        Err(Error::NoInstance { .. }) if !opts.command.is_empty() => Ok(Vec::new()),
+        found => found,
+    }
 }
 
 /// Checks everything that can be checked before the workload starts.

@@ -49,6 +49,17 @@ impl Recorder {
     /// An error before that (privileges, a probe the CPU layer cannot do
     /// without) is returned as the command line would report it.
     pub fn start(opts: RecordOptions) -> Result<Recorder> {
+        Self::start_with(opts, Some(RECORDER_THREAD))
+    }
+
+    /// As [`Recorder::start`], from vtrace's own program (`vtrace bench`):
+    /// every thread of this process, and every helper it runs that is not
+    /// the workload, is vtrace's, not the recorder's threads only.
+    pub fn start_in_vtrace(opts: RecordOptions) -> Result<Recorder> {
+        Self::start_with(opts, None)
+    }
+
+    fn start_with(opts: RecordOptions, own_threads: Option<&'static str>) -> Result<Recorder> {
         let prepared = preflight(&opts)?;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let (attached_tx, attached_rx) = std::sync::mpsc::channel();
@@ -60,7 +71,7 @@ impl Recorder {
                     stop: Some(stop_rx),
                     attached: Some(attached_tx),
                     // Threads this one starts (the event reader) inherit its name.
-                    own_threads: Some(RECORDER_THREAD),
+                    own_threads,
                 };
                 runtime()?.block_on(run(&opts, prepared, control))
             })

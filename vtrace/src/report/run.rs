@@ -156,7 +156,9 @@ pub fn probes(rec: &Recording) -> Section {
             p.id.clone(),
             p.layer.clone(),
             p.method.clone().unwrap_or_else(|| "unavailable".into()),
-            runs(&p.id).map_or_else(|| "-".into(), |r| r.run_count.to_string()),
+            // Every run, counted by the program itself (the kernel's own
+            // run count covers only the windows its statistics were on).
+            runs(&p.id).map_or_else(|| "-".into(), |r| r.events.to_string()),
             p.note(),
         ]);
     }

@@ -33,12 +33,18 @@ pub fn render(sections: &[Section]) -> String {
 
 fn row(o: &mut String, columns: &[Column], cells: &[String]) {
     o.push_str("  ");
-    for (c, cell) in columns.iter().zip(cells) {
+    let last = columns.len().min(cells.len()).saturating_sub(1);
+    for (i, (c, cell)) in columns.iter().zip(cells).enumerate() {
         o.extend(std::iter::repeat_n(' ', c.gap));
         let _ = match c.align {
             Align::Left => write!(o, "{cell:<w$}", w = c.width),
             Align::Right => write!(o, "{cell:>w$}", w = c.width),
         };
+        // A left cell wider than its column still ends in a space: names
+        // never run into the next column ("firecrackervcpu").
+        if c.align == Align::Left && i < last && cell.chars().count() >= c.width && c.width > 0 {
+            o.push(' ');
+        }
     }
     o.push('\n');
 }

@@ -54,7 +54,7 @@ pub(crate) const ROLE_COLORS: [(&str, RGBColor); 18] = [
 
 /// The platforms vtrace knows (vtrace/src/platforms/profiles.toml), each its
 /// own colour: bench figures put up to all of them side by side.
-pub(crate) const PLATFORM_COLORS: [(&str, RGBColor); 12] = [
+pub(crate) const PLATFORM_COLORS: [(&str, RGBColor); 16] = [
     ("host", RGBColor(0x4e, 0x79, 0xa7)),
     ("runc", RGBColor(0xf2, 0x8e, 0x2b)),
     ("crun", RGBColor(0xed, 0xc9, 0x48)),
@@ -67,6 +67,11 @@ pub(crate) const PLATFORM_COLORS: [(&str, RGBColor); 12] = [
     ("kata", RGBColor(0x17, 0xbe, 0xcf)),
     ("unikraft", RGBColor(0xbc, 0xbd, 0x22)),
     ("sriov", RGBColor(0x7f, 0x7f, 0x7f)),
+    // The VM platforms, as detection and the lab name them.
+    ("qemu-kvm", RGBColor(0xd6, 0x27, 0x28)),
+    ("qemu-kvm-novhost", RGBColor(0xff, 0x98, 0x96)),
+    ("unikraft-vhost", RGBColor(0x8c, 0x8d, 0x00)),
+    ("unikraft-virtio", RGBColor(0xdb, 0xdb, 0x8d)),
 ];
 
 /// The colour of a state, role ("platform/role" too) or platform; any other

@@ -50,6 +50,7 @@ pub fn plural(unit: &str) -> String {
 /// `command`, when a workload vtrace knows printed its summary.
 pub fn parse(command: &[String], output: &str) -> Option<Operations> {
     redis_benchmark(command, output)
+        .or_else(|| http_load(output))
         .or_else(|| iperf3(output))
         .or_else(|| fio(output))
         .or_else(|| ping(output))
@@ -109,6 +110,17 @@ fn redis_benchmark(command: &[String], output: &str) -> Option<Operations> {
         count,
         unit: "request".into(),
         source: "redis-benchmark".into(),
+        per_second: (seconds > 0.0).then(|| count / seconds),
+    })
+}
+
+/// `vtrace http-load`: the requests answered.
+fn http_load(output: &str) -> Option<Operations> {
+    let (count, seconds) = super::http::parse(output)?;
+    Some(Operations {
+        count,
+        unit: "request".into(),
+        source: "http-load".into(),
         per_second: (seconds > 0.0).then(|| count / seconds),
     })
 }

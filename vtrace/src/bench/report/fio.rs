@@ -28,7 +28,7 @@ impl WorkloadSection for Fio {
         let mut t = Table::new(
             "The reads' latency (fio's own clat; device: vtrace's issue -> complete), and the other requests on the same disk meanwhile",
             vec![
-                left("platform", 12),
+                left("platform", 17),
                 left("parameter", 28),
                 col("p50(us)", 9),
                 col("p99(us)", 9),

@@ -10,6 +10,7 @@
 //! behind [`WorkloadSection`], as the layers do for a recording.
 
 mod fio;
+mod http;
 mod iperf3;
 mod modules;
 mod ping;
@@ -69,6 +70,7 @@ fn part(w: Workload) -> &'static dyn WorkloadSection {
         Workload::Ping => &ping::Ping,
         Workload::Fio => &fio::Fio,
         Workload::Modules => &modules::Modules,
+        Workload::Http => &http::Http,
     }
 }
 

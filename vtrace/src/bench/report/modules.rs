@@ -27,7 +27,7 @@ impl WorkloadSection for Modules {
         let mut t = Table::new(
             "Load time and the file syscalls behind it: per module, by call, with their mean latency (the fs layer; gVisor's are its sandbox's and gofer's host calls)",
             vec![
-                left("platform", 12),
+                left("platform", 17),
                 left("parameter", 14),
                 col("load ms", 9),
                 left("calls per module (mean µs)", 0).gap(2),

@@ -42,7 +42,7 @@ impl WorkloadSection for Ping {
         let mut t = Table::new(
             "Round-trip time (µs) over every reply of every run",
             vec![
-                left("platform", 12),
+                left("platform", 17),
                 left("parameter", 24),
                 col("replies", 8),
                 col("p50", 10),

@@ -43,7 +43,7 @@ pub fn workload_section(w: &dyn WorkloadSection, m: &Matrix, cells: &[&CellSumma
     let mut t = Table::new(
         format!("{units} per second (mean [min, max] over the runs)"),
         vec![
-            left("platform", 12),
+            left("platform", 17),
             left("parameter", 24),
             col("runs", 5),
             col("mean", 12),
@@ -90,7 +90,7 @@ pub fn workload_section(w: &dyn WorkloadSection, m: &Matrix, cells: &[&CellSumma
     let mut t = Table::new(
         format!("Packets per {unit} and their mean size, per device and hop"),
         vec![
-            left("platform", 12),
+            left("platform", 17),
             left("parameter", 24),
             left("device", 16),
             left("hop", 10),
@@ -150,7 +150,7 @@ fn per_role_figures(
         }
     }
     let role_ns = |c: &CellSummary, role: &str| per_role(c).iter().find(|(r, _)| r == role).map_or(0.0, |(_, ns)| *ns);
-    let mut columns = vec![left("platform", 12), left("parameter", 24), col("total", 10)];
+    let mut columns = vec![left("platform", 17), left("parameter", 24), col("total", 10)];
     columns.extend(roles.iter().map(|r| col(r.clone(), 10)));
     let mut t = Table::new(table_title, columns);
     for c in cells {

@@ -233,8 +233,13 @@ impl Selection {
 
     /// vtrace's own thread: any of its process on the command line, only
     /// its recorder's when embedded in the program it measures.
+    /// vtrace's own threads, and the helpers it runs (`ip` reading a
+    /// namespace's devices): children of vtrace that are not the workload.
     fn is_vtrace(&self, t: &ThreadTimes, comm: &str) -> bool {
-        t.tgid == self.own_tgid && self.own_comm.is_none_or(|c| comm == c)
+        let own = t.tgid == self.own_tgid && self.own_comm.is_none_or(|c| comm == c);
+        let helper =
+            self.own_comm.is_none() && self.parent.get(&t.tgid) == Some(&self.own_tgid) && !self.selects(t, comm);
+        own || helper
     }
 
     fn selects(&self, t: &ThreadTimes, comm: &str) -> bool {

@@ -132,6 +132,10 @@ pub struct StatCheck {
     /// vtrace's count of the matching events, when it has one.
     pub vtrace: Option<u64>,
     pub vtrace_source: &'static str,
+    /// When KVM's count was last read, ns since the start: the recording's
+    /// end, or earlier when the VM exited first (its debugfs directory
+    /// went with it; vtrace counted on to the end).
+    pub kvm_read_ns: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -177,17 +181,26 @@ fn stats_check(rec: &Recording) -> Vec<StatCheck> {
             .map(|e| e.count)
             .sum()
     };
-    let mut per_pid: BTreeMap<(u32, &str), (usize, u64)> = BTreeMap::new();
+    // (VMs, KVM's count, when last read, vtrace's count read beside KVM's)
+    let mut per_pid: BTreeMap<(u32, &str), (usize, u64, u64, u64)> = BTreeMap::new();
     for s in rec.rows::<crate::layers::kvm::KvmStatRow>() {
         let e = per_pid.entry((s.pid, s.stat.as_str())).or_default();
         e.0 += 1;
         e.1 += s.end.saturating_sub(s.start);
+        e.2 = e.2.max(s.read_ns);
+        e.3 += s.vtrace_end.saturating_sub(s.vtrace_start);
     }
     per_pid
         .into_iter()
-        .map(|((pid, stat), (vms, kvm))| {
+        .map(|((pid, stat), (vms, kvm, kvm_read_ns, paired))| {
             let (vtrace, source) = match stat {
-                "exits" => (Some(events(pid, "exit", None)), "kvm_exit"),
+                // Read beside KVM's own (recordings before schema 2 of the
+                // table: the whole run's events).
+                "exits" if paired > 0 => (Some(paired), "kvm_exit + fastpath re-entries, read with KVM's"),
+                "exits" => (
+                    Some(events(pid, "exit", None) + events(pid, "fastpath_reentry", None)),
+                    "kvm_exit + fastpath re-entries",
+                ),
                 "io_exits" => (Some(events(pid, "pio", None)), "kvm_pio"),
                 "mmio_exits" => (
                     Some(events(pid, "userspace_exit", Some("MMIO"))),
@@ -209,6 +222,7 @@ fn stats_check(rec: &Recording) -> Vec<StatCheck> {
                 kvm,
                 vtrace,
                 vtrace_source: source,
+                kvm_read_ns,
             }
         })
         .collect()

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuHashMap},
+    maps::{HashMap, MapData, PerCpuHashMap},
 };
 use vtrace_common::{
-    KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, fine_bucket_range, kvm_event, kvm_latency,
+    KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, VcpuPending, fine_bucket_range, kvm_event, kvm_latency,
 };
 
 use super::names::{ReasonNames, device_at};
@@ -26,6 +26,7 @@ use crate::{
 pub struct KvmCollector {
     latency: PerCpuHashMap<MapData, KvmLatencyKey, LatencyHist>,
     events: PerCpuHashMap<MapData, KvmEventKey, KvmEventStats>,
+    pending: HashMap<MapData, u32, VcpuPending>,
 }
 
 /// What the KVM maps hold at one moment, summed over CPUs.
@@ -57,7 +58,16 @@ impl KvmCollector {
         Ok(KvmCollector {
             latency: take(ebpf, "KVM_LATENCY")?,
             events: take(ebpf, "KVM_EVENTS")?,
+            pending: take(ebpf, "VCPU_PENDING")?,
         })
+    }
+
+    /// Exits counted so far for the threads `tids` (one lookup each).
+    pub fn exits_of(&self, tids: &[u32]) -> u64 {
+        tids.iter()
+            .filter_map(|tid| self.pending.get(tid, 0).ok())
+            .map(|p| p.exits)
+            .sum()
     }
 
     pub fn snapshot(&self) -> Result<KvmSnapshot> {

@@ -23,7 +23,7 @@ use self::{
     stats::KvmStatsSampler,
 };
 use super::{
-    Collector, Emit, End, Facts, Layer, LayerOutput, Setup,
+    Attached, Collector, Emit, End, Facts, Layer, LayerOutput, Setup,
     cpu::{ThreadRow, monotonic_ns},
 };
 use crate::probes::offsets::KernelLayout;
@@ -105,7 +105,8 @@ impl Layer for KvmLayer {
                 .as_ref()
                 .map(|t| ReasonNames::from_tracefs(t))
                 .unwrap_or_default(),
-            stats: KvmStatsSampler::start(),
+            // Read first in `baseline`, once every probe is attached.
+            stats: KvmStatsSampler::default(),
             last: KvmSnapshot::default(),
             last_at: setup.start_mono,
             start_mono: setup.start_mono,
@@ -149,17 +150,27 @@ impl KvmRecorder {
 }
 
 impl Collector for KvmRecorder {
+    fn baseline(&mut self, _attached: &Attached) -> Result<()> {
+        let maps = &self.maps;
+        self.stats = KvmStatsSampler::start(self.start_mono, monotonic_ns(), &|tids| maps.exits_of(tids));
+        Ok(())
+    }
+
     fn tick(&mut self, now_mono: u64) -> Result<()> {
-        self.stats.sample();
+        let maps = &self.maps;
+        self.stats.sample(now_mono, &|tids| maps.exits_of(tids));
         let snap = self.maps.snapshot()?;
         self.push_interval(snap, now_mono);
         Ok(())
     }
 
     fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        // KVM's counters and vtrace's maps read back to back, at one time.
+        let now = monotonic_ns();
+        let maps = &self.maps;
+        self.stats.sample(now, &|tids| maps.exits_of(tids));
         let snap = self.maps.snapshot()?;
-        self.push_interval(snap, monotonic_ns());
-        self.stats.sample();
+        self.push_interval(snap, now);
         Ok(())
     }
 
@@ -186,6 +197,19 @@ impl Collector for KvmRecorder {
                  figure of the overhead section)"
                     .into(),
             );
+        }
+        let timed = ctx.probes.iter().any(|p| p.id == "kvm_run" && p.available);
+        let uexits: u64 = events
+            .iter()
+            .filter(|e| e.kind == "userspace_exit")
+            .map(|e| e.count)
+            .sum();
+        if !timed && uexits > 0 {
+            out.notes.push(format!(
+                "{uexits} user-space exits counted, but the VMM's handling of them was not timed: no process ran a \
+                 vCPU when recording started (a VM the command starts), so the KVM_RUN probe stayed off (it slows \
+                 every syscall while attached); `--kvm-run` attaches it from the start"
+            ));
         }
         let exits_seen = latency.iter().any(|r| r.kind == "exit");
         if !exits_seen && latency.iter().any(|r| r.kind == "userspace_exit") {

@@ -157,6 +157,11 @@ pub fn device_at(kind: u32, addr: u64) -> &'static str {
             0xfee0_0000..=0xfeef_ffff => "local-apic",
             0xfec0_0000..=0xfec0_0fff => "ioapic",
             0xfed0_0000..=0xfed0_03ff => "hpet",
+            // Firecracker's virtio-mmio devices (x86_64): a 4 KiB window
+            // each from 0xc000_1000 (its layout's MMIO32_MEM_START plus a
+            // page); offset 0x50 is QueueNotify, the guest's kick.
+            0xc000_1000..=0xc0ff_ffff if addr & 0xfff == 0x50 => "virtio-mmio notify (firecracker)",
+            0xc000_1000..=0xc0ff_ffff => "virtio-mmio (firecracker)",
             _ => "",
         },
         _ => "",

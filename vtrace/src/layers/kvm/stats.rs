@@ -34,19 +34,32 @@ pub struct KvmStatsSampler {
     last: BTreeMap<(String, &'static str), u64>,
     /// VMs that existed when recording started (their first value is a baseline, not 0).
     at_start: std::collections::HashSet<String>,
+    /// When each VM's statistics were last read, ns since the start.
+    read_at: BTreeMap<String, u64>,
+    /// vtrace's own count of each VM's exits at its first and last reading
+    /// of `exits`, read around it (see [`read_exits`]).
+    vtrace_exits: BTreeMap<String, (u64, u64)>,
+    start_mono: u64,
     /// Why statistics could not be read, once.
     pub error: Option<String>,
 }
 
 impl KvmStatsSampler {
-    pub fn start() -> Self {
-        let mut s = KvmStatsSampler::default();
-        s.sample();
+    /// The first reading: taken once every probe is attached, so that what
+    /// KVM counts from here vtrace counts too.
+    pub fn start(start_mono: u64, now_mono: u64, exits_of: &dyn Fn(&[u32]) -> u64) -> Self {
+        let mut s = KvmStatsSampler {
+            start_mono,
+            ..Default::default()
+        };
+        s.sample(now_mono, exits_of);
         s.at_start = s.first.keys().map(|(vm, _)| vm.clone()).collect();
         s
     }
 
-    pub fn sample(&mut self) {
+    /// Reads every VM's statistics now (`now_mono`); `exits_of` gives
+    /// vtrace's count of exits of the given threads.
+    pub fn sample(&mut self, now_mono: u64, exits_of: &dyn Fn(&[u32]) -> u64) {
         // Refused once (lockdown), refused always: do not retry every interval.
         if self.error.is_some() {
             return;
@@ -60,12 +73,20 @@ impl KvmStatsSampler {
             if !name.contains('-') || !vm.path().is_dir() {
                 continue;
             }
-            for stat in KVM_STATS {
+            let pid = name.split('-').next().unwrap_or("");
+            if let Some((kvm, vtrace)) = read_exits(&vm.path(), pid, exits_of) {
+                self.first.entry((name.clone(), "exits")).or_insert(kvm);
+                self.last.insert((name.clone(), "exits"), kvm);
+                self.vtrace_exits.entry(name.clone()).or_insert((vtrace, vtrace)).1 = vtrace;
+            }
+            for stat in KVM_STATS.iter().filter(|s| **s != "exits") {
                 match std::fs::read_to_string(vm.path().join(stat)) {
                     Ok(v) => {
                         if let Ok(v) = v.trim().parse::<u64>() {
                             self.first.entry((name.clone(), stat)).or_insert(v);
                             self.last.insert((name.clone(), stat), v);
+                            self.read_at
+                                .insert(name.clone(), now_mono.saturating_sub(self.start_mono));
                         }
                     }
                     Err(e) if self.error.is_none() => {
@@ -96,7 +117,37 @@ impl KvmStatsSampler {
                     0
                 },
                 end,
+                read_ns: self.read_at.get(vm).copied().unwrap_or(0),
+                // A VM created while recording: vtrace counted from 0 too.
+                vtrace_start: match self.vtrace_exits.get(vm) {
+                    Some(&(first, _)) if self.at_start.contains(vm) => first,
+                    _ => 0,
+                },
+                vtrace_end: self.vtrace_exits.get(vm).map_or(0, |v| v.1),
             })
             .collect()
     }
+}
+
+/// KVM's `exits` of the VM at `dir` (of process `pid`) and vtrace's count
+/// of the same VM's exits at the same moment: vtrace's count is read
+/// before and after KVM's, and again until both agree (an exit between
+/// them would be in one and not the other). None when the VM is gone.
+fn read_exits(dir: &std::path::Path, pid: &str, exits_of: &dyn Fn(&[u32]) -> u64) -> Option<(u64, u64)> {
+    let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut last = None;
+    for _ in 0..5 {
+        let before = exits_of(&tids);
+        let kvm: u64 = std::fs::read_to_string(dir.join("exits")).ok()?.trim().parse().ok()?;
+        let after = exits_of(&tids);
+        last = Some((kvm, after));
+        if before == after {
+            break;
+        }
+    }
+    last
 }

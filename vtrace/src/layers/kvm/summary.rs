@@ -146,9 +146,11 @@ fn text(s: &mut Section, rec: &Recording, k: &KvmSummary, top: usize) {
                 left("stat", 18).gap(2),
                 col("kvm", 12),
                 col("vtrace", 12),
+                col("kvm read at", 12),
                 left("vtrace source", 0).gap(2),
             ],
         );
+        let wall_s = rec.meta.wall_ns as f64 / 1e9;
         for c in &k.stats_check {
             t.row(vec![
                 c.pid.to_string(),
@@ -156,10 +158,26 @@ fn text(s: &mut Section, rec: &Recording, k: &KvmSummary, top: usize) {
                 c.stat.clone(),
                 c.kvm.to_string(),
                 c.vtrace.map_or("-".to_string(), |v| v.to_string()),
+                format!("{:.1} s", c.kvm_read_ns as f64 / 1e9),
                 c.vtrace_source.to_string(),
             ]);
         }
         s.table(t);
+        // A VM that exited took its debugfs directory with it: KVM's count
+        // ends at its last reading (one interval or less before it exited).
+        if let Some(c) = k
+            .stats_check
+            .iter()
+            .filter(|c| (c.kvm_read_ns as f64 / 1e9) < wall_s - 0.05)
+            .min_by_key(|c| c.kvm_read_ns)
+        {
+            s.lines([format!(
+                "KVM's counts of pid {} end at {:.1} s of {wall_s:.1} s: the VM exited and its statistics went \
+                 with it; vtrace's count beside them was read at the same moments (its other tables cover the whole run)",
+                c.pid,
+                c.kvm_read_ns as f64 / 1e9
+            )]);
+        }
     }
 }
 

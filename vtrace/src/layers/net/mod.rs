@@ -282,9 +282,10 @@ impl Collector for NetRecorder {
             &self.counters_end,
             ctx.attribution,
             &drop_names,
+            &ctx.facts.device_names,
         );
         let threads = ctx.tables.rows::<ThreadRow>();
-        let (tun_io, tun_sizes) = rows::tun_rows(&self.tun_stats, ctx.system, threads);
+        let (tun_io, tun_sizes) = rows::tun_rows(&self.tun_stats, ctx.system, threads, &ctx.facts.device_names);
         out.losses.extend([
             (
                 "net.event_drops",

@@ -21,8 +21,21 @@ pub fn net_rows(
     end: &HashMap<(u32, u32), DeviceCounters>,
     attribution: &Attribution,
     drop_names: &HashMap<u32, String>,
+    device_names: &HashMap<(u32, u32), String>,
 ) -> NetTables {
     use vtrace_common::{LOG2_BUCKETS, hop};
+    // A device gone by the end has no counters there: its name is the one a
+    // probe saw (`device_names`), or the one detection saw.
+    let seen_name = |netns: u32, ifindex: u32| {
+        device_names.get(&(netns, ifindex)).cloned().or_else(|| {
+            attribution
+                .instances()
+                .iter()
+                .flat_map(|i| &i.devices)
+                .find(|d| d.netns as u32 == netns && d.ifindex == ifindex)
+                .map(|d| d.name.clone())
+        })
+    };
     let owner: HashMap<(u32, u32), (String, String, String)> = attribution
         .instances()
         .iter()
@@ -64,7 +77,10 @@ pub fn net_rows(
         dev_rows.push(NetDeviceRow {
             netns,
             ifindex,
-            name: c_end.map(|c| c.name.clone()).unwrap_or_else(|| format!("if{ifindex}")),
+            name: c_end
+                .map(|c| c.name.clone())
+                .or_else(|| seen_name(netns, ifindex))
+                .unwrap_or_else(|| format!("if{ifindex}")),
             kind: c_end.map(|c| c.kind.clone()).unwrap_or_default(),
             platform,
             instance,
@@ -164,6 +180,7 @@ pub fn tun_rows(
     stats: &std::collections::BTreeMap<vtrace_common::TunIoKey, vtrace_common::DevStats>,
     system: &SystemSnapshot,
     threads: &[crate::layers::cpu::ThreadRow],
+    device_names: &HashMap<(u32, u32), String>,
 ) -> (Vec<TunIoRow>, Vec<NetSizeRow>) {
     let mut rows = Vec::new();
     let mut sizes = Vec::new();
@@ -174,6 +191,7 @@ pub fn tun_rows(
             .iter()
             .find(|d| d.netns as u32 == netns && d.ifindex == ifindex)
             .map(|d| d.name.clone())
+            .or_else(|| device_names.get(&(netns, ifindex)).cloned())
             .unwrap_or_else(|| format!("if{ifindex}"));
         let comm = threads
             .iter()

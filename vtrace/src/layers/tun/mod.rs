@@ -17,7 +17,7 @@ use vtrace_common::{Config, TunKey, TunStats};
 pub use tables::TunRow;
 
 use self::collector::TunMaps;
-use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use super::{Attached, Collector, Emit, End, Facts, Layer, LayerOutput, Setup, cpu::ThreadRow};
 use crate::probes::offsets::{self, KernelLayout};
 use crate::{
     Result,
@@ -42,6 +42,8 @@ impl Layer for TunLayer {
         o.xdp_buff_size = k.size("xdp_buff");
         o.xdp_frame_len = k.member("xdp_frame", "len");
         o.iov_iter_count = k.member("iov_iter", "count");
+        o.kiocb_filp = k.member("kiocb", "ki_filp");
+        o.file_private_data = k.member("file", "private_data");
         // The tun module's own structs: in its BTF, split on vmlinux's (read
         // when the module is loaded; its functions cannot be probed otherwise).
         if let Some(tun) = k.module("tun") {
@@ -88,6 +90,18 @@ impl Collector for TunRecorder {
     fn checkpoint(&mut self, _now: &End) -> Result<bool> {
         self.end = self.maps.snapshot()?;
         Ok(true)
+    }
+
+    fn facts(&self, facts: &mut Facts) {
+        for (key, stats) in self.start.iter().chain(&self.end) {
+            let len = stats.name.iter().position(|&b| b == 0).unwrap_or(stats.name.len());
+            if key.dev != 0 && len > 0 {
+                facts
+                    .device_names
+                    .entry(((key.dev >> 32) as u32, key.dev as u32))
+                    .or_insert_with(|| String::from_utf8_lossy(&stats.name[..len]).into_owned());
+            }
+        }
     }
 
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {

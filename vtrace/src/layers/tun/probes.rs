@@ -2,7 +2,7 @@
 //! kernel functions. They live in modules, so fentry needs the module's
 //! split BTF, which aya cannot load: kprobes are what attaches.
 
-use crate::probes::catalog::{ProbeSpec, kfunc_probe};
+use crate::probes::catalog::{ProbeSpec, Strategy, kfunc_probe};
 
 pub const TUN: &[ProbeSpec] = &[
     kfunc_probe!(
@@ -29,6 +29,28 @@ pub const TUN: &[ProbeSpec] = &[
         "fentry_tun_recvmsg",
         "kprobe_tun_recvmsg"
     ),
+    // A VMM's read/readv on its tap (Firecracker, QEMU without vhost): the
+    // other caller of tun_do_read. Entry finds the tap, return the frame's
+    // size: kprobe + kretprobe (no fexit strategy; module functions get no
+    // fentry anyway). The return probe must follow the entry probe.
+    ProbeSpec {
+        id: "tun:tun_chr_read_iter",
+        layer: "tun",
+        what: "packet read from a tap by its user (VMM rx: read/readv)",
+        strategies: &[Strategy::KProbe {
+            program: "kprobe_tun_chr_read_iter",
+            function: "tun_chr_read_iter",
+        }],
+    },
+    ProbeSpec {
+        id: "tun:tun_chr_read_iter.ret",
+        layer: "tun",
+        what: "its return: the frame's size (with the vnet header)",
+        strategies: &[Strategy::KProbe {
+            program: "kretprobe_tun_chr_read_iter",
+            function: "tun_chr_read_iter",
+        }],
+    },
     kfunc_probe!(
         "tun:tun_net_xmit",
         "tun",

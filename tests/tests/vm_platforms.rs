@@ -1,0 +1,462 @@
+//! The VM platforms run for real one level down: inside the stock-kernel
+//! guest (Debian's kernel under QEMU TCG with SVM, vtrace::lab::guest),
+//! where KVM boots nested guests, `vtrace lab up` starts each of
+//! qemu-kvm, qemu-kvm-novhost, firecracker, unikraft-vhost and
+//! unikraft-virtio, and `vtrace record --platform NAME` records a workload
+//! against it. Each figure is checked against ground truth there: the tap's
+//! own counters, KVM's own exit statistics, the workload's own count.
+//!
+//! Firecracker and the Unikraft image come from ../shared/vmm (or
+//! $VTRACE_VMM_DIR), QEMU and its firmware from this machine. One guest boot
+//! serves every test in this file.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use vtrace_tests::{TempDir, bin};
+
+/// redis-benchmark requests per test (GET and SET) against the Linux guests.
+const REDIS_REQUESTS: u64 = 200;
+/// HTTP requests against the unikernels.
+const HTTP_REQUESTS: u64 = 100;
+/// HTTP requests per cell of the bench over the five.
+const BENCH_REQUESTS: u64 = 200;
+
+/// Each VM platform and the address the lab gives it.
+const PLATFORMS: &[(&str, &str)] = &[
+    ("qemu-kvm", "10.99.20.2"),
+    ("qemu-kvm-novhost", "10.99.21.2"),
+    ("firecracker", "10.99.22.2"),
+    ("unikraft-vhost", "10.99.23.2"),
+    ("unikraft-virtio", "10.99.24.2"),
+];
+
+/// vhost-net serves its queues (else the VMM's own thread does).
+fn uses_vhost(platform: &str) -> bool {
+    ["qemu-kvm", "unikraft-vhost"].contains(&platform)
+}
+
+fn is_unikraft(platform: &str) -> bool {
+    platform.starts_with("unikraft")
+}
+
+fn workload(platform: &str, addr: &str) -> String {
+    if is_unikraft(platform) {
+        format!("vtrace http-load {addr}:8123 -n {HTTP_REQUESTS}")
+    } else {
+        format!("redis-benchmark -h {addr} -t get,set -n {REDIS_REQUESTS} -c 1")
+    }
+}
+
+/// Where Firecracker and the Unikraft image are.
+fn vmm_dir() -> PathBuf {
+    std::env::var_os("VTRACE_VMM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vmm")))
+}
+
+/// A VM the recorded command starts and stops: the Unikraft image under
+/// QEMU/KVM with vhost-net, on a tap QEMU creates itself (gone when QEMU
+/// exits, before the recording ends), served a few HTTP requests.
+const COMMAND_VM: &str = r#"qemu-system-x86_64 -name cmdvm,debug-threads=on -accel kvm -cpu host -m 64 \
+  -kernel /vmm/httpreply_qemu-x86_64 -append "netdev.ip=10.77.0.2/24:10.77.0.1 --" \
+  -nodefaults -display none -monitor none -serial file:/tmp/cmdvm.log -no-reboot \
+  -netdev tap,id=n0,ifname=vtn0,script=no,downscript=no,vhost=on -device virtio-net-pci,netdev=n0,romfile= &
+qemu=$!
+until ip link show vtn0 > /dev/null 2>&1; do sleep 0.1; done
+ip addr add 10.77.0.1/24 dev vtn0; ip link set vtn0 up
+until nc -w 1 10.77.0.2 8123 < /dev/null > /dev/null 2>&1; do sleep 0.2; done
+vtrace http-load 10.77.0.2:8123 -n 20
+kill $qemu; wait $qemu
+exit 0
+"#;
+
+/// Each platform up, recorded, reported and down, one after the other; a
+/// platform that fails leaves its reason and the rest go on. Then the VM
+/// started by the recorded command.
+fn script() -> String {
+    let mut s = String::from(
+        "export VTRACE_UNIKRAFT_IMAGE=/vmm/httpreply_qemu-x86_64\n\
+         vtrace lab status > status.out 2>&1\n",
+    );
+    for (p, addr) in PLATFORMS {
+        let w = workload(p, addr);
+        s.push_str(&format!(
+            "if vtrace lab up {p} > up-{p}.out 2>&1; then\n\
+               vtrace record --platform {p} -o {p}.vtrace -- {w} > {p}.out 2>&1 || echo record failed >> {p}.failed\n\
+               vtrace report {p}.vtrace --format json -o {p}.json || echo report failed >> {p}.failed\n\
+               vtrace report {p}.vtrace > {p}.txt 2>&1\n\
+             else echo up failed >> {p}.failed; cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n\
+             vtrace lab down {p} >> up-{p}.out 2>&1 || echo down failed >> {p}.failed\n"
+        ));
+    }
+    s.push_str(&format!(
+        "cat > /tmp/cmdvm.sh <<'EOF'\n{COMMAND_VM}EOF\n\
+         vtrace record --platform unikraft -o cmdvm.vtrace -- sh /tmp/cmdvm.sh > cmdvm.out 2>&1 || echo record failed >> cmdvm.failed\n\
+         vtrace report cmdvm.vtrace --format json -o cmdvm.json || echo report failed >> cmdvm.failed\n\
+         vtrace report cmdvm.vtrace > cmdvm.txt 2>&1\n"
+    ));
+    let platforms: Vec<&str> = PLATFORMS.iter().map(|(p, _)| *p).collect();
+    s.push_str(&format!(
+        "vtrace bench --platforms {1} --workload http --http-requests {BENCH_REQUESTS} --repeat 1 -o bench \
+           > bench.out 2>&1 || echo bench failed >> bench.failed\n\
+         vtrace report bench --format json -o bench.json || echo report failed >> bench.failed\n\
+         vtrace report bench > bench.txt 2>&1\n\
+         for p in {0}; do for f in bench/cells/$p/http-get/rep*.vtrace; do \
+           vtrace report $f --format json -o bench-$p.json; done; done\n",
+        platforms.join(" "),
+        platforms.join(",")
+    ));
+    s
+}
+
+/// The files the guest's script wrote, read back before its share goes.
+struct Guest {
+    files: HashMap<String, String>,
+    wall: Duration,
+}
+
+impl Guest {
+    fn text(&self, name: &str) -> &str {
+        self.files
+            .get(name)
+            .unwrap_or_else(|| panic!("the guest wrote no {name}"))
+    }
+
+    /// The report of `platform`'s recording; a failed platform fails with
+    /// what it said.
+    fn report(&self, platform: &str) -> Value {
+        if let Some(why) = self.files.get(&format!("{platform}.failed")) {
+            panic!(
+                "{platform}: {why}\nlab up said:\n{}\nthe workload said:\n{}",
+                self.files.get(&format!("up-{platform}.out")).map_or("", |s| s),
+                self.files.get(&format!("{platform}.out")).map_or("", |s| s)
+            );
+        }
+        serde_json::from_str(self.text(&format!("{platform}.json"))).unwrap_or_else(|e| panic!("{platform}: {e}"))
+    }
+}
+
+fn guest() -> &'static Guest {
+    static GUEST: OnceLock<Result<Guest, String>> = OnceLock::new();
+    match GUEST.get_or_init(boot) {
+        Ok(g) => g,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn boot() -> Result<Guest, String> {
+    if !vtrace_tests::is_root() {
+        return Err("run as root".into());
+    }
+    vtrace::lab::guest::can_run().map_err(|why| format!("the stock-kernel guest cannot run here: {why}"))?;
+    let vmm = vmm_dir();
+    let firecracker = vmm.join("firecracker/firecracker");
+    let unikraft = vmm.join("unikraft/httpreply_qemu-x86_64");
+    for needed in [&firecracker, &unikraft] {
+        if !needed.is_file() {
+            return Err(format!(
+                "{} is missing: the VM platform tests take Firecracker and the Unikraft image from \
+                 ../shared/vmm (or $VTRACE_VMM_DIR; see its PROVENANCE.md files for how they are built)",
+                needed.display()
+            ));
+        }
+    }
+    let out = TempDir::new("vm-platforms");
+    let mut binaries: Vec<PathBuf> = vec![bin("vtrace"), firecracker];
+    for tool in ["qemu-system-x86_64", "redis-benchmark", "ip"] {
+        binaries.push(which(tool)?);
+    }
+    let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
+    files.push((unikraft, "/vmm/httpreply_qemu-x86_64".into()));
+    let start = Instant::now();
+    let run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(540))
+        .map_err(|e| format!("guest: {e}"))?;
+    eprintln!("VM platforms guest: {:.1} s", start.elapsed().as_secs_f64());
+    let files: HashMap<String, String> = std::fs::read_dir(&out.0)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .filter(|e| {
+            e.path()
+                .extension()
+                .is_some_and(|x| ["json", "out", "txt", "failed"].iter().any(|k| x == *k))
+        })
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            Some((name, std::fs::read_to_string(e.path()).ok()?))
+        })
+        .collect();
+    // What the guest wrote, kept for a look when asked.
+    if let Some(keep) = std::env::var_os("VTRACE_KEEP_GUEST_OUT") {
+        let _ = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&out.0)
+            .arg(keep)
+            .status();
+    }
+    if run.status != 0 {
+        return Err(format!(
+            "the guest's script failed ({}); console:\n{}",
+            run.status, run.console
+        ));
+    }
+    Ok(Guest { files, wall: run.wall })
+}
+
+fn which(tool: &str) -> Result<PathBuf, String> {
+    ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
+        .iter()
+        .map(|d| PathBuf::from(d).join(tool))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{tool} not found (scripts/setup.sh installs it)"))
+}
+
+fn n(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn rows<'a>(r: &'a Value, table: &str) -> &'a [Value] {
+    r[table].as_array().map_or(&[], Vec::as_slice)
+}
+
+/// What detection should make of each platform's instance: its platform,
+/// its variant, and the role of its thread named so (vhost workers by
+/// prefix).
+fn expected(platform: &str) -> (&'static str, &'static str, &'static [(&'static str, &'static str)]) {
+    match platform {
+        "qemu-kvm" => (
+            "qemu-kvm",
+            "qemu-kvm-vhost",
+            &[("CPU 0/KVM", "vcpu"), ("vhost-", "vhost")],
+        ),
+        "qemu-kvm-novhost" => (
+            "qemu-kvm",
+            "qemu-kvm-novhost",
+            &[("CPU 0/KVM", "vcpu"), ("qemu-system-x86", "vmm")],
+        ),
+        "firecracker" => (
+            "firecracker",
+            "firecracker",
+            &[("fc_vcpu 0", "vcpu"), ("firecracker", "vmm")],
+        ),
+        "unikraft-vhost" => (
+            "unikraft",
+            "unikraft-vhost",
+            &[("CPU 0/KVM", "vcpu"), ("vhost-", "vhost")],
+        ),
+        "unikraft-virtio" => (
+            "unikraft",
+            "unikraft-virtio",
+            &[("CPU 0/KVM", "vcpu"), ("qemu-system-x86", "vmm")],
+        ),
+        other => panic!("no expectation for {other}"),
+    }
+}
+
+/// The instance's id from the recording's note ("instance ID (VARIANT): ...").
+fn instance(r: &Value, variant: &str) -> String {
+    rows(r, "notes")
+        .iter()
+        .filter_map(Value::as_str)
+        .find_map(|note| {
+            let rest = note.strip_prefix("instance ")?;
+            let (id, rest) = rest.split_once(' ')?;
+            rest.starts_with(&format!("({variant})")).then(|| id.to_string())
+        })
+        .unwrap_or_else(|| panic!("no {variant} instance in the notes: {}", r["notes"]))
+}
+
+#[test]
+fn every_vm_platform_comes_up_in_seconds_and_goes_without_leftovers() {
+    let g = guest();
+    eprintln!("the guest's whole run: {:.1} s", g.wall.as_secs_f64());
+    for (p, addr) in PLATFORMS {
+        g.report(p); // fails with its reasons when it did not come up
+        let up = g.text(&format!("up-{p}.out"));
+        let ready: f64 = up
+            .split("ready in ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("{p}: no boot time in {up}"));
+        eprintln!("{p}: ready in {ready} s");
+        assert!(up.contains(addr), "{up}");
+        assert!(up.contains(&format!("{p} down: nothing left behind")), "{up}");
+    }
+}
+
+#[test]
+fn each_vm_is_recorded_as_its_platform_with_its_vcpu_vmm_and_vhost_roles() {
+    let g = guest();
+    for (p, _) in PLATFORMS {
+        let r = g.report(p);
+        let (platform, variant, roles) = expected(p);
+        let id = instance(&r, variant);
+        assert!(id.starts_with(&format!("{platform}:")), "{p}: {id}");
+        for (name, role) in roles {
+            let thread = rows(&r, "threads")
+                .iter()
+                .find(|t| t["comm"].as_str().is_some_and(|c| c.starts_with(name)))
+                .unwrap_or_else(|| panic!("{p}: no {name} thread"));
+            assert_eq!(
+                (
+                    thread["platform"].as_str(),
+                    thread["instance"].as_str(),
+                    thread["role"].as_str()
+                ),
+                (Some(platform), Some(id.as_str()), Some(*role)),
+                "{p}: {thread}"
+            );
+        }
+        // The guest's own time is the vCPU's guest time.
+        let vcpu = rows(&r, "threads").iter().find(|t| t["role"] == "vcpu").unwrap();
+        assert!(n(&vcpu["guest_ns"]) > 0, "{p}: {vcpu}");
+        let tap = rows(&r, "device_counters")
+            .iter()
+            .find(|d| d["kind"] == "tap")
+            .unwrap_or_else(|| panic!("{p}: no tap"));
+        assert_eq!(
+            (tap["instance"].as_str(), tap["role"].as_str()),
+            (Some(id.as_str()), Some("tap"))
+        );
+    }
+}
+
+#[test]
+fn frames_through_each_tap_equal_the_taps_own_counters() {
+    let g = guest();
+    for (p, _) in PLATFORMS {
+        let r = g.report(p);
+        let tap = rows(&r, "device_counters").iter().find(|d| d["kind"] == "tap").unwrap();
+        let device = tap["name"].as_str().unwrap();
+        let frames = |function: &str| -> u64 {
+            rows(&r, "tun")
+                .iter()
+                .filter(|t| t["device"] == device && t["function"] == function)
+                .map(|t| n(&t["frames"]))
+                .sum()
+        };
+        // Towards the VM: what the tap handed its user (vhost-net's
+        // tun_recvmsg, or the VMM's read/readv) is its tx count; from the
+        // VM: what its user wrote in (vhost's tun_sendmsg, the VMM's
+        // write/writev through tun_get_user) is its rx count.
+        let (to_vm, from_vm) = if uses_vhost(p) {
+            (frames("tun_recvmsg"), frames("tun_sendmsg"))
+        } else {
+            (frames("tun_chr_read_iter"), frames("tun_get_user"))
+        };
+        eprintln!(
+            "{p}: {device} to the VM {to_vm} (tx_packets {}), from it {from_vm} (rx_packets {})",
+            tap["tx_packets"], tap["rx_packets"]
+        );
+        assert_eq!(to_vm, n(&tap["tx_packets"]), "{p}: frames to the VM");
+        assert_eq!(from_vm, n(&tap["rx_packets"]), "{p}: frames from the VM");
+        assert!(to_vm > 0 && from_vm > 0, "{p}");
+        // The path not taken is empty: vhost-net or the VMM, not both.
+        let (unused_read, unused_write) = if uses_vhost(p) {
+            (frames("tun_chr_read_iter"), frames("tun_get_user"))
+        } else {
+            (frames("tun_recvmsg"), frames("tun_sendmsg"))
+        };
+        assert_eq!((unused_read, unused_write), (0, 0), "{p}");
+    }
+}
+
+#[test]
+fn kvm_exits_by_reason_add_up_to_kvms_own_count() {
+    let g = guest();
+    for (p, _) in PLATFORMS {
+        let r = g.report(p);
+        let exits = rows(&r["kvm"], "kvm_stats")
+            .iter()
+            .find(|s| s["stat"] == "exits")
+            .unwrap_or_else(|| panic!("{p}: no exits statistic: {}", r["kvm"]["kvm_stats"]));
+        let by_reason: u64 = rows(&r["kvm"], "exits").iter().map(|e| n(&e["count"])).sum();
+        eprintln!(
+            "{p}: KVM {} exits, vtrace {} ({by_reason} by reason)",
+            exits["kvm"], exits["vtrace"]
+        );
+        // Read beside KVM's own: the same moments, the same count.
+        assert_eq!(n(&exits["kvm"]), n(&exits["vtrace"]), "{p}: {exits}");
+        // And they have their reasons (SVM exit codes) in the exits table.
+        assert!(by_reason > 0, "{p}: no exit by reason");
+    }
+}
+
+#[test]
+fn the_workloads_own_count_is_the_recordings_operations() {
+    let g = guest();
+    for (p, _) in PLATFORMS {
+        let r = g.report(p);
+        let ops = &r["workload"]["ops"];
+        let (count, source) = if is_unikraft(p) {
+            (HTTP_REQUESTS, "http-load")
+        } else {
+            (2 * REDIS_REQUESTS, "redis-benchmark")
+        };
+        assert_eq!(
+            (ops["count"].as_f64(), ops["source"].as_str()),
+            (Some(count as f64), Some(source)),
+            "{p}"
+        );
+    }
+}
+
+#[test]
+fn a_vm_the_recorded_command_starts_is_an_instance_of_its_platform() {
+    let g = guest();
+    let r = g.report("cmdvm");
+    let id = instance(&r, "unikraft-vhost");
+    let vcpu = rows(&r, "threads").iter().find(|t| t["comm"] == "CPU 0/KVM").unwrap();
+    assert_eq!(
+        (vcpu["instance"].as_str(), vcpu["role"].as_str()),
+        (Some(id.as_str()), Some("vcpu"))
+    );
+    // Its tap came and went with it: named as the kernel named it, in
+    // every table.
+    for table in ["device_counters", "devices", "tun"] {
+        let names: Vec<&str> = rows(&r, table)
+            .iter()
+            .filter(|d| d["ifindex"] != 0 && d["ifindex"] != 1)
+            .filter_map(|d| d["name"].as_str().or(d["device"].as_str()))
+            .collect();
+        assert!(
+            !names.is_empty() && names.iter().all(|n| *n == "vtn0"),
+            "{table}: {names:?}"
+        );
+    }
+    // KVM's statistics went with the VM: the report says when they end.
+    let text = g.text("cmdvm.txt");
+    assert!(text.contains("the VM exited and its statistics went with it"), "{text}");
+    assert_eq!(r["workload"]["ops"]["count"].as_f64(), Some(20.0));
+}
+
+#[test]
+fn a_bench_over_the_five_vm_platforms_records_every_cell() {
+    let g = guest();
+    let bench = g.report("bench");
+    eprintln!("{}", g.text("bench.txt"));
+    let cells = bench["bench"]["cells"].as_array().expect("bench cells");
+    assert_eq!(cells.len(), PLATFORMS.len(), "{cells:?}");
+    for (p, _) in PLATFORMS {
+        let c = cells
+            .iter()
+            .find(|c| c["platform"] == *p && c["workload"] == "http")
+            .unwrap_or_else(|| panic!("no http cell for {p}"));
+        assert_eq!(c["runs"], 1, "{p}: {c}");
+        assert!(c["ops_per_s"]["mean"].as_f64().unwrap() > 0.0, "{p}: {c}");
+        assert!(c["cpu_ns_per_op_total"].as_f64().unwrap() > 0.0, "{p}: {c}");
+        // The run's own count: every request answered.
+        let run: Value = serde_json::from_str(g.text(&format!("bench-{p}.json"))).unwrap();
+        assert_eq!(
+            run["workload"]["ops"]["count"].as_f64(),
+            Some(BENCH_REQUESTS as f64),
+            "{p}"
+        );
+    }
+}

@@ -1,0 +1,283 @@
+//! The VM platforms that need a KVM able to boot a guest OS: QEMU/KVM Linux
+//! guests with vhost-net on and off (`qemu-kvm`, `qemu-kvm-novhost`),
+//! Firecracker (`firecracker`), and a Unikraft lwIP unikernel on QEMU/KVM
+//! with vhost on and off (`unikraft-vhost`, `unikraft-virtio`): the VM
+//! configurations of the seed studies. Each has virtio-net on a tap of its
+//! own. The Linux guests are linuxvm.rs's kernel and initramfs (redis and
+//! iperf3 on the address of their command line); the unikernel is the
+//! user's image, serving HTTP.
+//!
+//! Where KVM cannot boot guests (a PVM host like this repository's CI), they
+//! run one level down, inside the stock-kernel guest (guest.rs), whose
+//! emulated SVM gives KVM real nested guests.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use super::{DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, linuxvm, net};
+use crate::{Error, Result};
+
+/// Names the Firecracker binary when it is not `firecracker` on PATH.
+pub const FIRECRACKER_ENV: &str = "VTRACE_FIRECRACKER";
+/// Names the Unikraft image the unikraft platforms boot.
+pub const UNIKRAFT_IMAGE_ENV: &str = "VTRACE_UNIKRAFT_IMAGE";
+/// The port the Unikraft image's HTTP server answers on (app-httpreply).
+pub const HTTP_PORT: u16 = 8123;
+
+fn unavailable(platform: &str, reason: String) -> Error {
+    Error::LabUnavailable {
+        platform: platform.into(),
+        reason,
+    }
+}
+
+/// Why KVM here cannot boot a guest OS, if it cannot: no /dev/kvm, or a KVM
+/// without hardware virtualization (PVM runs only tiny guests; Linux does
+/// not boot on it).
+pub fn kvm_cannot_boot_guests() -> Option<String> {
+    const ONE_LEVEL_DOWN: &str = "it runs one level down, in the stock-kernel guest \
+         (vtrace::lab::guest, as tests/tests/vm_platforms.rs does)";
+    if !Path::new("/dev/kvm").exists() {
+        return Some(format!("no /dev/kvm on this machine; {ONE_LEVEL_DOWN}"));
+    }
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let hardware = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .flat_map(|l| l.split_whitespace())
+        .any(|f| f == "vmx" || f == "svm");
+    if Path::new("/sys/module/kvm_pvm").exists() || !hardware {
+        return Some(format!(
+            "this machine's KVM cannot boot a guest OS (/dev/kvm is {}, the CPU shows no vmx/svm); {ONE_LEVEL_DOWN}",
+            if Path::new("/sys/module/kvm_pvm").exists() {
+                "PVM"
+            } else {
+                "there"
+            }
+        ));
+    }
+    None
+}
+
+/// The Firecracker binary: `$VTRACE_FIRECRACKER`, else `firecracker` on PATH.
+pub fn firecracker_binary() -> std::result::Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os(FIRECRACKER_ENV) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!("{FIRECRACKER_ENV}={} is no file", path.display()))
+        };
+    }
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join("firecracker"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("no firecracker binary: put it on PATH or name it with {FIRECRACKER_ENV}=PATH"))
+}
+
+/// The Unikraft image: `$VTRACE_UNIKRAFT_IMAGE`.
+pub fn unikraft_image() -> std::result::Result<PathBuf, String> {
+    let Some(path) = std::env::var_os(UNIKRAFT_IMAGE_ENV) else {
+        return Err(format!(
+            "no Unikraft image: name one with {UNIKRAFT_IMAGE_ENV}=PATH (a QEMU/KVM x86_64 image with lwIP \
+             serving HTTP on port {HTTP_PORT}, its address from `netdev.ip=`, like app-httpreply)"
+        ));
+    };
+    let path = PathBuf::from(path);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!("{UNIKRAFT_IMAGE_ENV}={} is no file", path.display()))
+    }
+}
+
+/// What a VM platform boots.
+#[derive(Clone, Copy)]
+pub enum Guest {
+    /// The lab's Linux guest (linuxvm.rs), serving redis and iperf3.
+    Linux,
+    /// The user's Unikraft image, serving HTTP.
+    Unikraft,
+}
+
+/// A VM under QEMU/KVM with virtio-net-pci on a tap, vhost-net on or off.
+pub struct QemuKvm {
+    pub guest: Guest,
+    pub vhost: bool,
+    pub tap: &'static str,
+}
+
+/// A Firecracker microVM running the lab's Linux guest, its virtio-net
+/// (virtio-mmio) served by the VMM's own thread from a tap.
+pub struct Firecracker {
+    pub tap: &'static str,
+}
+
+fn run_dir(ledger: &mut Ledger, platform: &str) -> Result<PathBuf> {
+    let run = Path::new(DATA_DIR).join("run").join(platform);
+    ledger.add(Resource::Dir {
+        path: run.display().to_string(),
+    })?;
+    let _ = fs::remove_dir_all(&run);
+    fs::create_dir_all(&run).map_err(crate::error::io(format!("create {}", run.display())))?;
+    Ok(run)
+}
+
+impl Runtime for QemuKvm {
+    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+        let (host_addr, guest_addr) = address(p);
+        let (kernel, initrd, append, memory) = match self.guest {
+            Guest::Linux => {
+                let (vmlinuz, _) = linuxvm::kernel()?;
+                let initrd = linuxvm::initramfs()?;
+                let append = format!("console=ttyS0 quiet panic=-1 {}", linuxvm::address_arg(&guest_addr));
+                (vmlinuz, Some(initrd), append, "256")
+            }
+            Guest::Unikraft => {
+                let image = unikraft_image().map_err(|why| unavailable(p.name, why))?;
+                (image, None, format!("netdev.ip={guest_addr}/24:{host_addr} --"), "64")
+            }
+        };
+        net::tap(ledger, p, self.tap, None)?;
+        let run = run_dir(ledger, p.name)?;
+        let pidfile = run.join("qemu.pid");
+        let mut qemu = Command::new("qemu-system-x86_64");
+        qemu.args(["-name", &format!("vtrace-{},debug-threads=on", p.name)])
+            .args(["-accel", "kvm", "-cpu", "host", "-smp", "1", "-m", memory])
+            .arg("-kernel")
+            .arg(&kernel);
+        if let Some(initrd) = &initrd {
+            qemu.arg("-initrd").arg(initrd);
+        }
+        let vhost = if self.vhost { "on" } else { "off" };
+        let status = qemu
+            .args(["-append", &append])
+            .args([
+                "-netdev",
+                &format!("tap,id=n0,ifname={},script=no,downscript=no,vhost={vhost}", self.tap),
+            ])
+            // No option ROM: the guests boot from -kernel, not the network.
+            .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
+            .args(["-display", "none", "-monitor", "none", "-nodefaults", "-no-reboot"])
+            .args(["-serial", &format!("file:{}", run.join("console.log").display())])
+            .args(["-daemonize", "-pidfile", &pidfile.display().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(crate::error::io("start qemu-system-x86_64"))?;
+        let pid: Option<u32> = fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok());
+        if let Some(pid) = pid {
+            ledger.add(Resource::Process {
+                pid,
+                comm: "qemu-system-x86".into(),
+            })?;
+        }
+        if !status.status.success() || pid.is_none() {
+            return Err(unavailable(
+                p.name,
+                format!(
+                    "qemu-system-x86_64 did not start: {}",
+                    String::from_utf8_lossy(&status.stderr).trim()
+                ),
+            ));
+        }
+        ledger.note = format!(
+            "QEMU/KVM, virtio-net-pci on tap {}, vhost-net {vhost}; {}",
+            self.tap,
+            match self.guest {
+                Guest::Linux => "Linux guest".to_string(),
+                Guest::Unikraft => format!("Unikraft image {}", kernel.display()),
+            }
+        );
+        Ok(())
+    }
+
+    fn boot(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+
+    fn ports(&self) -> &'static [u16] {
+        match self.guest {
+            Guest::Linux => linuxvm::LINUX_GUEST_PORTS,
+            Guest::Unikraft => &[HTTP_PORT],
+        }
+    }
+
+    fn missing(&self) -> Option<String> {
+        kvm_cannot_boot_guests().or_else(|| match self.guest {
+            Guest::Unikraft => unikraft_image().err(),
+            Guest::Linux => linuxvm::kernel().err().map(|e| e.to_string()),
+        })
+    }
+}
+
+impl Runtime for Firecracker {
+    fn ports(&self) -> &'static [u16] {
+        linuxvm::LINUX_GUEST_PORTS
+    }
+
+    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
+        let (_, guest_addr) = address(p);
+        let binary = firecracker_binary().map_err(|why| unavailable(p.name, why))?;
+        let vmlinux = linuxvm::vmlinux()?;
+        let initrd = linuxvm::initramfs()?;
+        net::tap(ledger, p, self.tap, None)?;
+        let run = run_dir(ledger, p.name)?;
+        // Its virtio-mmio devices are declared in ACPI; `pci=off` spares the
+        // guest a bus scan that finds nothing.
+        let config = serde_json::json!({
+            "boot-source": {
+                "kernel_image_path": vmlinux,
+                "initrd_path": initrd,
+                "boot_args": format!(
+                    "console=ttyS0 reboot=k panic=1 pci=off quiet {}",
+                    linuxvm::address_arg(&guest_addr)
+                ),
+            },
+            "drives": [],
+            "machine-config": { "vcpu_count": 1, "mem_size_mib": 256 },
+            "network-interfaces": [{ "iface_id": "eth0", "host_dev_name": self.tap }],
+        });
+        let config_path = run.join("config.json");
+        fs::write(&config_path, config.to_string()).map_err(crate::error::io("write firecracker config"))?;
+        let console = fs::File::create(run.join("console.log")).map_err(crate::error::io("create console log"))?;
+        let child = Command::new("setsid")
+            .arg(&binary)
+            .arg("--api-sock")
+            .arg(run.join("api.sock"))
+            .arg("--config-file")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .stdout(console.try_clone().map_err(crate::error::io("console log"))?)
+            .stderr(console)
+            .spawn()
+            .map_err(crate::error::io(format!("start {}", binary.display())))?;
+        ledger.add(Resource::Process {
+            pid: child.id(),
+            comm: "firecracker".into(),
+        })?;
+        ledger.note = format!(
+            "Firecracker ({}), virtio-net (mmio) on tap {}, served by the VMM's thread; Linux guest",
+            binary.display(),
+            self.tap
+        );
+        Ok(())
+    }
+
+    fn boot(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+
+    fn missing(&self) -> Option<String> {
+        kvm_cannot_boot_guests()
+            .or_else(|| firecracker_binary().err())
+            .or_else(|| linuxvm::kernel().err().map(|e| e.to_string()))
+    }
+}
