@@ -181,3 +181,57 @@ fn test_vmm_exits_are_counted_timed_and_attributed() {
         assert!(num(stats, "exits") >= PIO + MMIO + HALTS, "{stats}");
     }
 }
+
+/// The path layer on this machine: where kprobes exist, it attaches (its
+/// figures are checked on real VMs in vm_platforms.rs); where they do not (this repository's CI kernel), the layer is
+/// skipped with that reason, the recording completes, and `vtrace probes`
+/// says why each of its probes is unavailable.
+#[test]
+fn the_path_layer_runs_or_says_why_it_cannot() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("kvm-path");
+    let rec = dir.join("path.vtrace");
+    let o = vtrace(&[
+        "record",
+        "--layers",
+        "cpu,path",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    let r = report_json(&rec);
+    let notes: Vec<&str> = r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let skipped = notes.iter().find(|n| n.starts_with("layer path skipped"));
+    let caps = vtrace::probes::Capabilities::detect();
+    let probes = vtrace(&["probes"]);
+    let listing = String::from_utf8_lossy(&probes.stdout);
+    let path_lines: Vec<&str> = listing.lines().filter(|l| l.contains("path:")).collect();
+    assert!(path_lines.len() >= 10, "{listing}");
+    if caps.kprobe_pmu {
+        assert!(skipped.is_none(), "{notes:?}");
+        let attached = rows_named(&r["probes"], "path:tun_net_xmit");
+        assert!(attached.contains("kprobe"), "{attached}");
+    } else {
+        let why = skipped.unwrap_or_else(|| panic!("no skip note: {notes:?}"));
+        assert!(why.contains("kprobes unavailable"), "{why}");
+        assert_eq!(r["path"], Value::Null, "nothing recorded for a skipped layer");
+        // Each of its kprobes says it cannot attach, and why.
+        let kprobe_only = path_lines.iter().find(|l| l.contains("path:tun_net_xmit")).unwrap();
+        assert!(kprobe_only.contains("unavailable"), "{kprobe_only}");
+    }
+}
+
+/// The report's row of probe `id`, as JSON text.
+fn rows_named(probes: &Value, id: &str) -> String {
+    probes
+        .as_array()
+        .and_then(|a| a.iter().find(|p| p["id"] == id))
+        .map_or_else(|| format!("no probe {id}"), Value::to_string)
+}

@@ -97,6 +97,9 @@ fn catalog_and_object_agree() {
 
 #[test]
 fn offsets_come_from_this_kernel() {
+    // Tracepoint records' offsets come from tracefs, which `record` mounts
+    // when a fresh machine has not: so does this test, run first or alone.
+    vtrace::probes::capabilities::ensure_tracefs().expect("tracefs (run as root)");
     let caps = Capabilities::detect();
     let o = vtrace::layers::kernel_config(&caps);
     assert!(o.task_pid > 0 && o.task_tgid > 0, "task_struct offsets from BTF: {o:?}");

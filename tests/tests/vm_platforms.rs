@@ -24,8 +24,19 @@ use vtrace_tests::{TempDir, bin};
 const REDIS_REQUESTS: u64 = 200;
 /// HTTP requests against the unikernels.
 const HTTP_REQUESTS: u64 = 100;
+/// The default layers and the virtio path's stages.
+const LAYERS: &str = "cpu,net,tun,kvm,runq,path";
 /// HTTP requests per cell of the bench over the five.
 const BENCH_REQUESTS: u64 = 200;
+/// Pings into each QEMU guest per recording of its followed packets.
+const PINGS: usize = 50;
+/// The delay put into the serving thread's wakeups: a SCHED_FIFO hog
+/// (examples/src/rt_hog.rs) spinning this long, then sleeping as long,
+/// beside it; a wakeup at a random moment waits busy/4 on average.
+const HOG_BUSY_US: u64 = 2000;
+/// The platforms whose path is followed packet by packet under ping, with
+/// and without the hog: vhost-net, and the VMM's own thread.
+const PING_PLATFORMS: &[&str] = &["qemu-kvm", "qemu-kvm-novhost"];
 
 /// Each VM platform and the address the lab gives it.
 const PLATFORMS: &[(&str, &str)] = &[
@@ -86,15 +97,43 @@ fn script() -> String {
     );
     for (p, addr) in PLATFORMS {
         let w = workload(p, addr);
+        s.push_str(&format!("echo \"[$(cut -d' ' -f1 /proc/uptime) s] {p}\"\n"));
         s.push_str(&format!(
             "if vtrace lab up {p} > up-{p}.out 2>&1; then\n\
-               vtrace record --platform {p} -o {p}.vtrace -- {w} > {p}.out 2>&1 || echo record failed >> {p}.failed\n\
+               vtrace record --platform {p} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1 || echo record failed >> {p}.failed\n\
                vtrace report {p}.vtrace --format json -o {p}.json || echo report failed >> {p}.failed\n\
                vtrace report {p}.vtrace > {p}.txt 2>&1\n\
-             else echo up failed >> {p}.failed; cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n\
-             vtrace lab down {p} >> up-{p}.out 2>&1 || echo down failed >> {p}.failed\n"
+             else echo up failed >> {p}.failed; cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n"
+        ));
+        if PING_PLATFORMS.contains(p) {
+            s.push_str(&format!("echo \"[$(cut -d' ' -f1 /proc/uptime) s] {p}: pings\"\n"));
+            // Pings followed through the path, then the same with the
+            // serving thread's wakeups delayed (the vCPU raised above the hog).
+            let ping = format!("ping -c {PINGS} -i 0.05 {addr}");
+            let record = format!("vtrace record --platform {p} --layers cpu,net,path --events");
+            s.push_str(&format!(
+                "{record} -o {p}-ping.vtrace -- {ping} > {p}-ping.out 2>&1 || echo ping record failed >> {p}.failed\n\
+                 vtrace report {p}-ping.vtrace --format json -o {p}-ping.json\n\
+                 vtrace report {p}-ping.vtrace > {p}-ping.txt 2>&1\n\
+                 vtrace report {p}-ping.vtrace --format csv --table path_packets > {p}-ping.csv\n\
+                 {record} -o {p}-hog.vtrace -- sh -c \"rt-hog --busy-us {HOG_BUSY_US} --idle-us {HOG_BUSY_US} \
+                   --seconds 600 --raise 'CPU ' > {p}-hog.log 2>&1 & h=\\$!; sleep 0.2; {ping}; kill \\$h\" \
+                   > {p}-hog.out 2>&1 || echo hog record failed >> {p}.failed\n\
+                 vtrace report {p}-hog.vtrace --format json -o {p}-hog.json\n\
+                 vtrace explain {p}-ping.vtrace {p}-hog.vtrace --format json -o {p}-explain.json || echo explain failed >> {p}.failed\n\
+                 vtrace explain {p}-ping.vtrace {p}-hog.vtrace > {p}-explain.txt 2>&1\n"
+            ));
+        }
+        s.push_str(&format!(
+            "vtrace lab down {p} >> up-{p}.out 2>&1 || echo down failed >> {p}.failed\n"
         ));
     }
+    s.push_str("echo \"[$(cut -d' ' -f1 /proc/uptime) s] the rest\"\n");
+    // vhost-net on against off, for the Linux guest and for Unikraft.
+    s.push_str(
+        "vtrace explain qemu-kvm-novhost.vtrace qemu-kvm.vtrace > explain-qemu-vhost.txt 2>&1\n\
+         vtrace explain unikraft-virtio.vtrace unikraft-vhost.vtrace > explain-unikraft-vhost.txt 2>&1\n",
+    );
     s.push_str(&format!(
         "cat > /tmp/cmdvm.sh <<'EOF'\n{COMMAND_VM}EOF\n\
          vtrace record --platform unikraft -o cmdvm.vtrace -- sh /tmp/cmdvm.sh > cmdvm.out 2>&1 || echo record failed >> cmdvm.failed\n\
@@ -168,30 +207,16 @@ fn boot() -> Result<Guest, String> {
         }
     }
     let out = TempDir::new("vm-platforms");
-    let mut binaries: Vec<PathBuf> = vec![bin("vtrace"), firecracker];
+    let mut binaries: Vec<PathBuf> = vec![bin("vtrace"), bin("rt-hog"), firecracker];
     for tool in ["qemu-system-x86_64", "redis-benchmark", "ip"] {
         binaries.push(which(tool)?);
     }
     let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
     files.push((unikraft, "/vmm/httpreply_qemu-x86_64".into()));
     let start = Instant::now();
-    let run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(540))
-        .map_err(|e| format!("guest: {e}"))?;
-    eprintln!("VM platforms guest: {:.1} s", start.elapsed().as_secs_f64());
-    let files: HashMap<String, String> = std::fs::read_dir(&out.0)
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .filter(|e| {
-            e.path()
-                .extension()
-                .is_some_and(|x| ["json", "out", "txt", "failed"].iter().any(|k| x == *k))
-        })
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            Some((name, std::fs::read_to_string(e.path()).ok()?))
-        })
-        .collect();
-    // What the guest wrote, kept for a look when asked.
+    let run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(720));
+    // What the guest wrote, kept for a look when asked (a guest that ran
+    // out of time too: script.log says when each step began).
     if let Some(keep) = std::env::var_os("VTRACE_KEEP_GUEST_OUT") {
         let _ = std::process::Command::new("cp")
             .arg("-a")
@@ -199,6 +224,21 @@ fn boot() -> Result<Guest, String> {
             .arg(keep)
             .status();
     }
+    let run = run.map_err(|e| format!("guest: {e}"))?;
+    eprintln!("VM platforms guest: {:.1} s", start.elapsed().as_secs_f64());
+    let files: HashMap<String, String> = std::fs::read_dir(&out.0)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .filter(|e| {
+            e.path()
+                .extension()
+                .is_some_and(|x| ["json", "out", "txt", "failed", "csv", "log"].iter().any(|k| x == *k))
+        })
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            Some((name, std::fs::read_to_string(e.path()).ok()?))
+        })
+        .collect();
     if run.status != 0 {
         return Err(format!(
             "the guest's script failed ({}); console:\n{}",
@@ -458,5 +498,185 @@ fn a_bench_over_the_five_vm_platforms_records_every_cell() {
             Some(BENCH_REQUESTS as f64),
             "{p}"
         );
+    }
+}
+
+/// The stage rows of the path layer for `platform`'s instance.
+fn stages(r: &Value) -> std::collections::BTreeMap<String, (u64, u64, u64)> {
+    let mut out = std::collections::BTreeMap::new();
+    for row in rows(r, "path") {
+        let e = out
+            .entry(row["stage"].as_str().unwrap().to_string())
+            .or_insert((0, 0, 0));
+        e.0 += n(&row["count"]);
+        e.1 += n(&row["frames"]);
+        e.2 += n(&row["sum_ns"]);
+    }
+    out
+}
+
+#[test]
+fn every_frame_to_the_vm_has_its_tap_queue_time_and_the_path_its_stages() {
+    let g = guest();
+    for (p, _) in PLATFORMS {
+        let r = g.report(p);
+        let st = stages(&r);
+        let tap = rows(&r, "device_counters").iter().find(|d| d["kind"] == "tap").unwrap();
+        eprintln!(
+            "{p}: tap tx {} rx {}; stages {st:?}",
+            tap["tx_packets"], tap["rx_packets"]
+        );
+        // Each frame the tap handed its user waited in its queue: one
+        // timing per frame, the same skb at both ends.
+        let queue = st.get("rx_tap_queue").copied().unwrap_or_default();
+        assert_eq!(queue.0, n(&tap["tx_packets"]), "{p}: rx_tap_queue timings");
+        // The interrupts that followed cover those frames (raised by the
+        // thread that took them, or for vhost-net's INTx by QEMU's).
+        let signal = st.get("rx_signal").copied().unwrap_or_default();
+        assert!(signal.0 > 0 && signal.1 <= queue.0, "{p}: rx_signal {signal:?}");
+        // Their injection and the vCPU's entry: MSIs (QEMU's Linux guest)
+        // and IOAPIC lines (Firecracker's virtio-mmio) are paired.
+        if !is_unikraft(p) {
+            let inject = st.get("rx_inject").copied().unwrap_or_default();
+            let entry = st.get("rx_entry").copied().unwrap_or_default();
+            // (one injection may end the recording before its entry)
+            assert!(
+                inject.0 > 0 && inject.0 - entry.0 <= 1,
+                "{p}: rx_inject {inject:?} rx_entry {entry:?}"
+            );
+        }
+        // Every frame from the VM went through the tap, after a kick.
+        let tap_in = st.get("tx_tap").copied().unwrap_or_default();
+        assert_eq!(tap_in.1, n(&tap["rx_packets"]), "{p}: tx_tap frames");
+        let kick = st.get("tx_kick").copied().unwrap_or_default();
+        assert!(kick.0 > 0, "{p}: tx_kick {kick:?}");
+        // vhost-net's handle_tx between the kick and the tap; a VMM's write
+        // is both.
+        assert_eq!(st.contains_key("tx_serve"), uses_vhost(p), "{p}: tx_serve");
+        for (stage, (count, _, sum)) in &st {
+            assert!(*count == 0 || *sum > 0, "{p}: {stage} timed as 0");
+        }
+    }
+}
+
+/// The path_packets table of a recording (its CSV), a map per row.
+fn packets(csv: &str) -> Vec<HashMap<String, String>> {
+    let mut lines = csv.lines();
+    let header: Vec<String> = lines
+        .next()
+        .unwrap_or_default()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    lines
+        .map(|l| header.iter().cloned().zip(l.split(',').map(str::to_string)).collect())
+        .collect()
+}
+
+fn num(row: &HashMap<String, String>, column: &str) -> u64 {
+    row.get(column)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no number in {column}: {row:?}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+fn pings_are_followed_through_every_stage_and_their_round_trips_fit_in_pings_own() {
+    let g = guest();
+    for p in PING_PLATFORMS {
+        g.report(p);
+        let r: Value = serde_json::from_str(g.text(&format!("{p}-ping.json"))).unwrap();
+        let st = stages(&r);
+        let tap = rows(&r, "device_counters").iter().find(|d| d["kind"] == "tap").unwrap();
+        eprintln!(
+            "{p} ping: tap tx {} rx {}; stages {st:?}",
+            tap["tx_packets"], tap["rx_packets"]
+        );
+        eprintln!("{}", g.text(&format!("{p}-ping.txt")));
+        // Every frame to the VM waited in the tap's queue, every frame from
+        // it went through the tap: one timing each, as the tap counted them.
+        assert_eq!(st["rx_tap_queue"].0, n(&tap["tx_packets"]), "{p}: rx_tap_queue");
+        assert_eq!(st["tx_tap"].1, n(&tap["rx_packets"]), "{p}: tx_tap frames");
+        // Each delivered interrupt is one followed rx packet, each served
+        // kick one tx packet: the followed packets' stage times and the
+        // kernel's histograms (another program path) add up to the same ns.
+        let followed = packets(g.text(&format!("{p}-ping.csv")));
+        let sum = |dir: &str, from: &str, to: &str| -> (u64, u64) {
+            let mut out = (0, 0);
+            for row in followed.iter().filter(|x| x["dir"] == dir) {
+                let (a, b) = (num(row, from), num(row, to));
+                if a != 0 && b != 0 {
+                    out.0 += 1;
+                    out.1 += b - a;
+                }
+            }
+            out
+        };
+        let entry = sum("rx", "t3_ns", "t4_ns");
+        assert_eq!(
+            entry,
+            (st["rx_entry"].0, st["rx_entry"].2),
+            "{p}: rx_entry per packet vs histogram"
+        );
+        let inject = sum("rx", "t2_ns", "t3_ns");
+        assert_eq!(inject, (st["rx_inject"].0, st["rx_inject"].2), "{p}: rx_inject");
+        assert!(
+            entry.0 >= PINGS as u64,
+            "{p}: {} rx packets followed for {PINGS} pings",
+            entry.0
+        );
+        // The round trip at the tap: request queued -> reply into the tap,
+        // inside ping's own (which adds L1's stack at both ends), and its
+        // parts sum to it.
+        let trips = rows(&r, "path_round_trips")
+            .first()
+            .unwrap_or_else(|| panic!("{p}: no round trips: {}", r["path_round_trips"]));
+        let count = n(&trips["count"]);
+        assert!(
+            count >= PINGS as u64 * 9 / 10,
+            "{p}: {count} round trips for {PINGS} pings"
+        );
+        let rtts = vtrace::workload::ops::ping_rtts_ms(g.text(&format!("{p}-ping.out")));
+        assert_eq!(rtts.len(), PINGS, "{p}: ping's replies");
+        let ping_p50_ns = median(rtts) * 1e6;
+        let tap_p50_ns = n(&trips["p50_ns"]) as f64;
+        eprintln!("{p}: round trip at the tap p50 {tap_p50_ns} ns, ping's own p50 {ping_p50_ns} ns");
+        assert!(tap_p50_ns > 0.0 && tap_p50_ns <= ping_p50_ns, "{p}: {trips}");
+        let parts: u64 = trips["parts"].as_array().unwrap().iter().map(|x| n(&x[1])).sum();
+        let mean = n(&trips["mean_ns"]);
+        assert!(parts.abs_diff(mean) * 20 <= mean, "{p}: parts {parts} vs mean {mean}");
+        let guest = trips["parts"].as_array().unwrap().iter().find(|x| x[0] == "guest");
+        assert!(guest.is_some_and(|x| n(&x[1]) > 0), "{p}: no guest time: {trips}");
+    }
+}
+
+#[test]
+fn a_delay_put_into_the_serving_threads_wakeups_is_ranked_first_by_explain() {
+    let g = guest();
+    for p in PING_PLATFORMS {
+        g.report(p);
+        assert!(
+            g.text(&format!("{p}-hog.log")).contains("rt-hog: raised 1 threads"),
+            "{p}: the vCPU not raised"
+        );
+        eprintln!("{}", g.text(&format!("{p}-explain.txt")));
+        let e: Value = serde_json::from_str(g.text(&format!("{p}-explain.json"))).unwrap();
+        let path = e["explain"]["path"].as_array().unwrap_or_else(|| panic!("{p}: {e}"));
+        // The delay lands where the serving thread wakes for a thread the
+        // hog cannot hold back: the raised vCPU's kick -> served. Ranked by
+        // the difference it is first, grown by at least half the hog's mean
+        // delay for a wakeup at a random moment (busy / 4). (A request's
+        // frame comes from ping, a normal thread that itself runs only
+        // between the hog's spins, when the serving thread can run too: the
+        // rx_tap_queue it starts may or may not grow.)
+        let first = &path[0];
+        assert_eq!(first["stage"], "tx_kick", "{p}: {first}");
+        let grew = first["diff_ns"].as_f64().unwrap();
+        eprintln!("{p}: tx_kick grew {grew:.0} ns");
+        assert!(grew >= (HOG_BUSY_US * 1000 / 4 / 2) as f64, "{p}: {first}");
     }
 }

@@ -144,4 +144,12 @@ pub struct Config {
     /// tun_chr_read_iter's way from its kiocb to the tap.
     pub kiocb_filp: u32,
     pub file_private_data: u32,
+    /// `offsetof(struct task_struct, mm)`: the path layer's key of a VM
+    /// (its vCPUs, its VMM's threads and its vhost workers, which run with
+    /// their owner's mm, share one); 0 when unknown (nothing is keyed).
+    pub task_mm: u32,
+    /// kvm_apic_accept_irq's `vec` (the path layer learns lines' vectors).
+    pub tp_kvm_apic_accept_irq_vec: u32,
+    /// Non-zero: the path layer streams followed packets (`--events`).
+    pub path_packets_on: u32,
 }

@@ -12,6 +12,7 @@ mod faults;
 mod fs;
 mod kvm;
 mod net;
+mod path;
 mod runq;
 mod sample;
 mod tun;
@@ -24,6 +25,7 @@ pub use faults::*;
 pub use fs::*;
 pub use kvm::*;
 pub use net::*;
+pub use path::*;
 pub use runq::*;
 pub use sample::*;
 pub use tun::*;
@@ -66,6 +68,14 @@ mod pod {
     unsafe impl aya::Pod for super::FsPending {}
     unsafe impl aya::Pod for super::TunKey {}
     unsafe impl aya::Pod for super::TunStats {}
+    unsafe impl aya::Pod for super::PathKey {}
+    unsafe impl aya::Pod for super::PathStats {}
+    unsafe impl aya::Pod for super::PathRxPending {}
+    unsafe impl aya::Pod for super::PathVectorKey {}
+    unsafe impl aya::Pod for super::PathKick {}
+    unsafe impl aya::Pod for super::PathRxBatch {}
+    unsafe impl aya::Pod for super::PathTxFrame {}
+    unsafe impl aya::Pod for super::PathPacket {}
 }
 
 /// Hooks whose programs count their own runs in the `HOOK_RUNS` per-CPU
@@ -73,7 +83,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 64] = [
+pub const COUNTED_HOOKS: [&str; 79] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exit",
@@ -138,6 +148,21 @@ pub const COUNTED_HOOKS: [&str; 64] = [
     "ovl_revert_creds",
     "page_fault_user",
     "page_fault_kernel",
+    "path_tun_net_xmit",
+    "path_tun_recvmsg",
+    "path_handle_tx",
+    "path_tun_get_user",
+    "kretprobe_path_tun_get_user",
+    "path_tun_sendmsg",
+    "kretprobe_path_tun_sendmsg",
+    "path_consume_skb",
+    "kretprobe_path_ioeventfd_write",
+    "path_kvm_set_irq",
+    "path_kvm_msi_set_irq",
+    "path_kvm_apic_accept_irq",
+    "path_irqfd_wakeup",
+    "path_kvm_inj_virq",
+    "path_kvm_entry",
 ];
 
 const fn same(a: &str, b: &str) -> bool {

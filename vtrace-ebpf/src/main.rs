@@ -22,6 +22,7 @@ mod irq;
 mod kmem;
 mod kvm;
 mod net;
+mod path;
 mod runq;
 mod runs;
 mod sample;

@@ -73,6 +73,39 @@ macro_rules! hook_programs {
 }
 pub(crate) use hook_programs;
 
+/// A kernel function's `kprobe` and `fentry` programs, each counting its run
+/// as `$counted` (default: the function's name; another layer's programs on
+/// the same function count under their own) and passing its first
+/// arguments (as u64) to `$body`.
+macro_rules! kfunc_programs {
+    ($kprobe:ident, $fentry:ident, $function:literal, counted $counted:literal, [$($arg:ident),*] => $body:expr) => {
+        #[aya_ebpf::macros::kprobe]
+        pub fn $kprobe(_ctx: aya_ebpf::programs::ProbeContext) -> u32 {
+            #[allow(unused_variables)]
+            let ctx = _ctx;
+            $crate::runs::count_run!($counted);
+            let mut _i = 0;
+            $(let $arg: u64 = ctx.arg(_i).unwrap_or(0); _i += 1;)*
+            $body;
+            0
+        }
+        #[aya_ebpf::macros::fentry(function = $function)]
+        pub fn $fentry(_ctx: aya_ebpf::programs::FEntryContext) -> i32 {
+            #[allow(unused_variables)]
+            let ctx = _ctx;
+            $crate::runs::count_run!($counted);
+            let mut _i = 0;
+            $(let $arg: u64 = ctx.arg(_i); _i += 1;)*
+            $body;
+            0
+        }
+    };
+    ($kprobe:ident, $fentry:ident, $function:literal, [$($arg:ident),*] => $body:expr) => {
+        $crate::runs::kfunc_programs!($kprobe, $fentry, $function, counted $function, [$($arg),*] => $body);
+    };
+}
+pub(crate) use kfunc_programs;
+
 /// Does nothing. Attached for a moment at start-up to task_rename, which
 /// vtrace then fires itself (prctl(PR_SET_NAME) with its own name), with
 /// and without the kernel's BPF statistics on: what they add to every

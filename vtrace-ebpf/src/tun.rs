@@ -10,9 +10,9 @@
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_probe_read_kernel},
-    macros::{fentry, kprobe, kretprobe, map},
+    macros::{kprobe, kretprobe, map},
     maps::{HashMap, PerCpuHashMap},
-    programs::{FEntryContext, ProbeContext, RetProbeContext},
+    programs::{ProbeContext, RetProbeContext},
 };
 use vtrace_common::{TUN_BATCH_MAX, TUN_MSG_PTR, TunKey, TunStats, dev_key, tun_fn, tun_size_bucket};
 
@@ -20,7 +20,7 @@ use crate::{
     account,
     config::conf,
     kmem::{KernelMem, ProbeRead},
-    runs::count_run,
+    runs::{count_run, kfunc_programs},
 };
 
 #[map]
@@ -186,36 +186,9 @@ fn handler(function: u32) {
     let _ = stats(function, 0);
 }
 
-/// `$kprobe` and `$fentry` for `$function`, each counting its run and
-/// passing its first `$n` arguments (as u64) to `$body`.
-macro_rules! kfunc {
-    ($kprobe:ident, $fentry:ident, $function:literal, [$($arg:ident),*] => $body:expr) => {
-        #[kprobe]
-        pub fn $kprobe(_ctx: ProbeContext) -> u32 {
-            #[allow(unused_variables)]
-            let ctx = _ctx;
-            count_run!($function);
-            let mut _i = 0;
-            $(let $arg: u64 = ctx.arg(_i).unwrap_or(0); _i += 1;)*
-            $body;
-            0
-        }
-        #[fentry(function = $function)]
-        pub fn $fentry(_ctx: FEntryContext) -> i32 {
-            #[allow(unused_variables)]
-            let ctx = _ctx;
-            count_run!($function);
-            let mut _i = 0;
-            $(let $arg: u64 = ctx.arg(_i); _i += 1;)*
-            $body;
-            0
-        }
-    };
-}
-
-kfunc!(kprobe_tun_get_user, fentry_tun_get_user, "tun_get_user", [tun, _tfile, _control, from] => get_user(tun, from));
-kfunc!(kprobe_tun_sendmsg, fentry_tun_sendmsg, "tun_sendmsg", [sock, msg, len] => sendmsg(sock, msg, len));
-kfunc!(kprobe_tun_recvmsg, fentry_tun_recvmsg, "tun_recvmsg", [sock, msg] => recvmsg(sock, msg));
+kfunc_programs!(kprobe_tun_get_user, fentry_tun_get_user, "tun_get_user", [tun, _tfile, _control, from] => get_user(tun, from));
+kfunc_programs!(kprobe_tun_sendmsg, fentry_tun_sendmsg, "tun_sendmsg", [sock, msg, len] => sendmsg(sock, msg, len));
+kfunc_programs!(kprobe_tun_recvmsg, fentry_tun_recvmsg, "tun_recvmsg", [sock, msg] => recvmsg(sock, msg));
 
 #[kprobe]
 pub fn kprobe_tun_chr_read_iter(ctx: ProbeContext) -> u32 {
@@ -231,8 +204,8 @@ pub fn kretprobe_tun_chr_read_iter(ctx: RetProbeContext) -> u32 {
     0
 }
 
-kfunc!(kprobe_tun_net_xmit, fentry_tun_net_xmit, "tun_net_xmit", [skb, dev] => net_xmit(skb, dev));
-kfunc!(kprobe_handle_tx, fentry_handle_tx, "handle_tx", [] => handler(tun_fn::HANDLE_TX));
-kfunc!(kprobe_handle_rx, fentry_handle_rx, "handle_rx", [] => handler(tun_fn::HANDLE_RX));
-kfunc!(kprobe_handle_tx_kick, fentry_handle_tx_kick, "handle_tx_kick", [] => handler(tun_fn::HANDLE_TX_KICK));
-kfunc!(kprobe_handle_rx_kick, fentry_handle_rx_kick, "handle_rx_kick", [] => handler(tun_fn::HANDLE_RX_KICK));
+kfunc_programs!(kprobe_tun_net_xmit, fentry_tun_net_xmit, "tun_net_xmit", [skb, dev] => net_xmit(skb, dev));
+kfunc_programs!(kprobe_handle_tx, fentry_handle_tx, "handle_tx", [] => handler(tun_fn::HANDLE_TX));
+kfunc_programs!(kprobe_handle_rx, fentry_handle_rx, "handle_rx", [] => handler(tun_fn::HANDLE_RX));
+kfunc_programs!(kprobe_handle_tx_kick, fentry_handle_tx_kick, "handle_tx_kick", [] => handler(tun_fn::HANDLE_TX_KICK));
+kfunc_programs!(kprobe_handle_rx_kick, fentry_handle_rx_kick, "handle_rx_kick", [] => handler(tun_fn::HANDLE_RX_KICK));

@@ -63,6 +63,39 @@ pub fn terms(a: &Subject, b: &Subject, per_op: bool) -> (Vec<Term>, f64, f64) {
     (terms, total_a, total_b)
 }
 
+/// The path layer's stages of A and B, pooled over each side's VMs: (dir,
+/// stage, mean in A, mean in B; None where that side timed none), the
+/// largest difference first (a stage one side lacks counts as 0 there).
+pub fn path_stages(a: &Subject, b: &Subject) -> Vec<(String, String, Option<f64>, Option<f64>)> {
+    let mean = |s: &Subject, dims: &Vec<(String, String)>| {
+        let get = |key: &str| s.metrics.get(&(key.to_string(), dims.clone())).map_or(0.0, |v| v.value);
+        let events = get("path_events");
+        (events > 0.0).then(|| get("path_sum_ns") / events)
+    };
+    let mut dims: Vec<&Vec<(String, String)>> = a
+        .metrics
+        .keys()
+        .chain(b.metrics.keys())
+        .filter(|(k, _)| k == "path_sum_ns")
+        .map(|(_, d)| d)
+        .collect();
+    dims.sort();
+    dims.dedup();
+    let field = |d: &Vec<(String, String)>, name: &str| {
+        d.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let mut out: Vec<(String, String, Option<f64>, Option<f64>)> = dims
+        .into_iter()
+        .map(|d| (field(d, "dir"), field(d, "stage"), mean(a, d), mean(b, d)))
+        .collect();
+    let diff = |x: &(String, String, Option<f64>, Option<f64>)| (x.3.unwrap_or(0.0) - x.2.unwrap_or(0.0)).abs();
+    out.sort_by(|x, y| diff(y).total_cmp(&diff(x)));
+    out
+}
+
 /// The report of `explain`: the headline, the ranked terms, the where.
 pub fn explain(a: &Subject, b: &Subject, top: usize) -> Vec<Section> {
     let unit = Subject::common_unit([a, b]);
@@ -194,6 +227,41 @@ pub fn explain(a: &Subject, b: &Subject, top: usize) -> Vec<Section> {
     if !w.rows.is_empty() {
         s.table(w);
     }
+    let path = path_stages(a, b);
+    if !path.is_empty() {
+        let mut t = Table::new(
+            "The virtio path's latency by stage (mean per event; largest difference first; -: a stage that \
+             side did not time, 0 in its path; a direction's stages sum to its path)",
+            vec![
+                col("B - A", 14),
+                left("dir", 4).gap(2),
+                left("stage", 14),
+                col("A", 14),
+                col("B", 14),
+            ],
+        );
+        let shown = |m: &Option<f64>| m.map_or("-".to_string(), time);
+        for (dir, stage, ma, mb) in &path {
+            let d = mb.unwrap_or(0.0) - ma.unwrap_or(0.0);
+            t.row(vec![signed_time(d), dir.clone(), stage.clone(), shown(ma), shown(mb)]);
+        }
+        for dir in ["rx", "tx"] {
+            let (ta, tb) = path
+                .iter()
+                .filter(|p| p.0 == dir)
+                .fold((0.0, 0.0), |(x, y), p| (x + p.2.unwrap_or(0.0), y + p.3.unwrap_or(0.0)));
+            if ta + tb > 0.0 {
+                t.row(vec![
+                    signed_time(tb - ta),
+                    dir.into(),
+                    "(path)".into(),
+                    time(ta),
+                    time(tb),
+                ]);
+            }
+        }
+        s.table(t);
+    }
     s.json(
         "explain",
         json!({
@@ -201,6 +269,10 @@ pub fn explain(a: &Subject, b: &Subject, top: usize) -> Vec<Section> {
             "total_a_ns": total_a, "total_b_ns": total_b, "total_diff_ns": total,
             "left_out_roles": ROLES_LEFT_OUT,
             "terms": terms, "details": details,
+            "path": path.iter().map(|(dir, stage, a, b)| json!({
+                "dir": dir, "stage": stage, "a_ns": a, "b_ns": b,
+                "diff_ns": b.unwrap_or(0.0) - a.unwrap_or(0.0),
+            })).collect::<Vec<_>>(),
         }),
     );
     vec![s]

@@ -35,6 +35,7 @@ pub mod fs;
 pub mod kvm;
 pub mod net;
 pub mod options;
+pub mod path;
 pub mod runq;
 pub mod sample;
 pub mod tun;
@@ -53,6 +54,7 @@ pub const REGISTRY: &[&dyn Layer] = &[
     &block::BlockLayer,
     &fs::FsLayer,
     &faults::FaultsLayer,
+    &path::PathLayer,
     &sample::SampleLayer,
 ];
 

@@ -311,7 +311,8 @@ impl Collector for NetRecorder {
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct NetOptions {
     /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer;
-    /// implies --hops). Cost: redis GET/SET over loopback kept 0.82 of its untraced throughput
+    /// implies --hops); with the path layer, also every rx interrupt's and tx kick's first frame
+    /// through each stage of a VM's virtio path (path_packets: round trips, slowest packets). Cost: redis GET/SET over loopback kept 0.82 of its untraced throughput
     /// (default: 0.98), tracing cost 13.4 % of capacity (default: 3.7 %); docs/overhead.md.
     #[arg(long)]
     pub events: bool,

@@ -1,0 +1,191 @@
+//! The path layer: latency along a VM's virtio data path, stage by stage.
+
+use crate::*;
+
+/// The stages the path layer times ([`PathKey::stage`]), host -> guest
+/// (rx) first, then guest -> host (tx).
+pub mod path_stage {
+    /// An skb queued to a tap (tun_net_xmit) -> taken by the tap's user:
+    /// vhost-net (tun_recvmsg) or a VMM's read (consume_skb once copied
+    /// out). Per frame.
+    pub const RX_TAP_QUEUE: u32 = 0;
+    /// The first frame the VM's threads took and have not signalled yet ->
+    /// the next interrupt a thread of the VM raises for its guest
+    /// (irqfd_wakeup, kvm_msi_set_irq, kvm_set_irq). Per signal; `frames`:
+    /// the frames it covers.
+    pub const RX_SIGNAL: u32 = 1;
+    /// That MSI (its vector, in the same VM) -> KVM injects the vector
+    /// into a vCPU (kvm_inj_virq).
+    pub const RX_INJECT: u32 = 2;
+    /// The injection -> the vCPU thread's next guest entry (kvm_entry).
+    pub const RX_ENTRY: u32 = 3;
+    /// The VM's first virtqueue kick not served yet (a guest write an
+    /// ioeventfd took) -> a thread of the VM starts serving: vhost-net's
+    /// handle_tx, or the VMM writing a frame to its tap (tun_get_user).
+    /// `frames`: the kicks it served.
+    pub const TX_KICK: u32 = 4;
+    /// vhost-net's handle_tx started serving kicks -> its first frame
+    /// reaches the tap (tun_get_user). A VMM's serving starts at its write
+    /// to the tap: it has no such stage.
+    pub const TX_SERVE: u32 = 5;
+    /// Frames from the guest enter the tap (vhost-net's tun_sendmsg, a
+    /// batch; a VMM's tun_get_user, one) -> the tap has handed them to the
+    /// host's stack (the call returns; the stack runs inline there unless
+    /// the tap uses NAPI). Per call; `frames`: the frames.
+    pub const TX_TAP: u32 = 6;
+    pub const COUNT: usize = 7;
+    pub const NAMES: [&str; COUNT] = [
+        "rx_tap_queue",
+        "rx_signal",
+        "rx_inject",
+        "rx_entry",
+        "tx_kick",
+        "tx_serve",
+        "tx_tap",
+    ];
+    /// Each stage's direction: rx (host -> guest) or tx (guest -> host).
+    pub const DIRECTIONS: [&str; COUNT] = ["rx", "rx", "rx", "rx", "tx", "tx", "tx"];
+}
+
+/// One stage's latencies, ended by one process (the thread that ended it:
+/// the tap's reader, the signaller, the vCPU, the serving thread).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PathKey {
+    pub tgid: u32,
+    /// [`path_stage`].
+    pub stage: u32,
+}
+
+/// A stage's latencies ([`LatencyHist`]) and the frames (or kicks) they
+/// covered (see [`path_stage`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathStats {
+    pub frames: u64,
+    pub hist: LatencyHist,
+}
+
+/// A batch of frames taken from a tap, followed through its interrupt: the
+/// times of its first frame at each stage end so far (0: not reached, or,
+/// for `queued_ns`, not seen).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathRxBatch {
+    /// Its first frame was queued to the tap (tun_net_xmit).
+    pub queued_ns: u64,
+    /// That frame was taken from the tap (0: no batch pending).
+    pub dequeued_ns: u64,
+    /// The taking thread raised the guest's interrupt.
+    pub signal_ns: u64,
+    /// KVM injected that interrupt into a vCPU.
+    pub inject_ns: u64,
+    pub frames: u64,
+}
+
+/// What a VM's threads have taken from its taps and not signalled.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathRxPending {
+    /// The frames taken since its last signal (`dequeued_ns` 0: none).
+    pub batch: PathRxBatch,
+    /// The batch its last signal ended, until the MSI of that signal
+    /// stores it for [`path_stage::RX_INJECT`] (kvm_set_irq on an MSI
+    /// route fires before kvm_msi_set_irq in the same call; `signal_ns`
+    /// 0: none).
+    pub signalled: PathRxBatch,
+}
+
+/// An MSI vector of one VM: the VM's memory (`mm_struct *`, shared by its
+/// vCPUs, its VMM's threads and its vhost workers) and the vector.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PathVectorKey {
+    pub mm: u64,
+    pub vector: u32,
+    pub _pad: u32,
+}
+
+/// A VM's kicks not served yet, and the last served ones until their first
+/// frame reaches the tap.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathKick {
+    /// When the first of them came (0: none pending).
+    pub first_ns: u64,
+    pub kicks: u64,
+    /// vhost-net's handle_tx started serving kicks (0: no frame of them
+    /// awaited at the tap).
+    pub serve_ns: u64,
+    /// The first of the kicks it serves, and their count.
+    pub served_kick_ns: u64,
+    pub served_kicks: u64,
+}
+
+/// A frame in tun_get_user on a thread, until it returns.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathTxFrame {
+    /// It entered tun_get_user.
+    pub tap_ns: u64,
+    /// The kick it answers and when vhost-net started serving it (0: not
+    /// the first frame after a kick: only its tx_tap is timed; `serve_ns`
+    /// 0 for a VMM's write).
+    pub kick_ns: u64,
+    pub serve_ns: u64,
+    pub kicks: u64,
+    /// The frames of this entry (a vhost-net batch: up to 64).
+    pub frames: u64,
+    /// Entries into the tap nested in this one (tun_sendmsg ->
+    /// tun_get_user), whose returns do not end it.
+    pub depth: u64,
+}
+
+/// `PathPacket::dir`.
+pub mod path_dir {
+    pub const RX: u32 = 0;
+    pub const TX: u32 = 1;
+}
+
+/// One packet followed along a VM's path (`record --events`): the first
+/// frame of an rx batch from the tap to the guest entry that delivered its
+/// interrupt, or the first frame after a tx kick from the kick into the
+/// host stack. `ts` are the ends of its stages in order (monotonic ns;
+/// 0: that end not seen, or no such stage for this way of serving):
+/// rx: queued to the tap, taken, signalled, injected, vCPU entry;
+/// tx: kick, vhost-net's handle_tx, into the tap, out of the tap, 0.
+/// Consecutive non-zero ends are its stage times, which sum exactly to
+/// its last end minus its first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathPacket {
+    pub ts: [u64; 5],
+    /// The VM (`mm_struct *`): rx and tx packets of one VM share it.
+    pub vm: u64,
+    /// The thread that ended it (rx: the vCPU; tx: the thread writing to the tap).
+    pub tgid: u32,
+    pub tid: u32,
+    /// [`path_dir`].
+    pub dir: u32,
+    /// rx: the frames its interrupt covered; tx: the kicks served.
+    pub frames: u32,
+}
+
+/// The path layer's loss counters (`PATH_LOSSES` slots).
+pub mod path_loss {
+    /// Latencies not counted: PATH_STATS was full.
+    pub const STATS_FULL: u32 = 0;
+    /// Frames taken from a tap with no queue time: queued before the layer
+    /// started, or evicted from the LRU of queued frames.
+    pub const UNTIMED: u32 = 1;
+    /// A path MSI whose injection was not seen before the same VM raised
+    /// the same vector again (posted interrupts, APICv/AVIC, inject without
+    /// kvm_inj_virq; or interrupts coalesced).
+    pub const UNINJECTED: u32 = 2;
+    /// Followed packets (`--events`) not recorded: their ring buffer was full.
+    pub const PACKETS_DROPPED: u32 = 3;
+    pub const COUNT: u32 = 4;
+}
+
+/// Processes x stages the path layer keeps latencies for.
+pub const MAX_PATH_STATS: u32 = 256;

@@ -1,0 +1,358 @@
+//! The path layer (`--layers path`): latency along a VM's virtio data path,
+//! stage by stage (vtrace-ebpf/src/path.rs, `vtrace_common::path_stage`):
+//! rx, a frame queued to the tap -> taken by vhost-net or the VMM -> the
+//! interrupt raised for the guest -> injected into a vCPU -> that vCPU
+//! entering the guest; tx, the guest's kick -> the thread that serves it ->
+//! the frame into the tap -> out of it into the host's stack. Each stage is
+//! a histogram in the kernel per process that ended it, owned as the CPU
+//! layer's threads table owns that process, so the report shows each VM
+//! instance's path; with `--events`, each rx batch's and tx kick's first
+//! frame is followed through every stage (path_packets). Its ends are
+//! tun/vhost-net functions (kprobes) and kvm/* tracepoints: without kprobes
+//! it does not run.
+
+pub mod packets;
+pub mod probes;
+pub mod summary;
+pub mod tables;
+
+use std::collections::BTreeMap;
+
+use aya::{
+    Ebpf,
+    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+};
+use vtrace_common::{
+    Config, FINE_BUCKETS, PathKey, PathPacket, PathStats, fine_bucket_range, path_dir, path_loss, path_stage,
+};
+
+pub use tables::{PathHistRow, PathPacketRow, PathRow};
+
+use super::{
+    Collector, Emit, End, Layer, LayerOutput, Loss, Setup,
+    cpu::ThreadRow,
+    cpu::{ThreadIndex, row_owner},
+};
+use crate::platforms::attribute::Attributed;
+use crate::{
+    Result,
+    collectors::maps::{Counters, delta, sum_per_cpu, take},
+    probes::{
+        ProbeSpec,
+        offsets::{self, KernelLayout},
+    },
+    recording::{Overhead, Recording, TableKind},
+    report_model::Section,
+};
+
+pub struct PathLayer;
+
+impl Layer for PathLayer {
+    fn name(&self) -> &'static str {
+        "path"
+    }
+    /// A program on every guest entry and on every frame a tap queues: asked for.
+    fn on_by_default(&self) -> bool {
+        false
+    }
+    /// Every stage starts or ends at a tun/vhost-net function (kprobes):
+    /// without them nothing is timed.
+    fn can_run(&self, setup: &Setup) -> Result<(), String> {
+        if setup.caps.kprobe_pmu {
+            Ok(())
+        } else {
+            Err(
+                "kprobes unavailable (no kprobe PMU: kernel built without CONFIG_KPROBES): every stage of the \
+                 virtio data path starts or ends at a tun/vhost-net kernel function"
+                    .into(),
+            )
+        }
+    }
+    fn catalog(&self) -> &'static [ProbeSpec] {
+        probes::PATH
+    }
+    /// The VM key (`task_struct.mm`), vhost-net's frame in its msghdr, and
+    /// the kvm/* record fields the kvm layer reads too (same values).
+    fn offsets(&self, k: &KernelLayout, o: &mut Config) {
+        o.task_mm = k.member("task_struct", "mm");
+        o.msghdr_control = k.member("msghdr", "msg_control");
+        let kvm = |ev: &str, field: &str| k.tracepoint("kvm", ev, field);
+        o.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
+        o.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
+        // `vector` (with `soft`) since Linux 6.0; `irq` before.
+        o.tp_kvm_inj_virq_vector = match kvm("kvm_inj_virq", "vector") {
+            0 => kvm("kvm_inj_virq", "irq"),
+            at => at,
+        };
+        o.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
+        o.tp_kvm_apic_accept_irq_vec = kvm("kvm_apic_accept_irq", "vec");
+        // vhost-net's batches into a tap (the tun module's own struct, as
+        // the tun layer reads it).
+        if let Some(tun) = k.module("tun") {
+            o.tun_msg_ctl_type = offsets::member_offset(&tun, "tun_msg_ctl", "type").unwrap_or(0);
+            o.tun_msg_ctl_num = offsets::member_offset(&tun, "tun_msg_ctl", "num").unwrap_or(0);
+        }
+    }
+    fn configure(&self, setup: &Setup, config: &mut Config) {
+        config.path_packets_on = setup.opts.layer_opts.net.events as u32;
+    }
+    fn tables(&self) -> Vec<TableKind> {
+        vec![
+            TableKind::of::<PathRow>(),
+            TableKind::of::<PathHistRow>(),
+            TableKind::of::<PathPacketRow>(),
+        ]
+    }
+    fn losses(&self) -> &'static [Loss] {
+        &[
+            Loss {
+                key: "path.stats_full",
+                meaning: "virtio path latencies not counted: the per-process stage map was full",
+            },
+            Loss {
+                key: "path.untimed",
+                meaning: "frames taken from a tap whose queueing was not seen (queued before the layer started, or \
+                          evicted from the map of queued frames): not in rx_tap_queue",
+            },
+            Loss {
+                key: "path.uninjected",
+                meaning: "interrupts raised for a VM after taking frames whose injection KVM did not trace before \
+                          the same vector was raised again (posted interrupts: APICv/AVIC; or coalesced): not in \
+                          rx_inject or rx_entry",
+            },
+            Loss {
+                key: "path.packets_dropped",
+                meaning: "followed packets (--events) not recorded: their 4 MiB ring buffer filled between two \
+                          readings, or more than the packets kept in memory came",
+            },
+        ]
+    }
+    fn summarize(&self, rec: &Recording, top: usize) -> Section {
+        summary::section(rec, top)
+    }
+    fn start(&self, ebpf: &mut Ebpf, setup: &Setup, config: &Config) -> Result<Box<dyn Collector>> {
+        let packets = if config.path_packets_on != 0 {
+            Some(take(ebpf, "PATH_PACKETS")?)
+        } else {
+            None
+        };
+        Ok(Box::new(PathRecorder {
+            stats: take(ebpf, "PATH_STATS")?,
+            losses: take(ebpf, "PATH_LOSSES")?,
+            base: BTreeMap::new(),
+            last: BTreeMap::new(),
+            base_lost: [0; path_loss::COUNT as usize],
+            lost: [0; path_loss::COUNT as usize],
+            packets,
+            followed: Vec::new(),
+            unkept: 0,
+            start_mono: setup.start_mono,
+        }))
+    }
+}
+
+impl Counters for PathStats {
+    fn add(&mut self, o: &Self) {
+        self.frames += o.frames;
+        self.hist.add(&o.hist);
+    }
+    fn sub(&mut self, o: &Self) {
+        self.frames -= o.frames.min(self.frames);
+        self.hist.sub(&o.hist);
+    }
+}
+
+struct PathRecorder {
+    stats: PerCpuHashMap<MapData, PathKey, PathStats>,
+    losses: PerCpuArray<MapData, u64>,
+    /// Every stage per process, summed over CPUs, when the workload started
+    /// (the window every layer's counters share) and at the last reading.
+    base: BTreeMap<PathKey, PathStats>,
+    last: BTreeMap<PathKey, PathStats>,
+    base_lost: [u64; path_loss::COUNT as usize],
+    /// [`path_loss`] counters at the last reading.
+    lost: [u64; path_loss::COUNT as usize],
+    /// Followed packets (`--events`), drained every interval.
+    packets: Option<RingBuf<MapData>>,
+    followed: Vec<PathPacket>,
+    /// Followed packets drained past [`MAX_FOLLOWED`].
+    unkept: u64,
+    start_mono: u64,
+}
+
+/// Followed packets kept in memory until the end (64 MiB): one per rx
+/// interrupt and tx kick, so a minute of a latency-bound workload fits.
+const MAX_FOLLOWED: usize = 1 << 20;
+
+impl PathRecorder {
+    fn drain(&mut self) {
+        let Some(ring) = self.packets.as_mut() else {
+            return;
+        };
+        while let Some(item) = ring.next() {
+            if item.len() < std::mem::size_of::<PathPacket>() {
+                continue;
+            }
+            if self.followed.len() < MAX_FOLLOWED {
+                self.followed
+                    .push(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const PathPacket) });
+            } else {
+                self.unkept += 1;
+            }
+        }
+    }
+
+    fn read(&mut self) -> Result<()> {
+        self.drain();
+        self.last = sum_per_cpu(&self.stats)?;
+        for (slot, n) in self.lost.iter_mut().enumerate() {
+            *n = self.losses.get(&(slot as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
+        }
+        Ok(())
+    }
+}
+
+impl Collector for PathRecorder {
+    /// What the probes timed while the others attached is left out, and so
+    /// are the packets they followed then.
+    fn baseline(&mut self, _attached: &super::Attached) -> Result<()> {
+        self.read()?;
+        self.base = self.last.clone();
+        self.base_lost = self.lost;
+        self.followed.clear();
+        self.unkept = 0;
+        Ok(())
+    }
+
+    fn tick(&mut self, _now_mono: u64) -> Result<()> {
+        self.drain();
+        Ok(())
+    }
+
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        self.read()
+    }
+
+    fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        self.read()?;
+        Ok(true)
+    }
+
+    fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
+        let threads = ctx.tables.rows::<ThreadRow>();
+        let window = delta(&self.last, &self.base, |s| s.hist.count > 0);
+        let (rows, hists) = rows(&window, threads);
+        out.notes.extend(notes(&rows));
+        out.tables.put(rows);
+        out.tables.put(hists);
+        out.tables.put(packet_rows(&self.followed, threads, self.start_mono));
+        let lost = |slot: u32| self.lost[slot as usize] - self.base_lost[slot as usize];
+        out.losses.push(("path.stats_full", lost(path_loss::STATS_FULL)));
+        out.losses.push(("path.untimed", lost(path_loss::UNTIMED)));
+        out.losses.push(("path.uninjected", lost(path_loss::UNINJECTED)));
+        out.losses
+            .push(("path.packets_dropped", lost(path_loss::PACKETS_DROPPED) + self.unkept));
+        Ok(())
+    }
+}
+
+/// The path and path_hists rows: each stage per process, named and owned
+/// as the threads table names the process.
+fn rows(stats: &BTreeMap<PathKey, PathStats>, threads: &[ThreadRow]) -> (Vec<PathRow>, Vec<PathHistRow>) {
+    let index = ThreadIndex::new(threads);
+    let mut rows = Vec::new();
+    let mut hists = Vec::new();
+    for (k, s) in stats {
+        let h = &s.hist;
+        if h.count == 0 {
+            continue;
+        }
+        let stage = path_stage::NAMES.get(k.stage as usize).copied().unwrap_or("?");
+        let Attributed {
+            platform,
+            instance,
+            role,
+        } = row_owner(index.process(k.tgid));
+        rows.push(PathRow {
+            stage: stage.into(),
+            pid: k.tgid,
+            comm: index.process_comm(k.tgid),
+            platform,
+            instance,
+            role,
+            count: h.count,
+            sum_ns: h.sum_ns,
+            min_ns: h.min_ns,
+            max_ns: h.max_ns,
+            frames: s.frames,
+        });
+        for (i, &count) in h.buckets.iter().enumerate().take(FINE_BUCKETS) {
+            if count > 0 {
+                let (lo_ns, hi_ns) = fine_bucket_range(i);
+                hists.push(PathHistRow {
+                    stage: stage.into(),
+                    pid: k.tgid,
+                    lo_ns,
+                    hi_ns,
+                    count,
+                });
+            }
+        }
+    }
+    (rows, hists)
+}
+
+/// The path_packets rows: followed packets, owned as the threads table owns
+/// the thread that ended each.
+fn packet_rows(packets: &[PathPacket], threads: &[ThreadRow], start_mono: u64) -> Vec<PathPacketRow> {
+    let index = ThreadIndex::new(threads);
+    let since = |t: u64| if t == 0 { 0 } else { t.saturating_sub(start_mono).max(1) };
+    packets
+        .iter()
+        .map(|p| {
+            let Attributed {
+                platform,
+                instance,
+                role,
+            } = row_owner(index.thread(p.tid).or_else(|| index.process(p.tgid)));
+            PathPacketRow {
+                dir: if p.dir == path_dir::TX { "tx" } else { "rx" }.into(),
+                pid: p.tgid,
+                tid: p.tid,
+                comm: index.process_comm(p.tgid),
+                platform,
+                instance,
+                role,
+                vm: p.vm,
+                frames: p.frames,
+                t0_ns: since(p.ts[0]),
+                t1_ns: since(p.ts[1]),
+                t2_ns: since(p.ts[2]),
+                t3_ns: since(p.ts[3]),
+                t4_ns: since(p.ts[4]),
+            }
+        })
+        .collect()
+}
+
+/// What a reader of the stages must know: the ends this kernel did not give.
+fn notes(rows: &[PathRow]) -> Vec<String> {
+    let mut notes = Vec::new();
+    let has = |stage: &str| rows.iter().any(|r| r.stage == stage);
+    if has("rx_signal") && !has("rx_inject") {
+        notes.push(
+            "path: interrupts were raised after frames were taken but no injection of theirs was seen: an MSI's \
+             vector injected without kvm_inj_virq (posted interrupts: APICv/AVIC), or a line delivered through \
+             the PIC (no kvm_apic_accept_irq to learn its vector): rx_inject and rx_entry are unavailable"
+                .into(),
+        );
+    }
+    if has("rx_tap_queue") && !has("rx_signal") {
+        notes.push(
+            "path: frames were taken from taps but the thread that took them raised no interrupt KVM saw \
+             (irqfd_wakeup, kvm_msi_set_irq, kvm_set_irq)"
+                .into(),
+        );
+    }
+    notes
+}

@@ -1,0 +1,159 @@
+//! The path layer's probes (vtrace-ebpf/src/path.rs): tun/tap and
+//! vhost-net functions (kprobes: they live in modules, whose split BTF aya
+//! does not load for fentry) and the kvm/* tracepoints, each with programs
+//! of this layer's own beside the tun and kvm layers'.
+
+use crate::probes::catalog::{ProbeSpec, Strategy, kfunc_probe};
+
+/// A kvm/* event read through its classic record, by this layer's program.
+macro_rules! path_kvm_tracepoint {
+    ($id:literal, $name:literal, $program:literal, $what:literal) => {
+        ProbeSpec {
+            id: $id,
+            layer: "path",
+            what: $what,
+            strategies: &[Strategy::Tracepoint {
+                program: $program,
+                category: "kvm",
+                name: $name,
+            }],
+        }
+    };
+}
+
+/// In attach order.
+pub const PATH: &[ProbeSpec] = &[
+    kfunc_probe!(
+        "path:tun_net_xmit",
+        "path",
+        "rx: a frame queued to a tap (its queue time starts)",
+        "tun_net_xmit",
+        "fentry_path_tun_net_xmit",
+        "kprobe_path_tun_net_xmit"
+    ),
+    kfunc_probe!(
+        "path:tun_recvmsg",
+        "path",
+        "rx: vhost-net takes a frame from a tap (its queue time ends)",
+        "tun_recvmsg",
+        "fentry_path_tun_recvmsg",
+        "kprobe_path_tun_recvmsg"
+    ),
+    // tun_ring_recv, where a VMM's read takes the frame, is static with one
+    // caller and inlined on common kernels: the skb's free once copied out
+    // (in tun_do_read, the reader's context) ends its wait instead.
+    ProbeSpec {
+        id: "path:consume_skb",
+        layer: "path",
+        what: "rx: a VMM's read took a frame from its tap (its queue time ends)",
+        strategies: &[
+            Strategy::BtfTracepoint {
+                program: "btf_path_consume_skb",
+                tracepoint: "consume_skb",
+            },
+            Strategy::RawTracepoint {
+                program: "raw_path_consume_skb",
+                tracepoint: "consume_skb",
+            },
+        ],
+    },
+    path_kvm_tracepoint!(
+        "path:kvm_set_irq",
+        "kvm_set_irq",
+        "tp_path_kvm_set_irq",
+        "rx: a thread that took frames raises a line for its guest"
+    ),
+    kfunc_probe!(
+        "path:irqfd_wakeup",
+        "path",
+        "rx: a thread that took frames signals its guest through an irqfd (MSI or line)",
+        "irqfd_wakeup",
+        "fentry_path_irqfd_wakeup",
+        "kprobe_path_irqfd_wakeup"
+    ),
+    path_kvm_tracepoint!(
+        "path:kvm_apic_accept_irq",
+        "kvm_apic_accept_irq",
+        "tp_path_kvm_apic_accept_irq",
+        "rx: the vector a raised line delivers (learnt, to pair its injection)"
+    ),
+    path_kvm_tracepoint!(
+        "path:kvm_msi_set_irq",
+        "kvm_msi_set_irq",
+        "tp_path_kvm_msi_set_irq",
+        "rx: a thread that took frames raises an MSI for its guest (irqfd)"
+    ),
+    path_kvm_tracepoint!(
+        "path:kvm_inj_virq",
+        "kvm_inj_virq",
+        "tp_path_kvm_inj_virq",
+        "rx: KVM injects that MSI's vector into a vCPU"
+    ),
+    ProbeSpec {
+        id: "path:kvm_entry",
+        layer: "path",
+        what: "rx: the vCPU enters its guest with the interrupt",
+        strategies: &[
+            Strategy::RawTracepoint {
+                program: "raw_path_kvm_entry",
+                tracepoint: "kvm_entry",
+            },
+            Strategy::Tracepoint {
+                program: "tp_path_kvm_entry",
+                category: "kvm",
+                name: "kvm_entry",
+            },
+        ],
+    },
+    ProbeSpec {
+        id: "path:ioeventfd_write.ret",
+        layer: "path",
+        what: "tx: an ioeventfd took a guest's write: a virtqueue kick",
+        strategies: &[Strategy::KProbe {
+            program: "kretprobe_path_ioeventfd_write",
+            function: "ioeventfd_write",
+        }],
+    },
+    kfunc_probe!(
+        "path:handle_tx",
+        "path",
+        "tx: the vhost-net worker starts serving the kicks",
+        "handle_tx",
+        "fentry_path_handle_tx",
+        "kprobe_path_handle_tx"
+    ),
+    kfunc_probe!(
+        "path:tun_sendmsg",
+        "path",
+        "tx: vhost-net hands the tap a batch of the guest's frames",
+        "tun_sendmsg",
+        "fentry_path_tun_sendmsg",
+        "kprobe_path_tun_sendmsg"
+    ),
+    ProbeSpec {
+        id: "path:tun_sendmsg.ret",
+        layer: "path",
+        what: "tx: the tap has handed that batch to the host's stack",
+        strategies: &[Strategy::KProbe {
+            program: "kretprobe_path_tun_sendmsg",
+            function: "tun_sendmsg",
+        }],
+    },
+    kfunc_probe!(
+        "path:tun_get_user",
+        "path",
+        "tx: a frame from the guest enters its tap (vhost-net's, or the VMM's write serving the kicks)",
+        "tun_get_user",
+        "fentry_path_tun_get_user",
+        "kprobe_path_tun_get_user"
+    ),
+    ProbeSpec {
+        id: "path:tun_get_user.ret",
+        layer: "path",
+        what: "tx: the tap has handed that frame to the host's stack",
+        strategies: &[Strategy::KProbe {
+            program: "kretprobe_path_tun_get_user",
+            function: "tun_get_user",
+        }],
+    },
+];

@@ -1,0 +1,71 @@
+//! The path layer's tables: each stage of a VM's virtio data path per
+//! process that ended it, and their histograms.
+
+use crate::recording::table;
+
+table! {
+    /// Latencies of one stage of the virtio data path (`stage`: rx_tap_queue,
+    /// rx_signal, rx_inject, rx_entry, tx_kick, tx_serve, tx_tap), ended by
+    /// process `pid` (the tap's reader, the signalling thread, the vCPU's
+    /// VMM, the serving thread), named and owned as the threads table names
+    /// it. `frames`: frames timed (rx_tap_queue, tx_tap), frames covered by
+    /// the signals (rx_signal), kicks served (tx_kick, tx_serve); 0 for
+    /// rx_inject and rx_entry.
+    PathRow = "path" {
+        stage: String,
+        pid: u32,
+        comm: String,
+        platform: String,
+        instance: String,
+        role: String,
+        count: u64,
+        sum_ns: u64,
+        min_ns: u64,
+        max_ns: u64,
+        frames: u64,
+    }
+}
+
+table! {
+    /// Histograms of path rows: buckets `[lo_ns, hi_ns)`, 8 per power of two.
+    PathHistRow = "path_hists" {
+        stage: String,
+        pid: u32,
+        lo_ns: u64,
+        hi_ns: u64,
+        count: u64,
+    }
+}
+
+table! {
+    /// Followed packets (`record --events`): the first frame of each rx
+    /// batch from the tap to the vCPU entry that delivered its interrupt,
+    /// and the first frame after each tx kick from the kick into the host's
+    /// stack. `t0_ns`..`t4_ns`: the ends of its stages, ns since the
+    /// recording started (0: not seen, or no such stage): rx, queued to the
+    /// tap, taken, signalled, injected, entered; tx, kicked, handle_tx
+    /// (vhost-net only), into the tap, out of the tap, 0. Consecutive
+    /// non-zero ends are its stage times (`vtrace_common::path_stage` in
+    /// order), which sum exactly to the last end minus the first. `vm`:
+    /// the VM's kernel memory key, shared by its rx and tx packets;
+    /// `frames`: rx, frames its
+    /// interrupt covered; tx, kicks served. `pid`/`tid`: the thread that
+    /// ended it (rx: the vCPU; tx: the tap's writer), owned as the threads
+    /// table owns it.
+    PathPacketRow = "path_packets" {
+        dir: String,
+        pid: u32,
+        tid: u32,
+        comm: String,
+        platform: String,
+        instance: String,
+        role: String,
+        vm: u64,
+        frames: u32,
+        t0_ns: u64,
+        t1_ns: u64,
+        t2_ns: u64,
+        t3_ns: u64,
+        t4_ns: u64,
+    }
+}
