@@ -353,6 +353,20 @@ fn each_vm_is_recorded_as_its_platform_with_its_vcpu_vmm_and_vhost_roles() {
                 "{p}: {thread}"
             );
         }
+        // KVM's kernel threads for this VM (the in-kernel PIT's), where
+        // they ran, are the VM's.
+        for t in rows(&r, "threads").iter().filter(|t| {
+            t["comm"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("kvm-pit/") || c.starts_with("kvm-nx-lpage-re"))
+        }) {
+            eprintln!("{p}: {} is {} {}", t["comm"], t["instance"], t["role"]);
+            assert_eq!(
+                (t["instance"].as_str(), t["role"].as_str()),
+                (Some(id.as_str()), Some("vmm")),
+                "{p}: {t}"
+            );
+        }
         // The guest's own time is the vCPU's guest time.
         let vcpu = rows(&r, "threads").iter().find(|t| t["role"] == "vcpu").unwrap();
         assert!(n(&vcpu["guest_ns"]) > 0, "{p}: {vcpu}");

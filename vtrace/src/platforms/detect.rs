@@ -83,6 +83,17 @@ fn role_matches(rule: &RoleRule, is_root: bool, p: &ProcInfo, thread_comm: &str)
         && (rule.cmdline_any.is_empty() || rule.cmdline_any.iter().any(|s| p.cmdline.contains(s.as_str())))
 }
 
+/// The process a kernel thread works for, from the name the kernel gives
+/// it: vhost workers (`vhost-<owner pid>`, kernel threads before Linux
+/// 6.4), and KVM's per-VM threads, the in-kernel PIT's (`kvm-pit/<pid>`)
+/// and the NX huge page recovery's (`kvm-nx-lpage-recovery-<pid>`), named
+/// after the VMM that created the VM.
+pub fn serves_pid(comm: &str) -> Option<u32> {
+    ["vhost-", "kvm-pit/", "kvm-nx-lpage-recovery-"]
+        .iter()
+        .find_map(|prefix| comm.strip_prefix(prefix)?.parse().ok())
+}
+
 /// The role a profile gives a thread.
 pub fn thread_role(profile: &Profile, is_root: bool, p: &ProcInfo, thread_comm: &str) -> String {
     profile
@@ -151,9 +162,9 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
                 procs.push(pid);
                 stack.extend(children.get(&pid).into_iter().flatten().copied());
             }
-            // vhost workers: `vhost-<owner pid>`, kernel threads before Linux 6.4.
+            // Kernel threads that serve one of its processes' VMs.
             for p in &snap.processes {
-                if let Some(owner) = p.comm.strip_prefix("vhost-").and_then(|s| s.parse::<u32>().ok())
+                if let Some(owner) = serves_pid(&p.comm)
                     && procs.contains(&owner)
                     && claimed.insert(p.pid)
                 {

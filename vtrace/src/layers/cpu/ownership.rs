@@ -22,9 +22,11 @@
 //!    on the host; its cgroup gives it to the instance. This needs every
 //!    thread of the table (who else is in the cgroup), so it runs once all
 //!    rows are made, and only moves host rows.
-//! 4. vhost workers ([`claim_vhost_workers`]): a `vhost-<owner pid>` worker
-//!    no instance claimed follows its owner. Last, so that an owner rule 3
-//!    moved passes its instance on.
+//! 4. A VM's kernel threads ([`claim_vm_kernel_threads`]): a vhost worker
+//!    (`vhost-<owner pid>`) or KVM's `kvm-pit/<pid>` and
+//!    `kvm-nx-lpage-recovery-<pid>` that no instance claimed follow the
+//!    process they serve. Last, so that an owner rule 3 moved passes its
+//!    instance on.
 
 use std::collections::HashMap;
 
@@ -63,8 +65,9 @@ pub(super) struct Owner {
 /// Rules 1 and 2, one thread at a time. `parent` gives a process's parent
 /// pid (None when unknown).
 pub(super) fn owner(t: &Thread, attribution: &Attribution, parent: &dyn Fn(u32) -> Option<u32>) -> Owner {
-    // Kernel threads belong to no instance, except vhost workers (kernel threads before Linux 6.4).
-    let claimable = t.tid != 0 && (!t.kthread || t.comm.starts_with("vhost-"));
+    // Kernel threads belong to no instance, except those that serve a VM's
+    // process (vhost workers before Linux 6.4, KVM's per-VM threads).
+    let claimable = t.tid != 0 && (!t.kthread || platforms::detect::serves_pid(t.comm).is_some());
     let claimed = claimable
         .then(|| attribution.classify(t.tid, t.pid, t.comm, t.process_comm, parent))
         .flatten();
@@ -88,7 +91,7 @@ pub(super) fn owner(t: &Thread, attribution: &Attribution, parent: &dyn Fn(u32) 
 /// Rules 3 and 4, over the whole table once every row is made.
 pub(super) fn claim_by_table(rows: &mut [ThreadRow]) {
     claim_by_cgroup(rows);
-    claim_vhost_workers(rows);
+    claim_vm_kernel_threads(rows);
 }
 
 /// Roles on the host platform; platform profiles refine these.
@@ -117,11 +120,13 @@ fn role_of(t: &Thread, selected: bool) -> &'static str {
     }
 }
 
-/// A vhost worker (`vhost-<owner pid>`: a kernel thread before Linux 6.4,
-/// a thread of the owner after) that no platform instance claimed works for
-/// its owner: it takes the owner's platform, instance and selection, with
-/// the role `vhost`.
-fn claim_vhost_workers(rows: &mut [ThreadRow]) {
+/// A thread that serves a process's VM ([`platforms::detect::serves_pid`]:
+/// a vhost worker, a kernel thread before Linux 6.4 and a thread of the
+/// owner after; KVM's in-kernel PIT and NX recovery threads) that no
+/// platform instance claimed works for that process: it takes the owner's
+/// platform, instance and selection, with the role `vhost` (a vhost
+/// worker) or `vmm` (KVM's, which emulate for the VMM in the kernel).
+fn claim_vm_kernel_threads(rows: &mut [ThreadRow]) {
     let owners: HashMap<u32, (String, String, bool)> = rows
         .iter()
         .filter(|r| r.tid == r.pid)
@@ -131,14 +136,14 @@ fn claim_vhost_workers(rows: &mut [ThreadRow]) {
         .iter_mut()
         .filter(|r| r.platform == platforms::HOST && r.instance.is_empty())
     {
-        let Some(owner) = r.comm.strip_prefix("vhost-").and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(owner) = platforms::detect::serves_pid(&r.comm) else {
             continue;
         };
         if let Some((platform, instance, selected)) = owners.get(&owner) {
             r.platform = platform.clone();
             r.instance = instance.clone();
             r.selected |= *selected;
-            r.role = "vhost".into();
+            r.role = if r.comm.starts_with("vhost-") { "vhost" } else { "vmm" }.into();
         }
     }
 }
@@ -455,7 +460,7 @@ mod tests {
             // After Linux 6.4: a thread of its owner.
             row(105, 100, "vhost-100", 0, false),
         ];
-        claim_vhost_workers(&mut rows);
+        claim_vm_kernel_threads(&mut rows);
         let worker = Owner {
             platform: "qemu".into(),
             instance: "qemu:100".into(),
@@ -463,6 +468,26 @@ mod tests {
             selected: true,
         };
         assert_eq!(owners(&rows)[1..], [(500, worker.clone()), (105, worker)]);
+    }
+
+    #[test]
+    fn kvms_threads_for_a_vm_follow_its_vmm() {
+        let mut rows = vec![
+            claimed(row(100, 100, "qemu", 0, false), "qemu:100", "vcpu"),
+            kernel(row(510, 510, "kvm-pit/100", 0, false)),
+            kernel(row(511, 511, "kvm-nx-lpage-recovery-100", 0, false)),
+            kernel(row(512, 512, "kvm-pit/999", 0, false)),
+        ];
+        claim_vm_kernel_threads(&mut rows);
+        let vmm = Owner {
+            platform: "qemu".into(),
+            instance: "qemu:100".into(),
+            role: "vmm".into(),
+            selected: true,
+        };
+        let owners = owners(&rows);
+        assert_eq!(owners[1..3], [(510, vmm.clone()), (511, vmm)]);
+        assert_eq!(owners[3].1.instance, "");
     }
 
     #[test]
@@ -475,7 +500,7 @@ mod tests {
             // Owner not in the table: unchanged.
             row(501, 501, "vhost-999", 0, false),
         ];
-        claim_vhost_workers(&mut rows);
+        claim_vm_kernel_threads(&mut rows);
         let owners = owners(&rows);
         // On the host still, but with the role vhost and its owner's selection.
         assert_eq!(owners[1].1, on_host("vhost", true));
@@ -492,7 +517,7 @@ mod tests {
             row(503, 503, "xvhost-100", 0, false),
         ];
         let before = rows.clone();
-        claim_vhost_workers(&mut rows);
+        claim_vm_kernel_threads(&mut rows);
         assert_eq!(rows, before);
     }
 
@@ -503,7 +528,7 @@ mod tests {
             claimed(row(500, 500, "vhost-100", 0, false), "qemu:100", "io"),
         ];
         let before = rows.clone();
-        claim_vhost_workers(&mut rows);
+        claim_vm_kernel_threads(&mut rows);
         assert_eq!(rows, before);
     }
 
