@@ -53,6 +53,9 @@ pub mod tun_fn {
 
 /// `tun_msg_ctl.type` of a vhost-net batch (include/linux/if_tun.h).
 pub const TUN_MSG_PTR: u16 = 2;
+/// The low bit of a tun ring entry marks an xdp_frame rather than an skb
+/// (the kernel's TUN_XDP_FLAG).
+pub const TUN_XDP_FLAG: u64 = 1;
 /// Frames in one vhost-net batch at most (VHOST_NET_BATCH).
 pub const TUN_BATCH_MAX: u32 = 64;
 /// Frame size buckets: up to 64 B, 128 B, ... 4096 B, larger.

@@ -25,6 +25,23 @@ impl KernelMem for ProbeRead {
     }
 }
 
+/// The `T` at `base + offset` through [`ProbeRead`]; zero when `base` is
+/// null or the read faults (a missing field reads as absent).
+#[inline(always)]
+pub fn read_or_zero<T: Default>(base: u64, offset: u32) -> T {
+    if base == 0 {
+        return T::default();
+    }
+    ProbeRead::read(base, offset).unwrap_or_default()
+}
+
+/// A classic tracepoint record's field at `offset` (from its format file);
+/// zero when it cannot be read.
+#[inline(always)]
+pub fn tp_field<T: Copy + Default>(ctx: &aya_ebpf::programs::TracePointContext, offset: u32) -> T {
+    unsafe { ctx.read_at::<T>(offset as usize) }.unwrap_or_default()
+}
+
 /// A plain load: `base` must be a BTF-typed pointer (a tp_btf argument, or a
 /// struct pointer loaded through one) and the access must match a member.
 pub struct BtfLoad;

@@ -11,14 +11,13 @@ use crate::runs::hook_programs;
 use aya_ebpf::{
     macros::map,
     maps::{LruHashMap, PerCpuHashMap},
-    programs::TracePointContext,
 };
 use vtrace_common::{
     KVM_RUN_INTERRUPTED, KvmEventKey, KvmEventStats, KvmLatencyKey, LatencyHist, VcpuPending, kvm_event, kvm_latency,
     state,
 };
 
-use crate::{account, config::conf, hist};
+use crate::{account, config::conf, hist, kmem::tp_field};
 
 /// What each vCPU thread is in the middle of (bounded: LRU).
 #[map]
@@ -142,11 +141,6 @@ fn on_kvm_run() {
     }
 }
 
-#[inline(always)]
-fn field<T: Copy + Default>(ctx: &TracePointContext, offset: u32) -> T {
-    unsafe { ctx.read_at::<T>(offset as usize) }.unwrap_or_default()
-}
-
 // Without the record's reason (raw_tp args are the vcpu and isa only); the
 // classic tracepoint is preferred for that reason.
 hook_programs! {
@@ -156,8 +150,8 @@ hook_programs! {
         on_exit(u32::MAX, isa as u32);
     }
     tp tp_kvm_exit(ctx) => {
-        let reason: u32 = field(&ctx, conf!(tp_kvm_exit_reason));
-        let isa: u32 = field(&ctx, conf!(tp_kvm_exit_isa));
+        let reason: u32 = tp_field(&ctx, conf!(tp_kvm_exit_reason));
+        let isa: u32 = tp_field(&ctx, conf!(tp_kvm_exit_isa));
         // VMX keeps flags in the upper half of the basic exit reason.
         let reason = if isa == 1 { reason & 0xffff } else { reason };
         on_exit(reason, isa);
@@ -177,8 +171,8 @@ hook_programs! {
 hook_programs! {
     "kvm_userspace_exit", "kvm";
     tp tp_kvm_userspace_exit(ctx) => {
-        let reason: u32 = field(&ctx, conf!(tp_kvm_uexit_reason));
-        let errno: i32 = field(&ctx, conf!(tp_kvm_uexit_errno));
+        let reason: u32 = tp_field(&ctx, conf!(tp_kvm_uexit_reason));
+        let errno: i32 = tp_field(&ctx, conf!(tp_kvm_uexit_errno));
         let reason = if errno < 0 { KVM_RUN_INTERRUPTED } else { reason };
         if let Some(p) = pending(account::current_tid()) {
             p.userspace_ns = account::now();
@@ -192,10 +186,10 @@ hook_programs! {
 hook_programs! {
     "kvm_pio", "kvm";
     tp tp_kvm_pio(ctx) => {
-        let rw: u32 = field(&ctx, conf!(tp_kvm_pio_rw));
-        let port: u32 = field(&ctx, conf!(tp_kvm_pio_port));
-        let size: u32 = field(&ctx, conf!(tp_kvm_pio_size));
-        let count: u32 = field(&ctx, conf!(tp_kvm_pio_count));
+        let rw: u32 = tp_field(&ctx, conf!(tp_kvm_pio_rw));
+        let port: u32 = tp_field(&ctx, conf!(tp_kvm_pio_port));
+        let size: u32 = tp_field(&ctx, conf!(tp_kvm_pio_size));
+        let count: u32 = tp_field(&ctx, conf!(tp_kvm_pio_count));
         count_event(kvm_event::PIO, port as u64, rw, size, size as u64 * count as u64);
     }
 }
@@ -203,9 +197,9 @@ hook_programs! {
 hook_programs! {
     "kvm_mmio", "kvm";
     tp tp_kvm_mmio(ctx) => {
-        let kind: u32 = field(&ctx, conf!(tp_kvm_mmio_type));
-        let len: u32 = field(&ctx, conf!(tp_kvm_mmio_len));
-        let gpa: u64 = field(&ctx, conf!(tp_kvm_mmio_gpa));
+        let kind: u32 = tp_field(&ctx, conf!(tp_kvm_mmio_type));
+        let len: u32 = tp_field(&ctx, conf!(tp_kvm_mmio_len));
+        let gpa: u64 = tp_field(&ctx, conf!(tp_kvm_mmio_gpa));
         count_event(kvm_event::MMIO, gpa, kind, len, len as u64);
     }
 }
@@ -213,7 +207,7 @@ hook_programs! {
 hook_programs! {
     "kvm_fast_mmio", "kvm";
     tp tp_kvm_fast_mmio(ctx) => {
-        let gpa: u64 = field(&ctx, conf!(tp_kvm_fast_mmio_gpa));
+        let gpa: u64 = tp_field(&ctx, conf!(tp_kvm_fast_mmio_gpa));
         count_event(kvm_event::FAST_MMIO, gpa, 0, 0, 0);
     }
 }
@@ -221,8 +215,8 @@ hook_programs! {
 hook_programs! {
     "kvm_set_irq", "kvm";
     tp tp_kvm_set_irq(ctx) => {
-        let gsi: u32 = field(&ctx, conf!(tp_kvm_set_irq_gsi));
-        let level: i32 = field(&ctx, conf!(tp_kvm_set_irq_level));
+        let gsi: u32 = tp_field(&ctx, conf!(tp_kvm_set_irq_gsi));
+        let level: i32 = tp_field(&ctx, conf!(tp_kvm_set_irq_level));
         count_event(kvm_event::SET_IRQ, gsi as u64, level as u32, 0, 0);
     }
 }
@@ -230,8 +224,8 @@ hook_programs! {
 hook_programs! {
     "kvm_msi_set_irq", "kvm";
     tp tp_kvm_msi_set_irq(ctx) => {
-        let address: u64 = field(&ctx, conf!(tp_kvm_msi_address));
-        let data: u64 = field(&ctx, conf!(tp_kvm_msi_data));
+        let address: u64 = tp_field(&ctx, conf!(tp_kvm_msi_address));
+        let data: u64 = tp_field(&ctx, conf!(tp_kvm_msi_data));
         count_event(kvm_event::MSI, address, (data & 0xff) as u32, 0, 0);
     }
 }
@@ -239,8 +233,8 @@ hook_programs! {
 hook_programs! {
     "kvm_inj_virq", "kvm";
     tp tp_kvm_inj_virq(ctx) => {
-        let vector: u32 = field(&ctx, conf!(tp_kvm_inj_virq_vector));
-        let soft: u8 = field(&ctx, conf!(tp_kvm_inj_virq_soft));
+        let vector: u32 = tp_field(&ctx, conf!(tp_kvm_inj_virq_vector));
+        let soft: u8 = tp_field(&ctx, conf!(tp_kvm_inj_virq_soft));
         count_event(kvm_event::INJ_VIRQ, vector as u64, soft as u32, 0, 0);
     }
 }
@@ -248,8 +242,8 @@ hook_programs! {
 hook_programs! {
     "kvm_vcpu_wakeup", "kvm";
     tp tp_kvm_vcpu_wakeup(ctx) => {
-        let ns: u64 = field(&ctx, conf!(tp_kvm_wakeup_ns));
-        let waited: u8 = field(&ctx, conf!(tp_kvm_wakeup_waited));
+        let ns: u64 = tp_field(&ctx, conf!(tp_kvm_wakeup_ns));
+        let waited: u8 = tp_field(&ctx, conf!(tp_kvm_wakeup_waited));
         let key = KvmLatencyKey {
             tid: account::current_tid(),
             kind: kvm_latency::HALT,

@@ -30,18 +30,18 @@ use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task},
     macros::{kretprobe, map},
     maps::{Array, LruHashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{RetProbeContext, TracePointContext},
+    programs::RetProbeContext,
 };
 use vtrace_common::{
     MAX_PATH_STATS, PathKey, PathKick, PathPacket, PathRxBatch, PathRxPending, PathStats, PathTxFrame, PathVectorKey,
-    TUN_MSG_PTR, path_dir, path_loss, path_stage,
+    TUN_MSG_PTR, TUN_XDP_FLAG, path_dir, path_loss, path_stage,
 };
 
 use crate::{
     account,
     config::conf,
     hist,
-    kmem::{KernelMem, ProbeRead},
+    kmem::{read_or_zero, tp_field},
     runs::{count_run, hook_programs, kfunc_programs},
 };
 
@@ -106,27 +106,11 @@ pub static PATH_LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(path_lo
 /// EPOLLIN in the poll flags an eventfd's wakeup passes.
 const EPOLLIN: u64 = 0x1;
 
-/// The low bit of a tun ring entry marks an xdp_frame rather than an skb (TUN_XDP_FLAG).
-const TUN_XDP_FLAG: u64 = 1;
-
 #[inline(always)]
 fn lost(slot: u32) {
     if let Some(c) = PATH_LOSSES.get_ptr_mut(slot) {
         unsafe { *c += 1 };
     }
-}
-
-#[inline(always)]
-fn read<T: Default>(base: u64, offset: u32) -> T {
-    if base == 0 {
-        return T::default();
-    }
-    ProbeRead::read(base, offset).unwrap_or_default()
-}
-
-#[inline(always)]
-fn field<T: Copy + Default>(ctx: &TracePointContext, offset: u32) -> T {
-    unsafe { ctx.read_at::<T>(offset as usize) }.unwrap_or_default()
 }
 
 /// One latency of `stage`, covering `frames`, ended by the current process.
@@ -153,7 +137,7 @@ fn current_mm() -> u64 {
     if at == 0 {
         return 0;
     }
-    read(unsafe { bpf_get_current_task() }, at)
+    read_or_zero(unsafe { bpf_get_current_task() }, at)
 }
 
 /// tun_net_xmit(skb, dev): `skb` waits in the tap's ring from now (a frame
@@ -544,9 +528,9 @@ fn tap_entered(frames: u64) {
 /// batch of `num` frames in msg_control, else one frame for tun_get_user.
 #[inline(always)]
 fn sendmsg_frames(msg: u64) -> u64 {
-    let ctl: u64 = read(msg, conf!(msghdr_control));
-    if ctl != 0 && read::<u16>(ctl, conf!(tun_msg_ctl_type)) == TUN_MSG_PTR {
-        read::<u16>(ctl, conf!(tun_msg_ctl_num)) as u64
+    let ctl: u64 = read_or_zero(msg, conf!(msghdr_control));
+    if ctl != 0 && read_or_zero::<u16>(ctl, conf!(tun_msg_ctl_type)) == TUN_MSG_PTR {
+        read_or_zero::<u16>(ctl, conf!(tun_msg_ctl_num)) as u64
     } else {
         1
     }
@@ -587,7 +571,7 @@ kfunc_programs!(kprobe_path_tun_net_xmit, fentry_path_tun_net_xmit, "tun_net_xmi
 // tun_recvmsg(struct socket *sock, struct msghdr *m, size_t total_len, int flags):
 // vhost-net hands the frame it took in m->msg_control (NULL: tun_do_read
 // takes one itself, through tun_ring_recv).
-kfunc_programs!(kprobe_path_tun_recvmsg, fentry_path_tun_recvmsg, "tun_recvmsg", counted "path_tun_recvmsg", [_sock, msg] => dequeued(read(msg, conf!(msghdr_control))));
+kfunc_programs!(kprobe_path_tun_recvmsg, fentry_path_tun_recvmsg, "tun_recvmsg", counted "path_tun_recvmsg", [_sock, msg] => dequeued(read_or_zero(msg, conf!(msghdr_control))));
 // irqfd_wakeup(wait_queue_entry_t *wait, unsigned mode, int sync, void *key)
 kfunc_programs!(kprobe_path_irqfd_wakeup, fentry_path_irqfd_wakeup, "irqfd_wakeup", counted "path_irqfd_wakeup", [_wait, _mode, _sync, key] => on_irqfd(key));
 // handle_tx(struct vhost_net *net), in the vhost worker (its owner's mm).
@@ -650,14 +634,14 @@ pub fn kretprobe_path_ioeventfd_write(ctx: RetProbeContext) -> u32 {
 hook_programs! {
     "kvm_set_irq", "kvm", counted "path_kvm_set_irq";
     tp tp_path_kvm_set_irq(ctx) => {
-        on_set_irq(field(&ctx, conf!(tp_kvm_set_irq_level)));
+        on_set_irq(tp_field(&ctx, conf!(tp_kvm_set_irq_level)));
     }
 }
 
 hook_programs! {
     "kvm_apic_accept_irq", "kvm", counted "path_kvm_apic_accept_irq";
     tp tp_path_kvm_apic_accept_irq(ctx) => {
-        let vector: u8 = field(&ctx, conf!(tp_kvm_apic_accept_irq_vec));
+        let vector: u8 = tp_field(&ctx, conf!(tp_kvm_apic_accept_irq_vec));
         on_apic_accept(vector as u32);
     }
 }
@@ -665,7 +649,7 @@ hook_programs! {
 hook_programs! {
     "kvm_msi_set_irq", "kvm", counted "path_kvm_msi_set_irq";
     tp tp_path_kvm_msi_set_irq(ctx) => {
-        let data: u64 = field(&ctx, conf!(tp_kvm_msi_data));
+        let data: u64 = tp_field(&ctx, conf!(tp_kvm_msi_data));
         on_msi((data & 0xff) as u32);
     }
 }
@@ -673,10 +657,10 @@ hook_programs! {
 hook_programs! {
     "kvm_inj_virq", "kvm", counted "path_kvm_inj_virq";
     tp tp_path_kvm_inj_virq(ctx) => {
-        let vector: u32 = field(&ctx, conf!(tp_kvm_inj_virq_vector));
+        let vector: u32 = tp_field(&ctx, conf!(tp_kvm_inj_virq_vector));
         // Records before Linux 6.0 have no `soft` (offset 0: unknown).
         let soft_at = conf!(tp_kvm_inj_virq_soft);
-        let soft: u8 = if soft_at != 0 { field(&ctx, soft_at) } else { 0 };
+        let soft: u8 = if soft_at != 0 { tp_field(&ctx, soft_at) } else { 0 };
         on_inject(vector, soft);
     }
 }
