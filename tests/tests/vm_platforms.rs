@@ -18,7 +18,7 @@ use std::{
 };
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, bin};
+use vtrace_tests::{GUEST_STEPS, TempDir, bin};
 
 /// redis-benchmark requests per test (GET and SET) against the Linux guests.
 const REDIS_REQUESTS: u64 = 200;
@@ -73,81 +73,93 @@ fn vmm_dir() -> PathBuf {
 
 /// A VM the recorded command starts and stops: the Unikraft image under
 /// QEMU/KVM with vhost-net, on a tap QEMU creates itself (gone when QEMU
-/// exits, before the recording ends), served a few HTTP requests.
+/// exits, before the recording ends), served a few HTTP requests. Every
+/// wait is bounded: a VM that never answers fails this step, not the guest.
 const COMMAND_VM: &str = r#"qemu-system-x86_64 -name cmdvm,debug-threads=on -accel kvm -cpu host -m 64 \
   -kernel /vmm/httpreply_qemu-x86_64 -append "netdev.ip=10.77.0.2/24:10.77.0.1 --" \
   -nodefaults -display none -monitor none -serial file:/tmp/cmdvm.log -no-reboot \
   -netdev tap,id=n0,ifname=vtn0,script=no,downscript=no,vhost=on -device virtio-net-pci,netdev=n0,romfile= &
 qemu=$!
-until ip link show vtn0 > /dev/null 2>&1; do sleep 0.1; done
+i=0; until ip link show vtn0 > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 300 ] || { echo "no vtn0 in 30 s"; kill $qemu; exit 1; }; sleep 0.1; done
 ip addr add 10.77.0.1/24 dev vtn0; ip link set vtn0 up
-until nc -w 1 10.77.0.2 8123 < /dev/null > /dev/null 2>&1; do sleep 0.2; done
+i=0; until nc -w 1 10.77.0.2 8123 < /dev/null > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 150 ] || { echo "no answer on 10.77.0.2:8123 in 30 s"; cat /tmp/cmdvm.log; kill $qemu; exit 1; }; sleep 0.2; done
 vtrace http-load 10.77.0.2:8123 -n 20
 kill $qemu; wait $qemu
 exit 0
 "#;
 
+/// Seconds a step may take: a recording (a few tens of seconds here), a
+/// report, a platform coming up or going.
+const RECORD_LIMIT: u32 = 150;
+const REPORT_LIMIT: u32 = 60;
+const LAB_LIMIT: u32 = 120;
+
 /// Each platform up, recorded, reported and down, one after the other; a
 /// platform that fails leaves its reason and the rest go on. Then the VM
-/// started by the recorded command.
+/// started by the recorded command, then the bench.
 fn script() -> String {
-    let mut s = String::from(
-        "export VTRACE_UNIKRAFT_IMAGE=/vmm/httpreply_qemu-x86_64\n\
-         vtrace lab status > status.out 2>&1\n",
+    let mut s = format!(
+        "{GUEST_STEPS}export VTRACE_UNIKRAFT_IMAGE=/vmm/httpreply_qemu-x86_64\n\
+         vtrace lab status > status.out 2>&1\n"
     );
+    // The JSON and text reports of one recording.
+    let reports = |name: &str, fail: &str| {
+        format!(
+            "step {REPORT_LIMIT} {fail} 'report {name}' vtrace report {name}.vtrace --format json -o {name}.json\n\
+             step {REPORT_LIMIT} {fail} 'text report {name}' vtrace report {name}.vtrace > {name}.txt 2>&1\n"
+        )
+    };
     for (p, addr) in PLATFORMS {
         let w = workload(p, addr);
-        s.push_str(&format!("echo \"[$(cut -d' ' -f1 /proc/uptime) s] {p}\"\n"));
+        let fail = format!("{p}.failed");
         s.push_str(&format!(
-            "if vtrace lab up {p} > up-{p}.out 2>&1; then\n\
-               vtrace record --platform {p} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1 || echo record failed >> {p}.failed\n\
-               vtrace report {p}.vtrace --format json -o {p}.json || echo report failed >> {p}.failed\n\
-               vtrace report {p}.vtrace > {p}.txt 2>&1\n\
-             else echo up failed >> {p}.failed; cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n"
+            "if step {LAB_LIMIT} {fail} 'up {p}' vtrace lab up {p} > up-{p}.out 2>&1; then\n\
+               step {RECORD_LIMIT} {fail} 'record {p}' vtrace record --platform {p} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1\n\
+               {}\
+             else cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n",
+            reports(p, &fail)
         ));
         if PING_PLATFORMS.contains(p) {
-            s.push_str(&format!("echo \"[$(cut -d' ' -f1 /proc/uptime) s] {p}: pings\"\n"));
             // Pings followed through the path, then the same with the
             // serving thread's wakeups delayed (the vCPU raised above the hog).
             let ping = format!("ping -c {PINGS} -i 0.05 {addr}");
             let record = format!("vtrace record --platform {p} --layers cpu,net,path --events");
             s.push_str(&format!(
-                "{record} -o {p}-ping.vtrace -- {ping} > {p}-ping.out 2>&1 || echo ping record failed >> {p}.failed\n\
-                 vtrace report {p}-ping.vtrace --format json -o {p}-ping.json\n\
-                 vtrace report {p}-ping.vtrace > {p}-ping.txt 2>&1\n\
-                 vtrace report {p}-ping.vtrace --format csv --table path_packets > {p}-ping.csv\n\
-                 {record} -o {p}-hog.vtrace -- sh -c \"rt-hog --busy-us {HOG_BUSY_US} --idle-us {HOG_BUSY_US} \
-                   --seconds 600 --raise 'CPU ' > {p}-hog.log 2>&1 & h=\\$!; sleep 0.2; {ping}; kill \\$h\" \
-                   > {p}-hog.out 2>&1 || echo hog record failed >> {p}.failed\n\
-                 vtrace report {p}-hog.vtrace --format json -o {p}-hog.json\n\
-                 vtrace explain {p}-ping.vtrace {p}-hog.vtrace --format json -o {p}-explain.json || echo explain failed >> {p}.failed\n\
-                 vtrace explain {p}-ping.vtrace {p}-hog.vtrace > {p}-explain.txt 2>&1\n"
+                "step {RECORD_LIMIT} {fail} 'record {p} pings' {record} -o {p}-ping.vtrace -- {ping} > {p}-ping.out 2>&1\n\
+                 {}\
+                 step {REPORT_LIMIT} {fail} 'packets {p}' vtrace report {p}-ping.vtrace --format csv --table path_packets > {p}-ping.csv\n\
+                 step {RECORD_LIMIT} {fail} 'record {p} pings with a hog' {record} -o {p}-hog.vtrace -- sh -c \"rt-hog --busy-us {HOG_BUSY_US} --idle-us {HOG_BUSY_US} \
+                   --seconds 600 --raise 'CPU ' > {p}-hog.log 2>&1 & h=\\$!; sleep 0.2; {ping}; kill \\$h\" > {p}-hog.out 2>&1\n\
+                 step {REPORT_LIMIT} {fail} 'report {p}-hog' vtrace report {p}-hog.vtrace --format json -o {p}-hog.json\n\
+                 step {REPORT_LIMIT} {fail} 'explain {p}' vtrace explain {p}-ping.vtrace {p}-hog.vtrace --format json -o {p}-explain.json\n\
+                 step {REPORT_LIMIT} {fail} 'text explain {p}' vtrace explain {p}-ping.vtrace {p}-hog.vtrace > {p}-explain.txt 2>&1\n",
+                reports(&format!("{p}-ping"), &fail)
             ));
         }
         s.push_str(&format!(
-            "vtrace lab down {p} >> up-{p}.out 2>&1 || echo down failed >> {p}.failed\n"
+            "step {LAB_LIMIT} {fail} 'down {p}' vtrace lab down {p} >> up-{p}.out 2>&1\n"
         ));
     }
-    s.push_str("echo \"[$(cut -d' ' -f1 /proc/uptime) s] the rest\"\n");
     // vhost-net on against off, for the Linux guest and for Unikraft.
-    s.push_str(
-        "vtrace explain qemu-kvm-novhost.vtrace qemu-kvm.vtrace > explain-qemu-vhost.txt 2>&1\n\
-         vtrace explain unikraft-virtio.vtrace unikraft-vhost.vtrace > explain-unikraft-vhost.txt 2>&1\n",
-    );
+    s.push_str(&format!(
+        "step {REPORT_LIMIT} explain.failed 'explain vhost' vtrace explain qemu-kvm-novhost.vtrace qemu-kvm.vtrace > explain-qemu-vhost.txt 2>&1\n\
+         step {REPORT_LIMIT} explain.failed 'explain unikraft vhost' vtrace explain unikraft-virtio.vtrace unikraft-vhost.vtrace > explain-unikraft-vhost.txt 2>&1\n"
+    ));
     s.push_str(&format!(
         "cat > /tmp/cmdvm.sh <<'EOF'\n{COMMAND_VM}EOF\n\
-         vtrace record --platform unikraft -o cmdvm.vtrace -- sh /tmp/cmdvm.sh > cmdvm.out 2>&1 || echo record failed >> cmdvm.failed\n\
-         vtrace report cmdvm.vtrace --format json -o cmdvm.json || echo report failed >> cmdvm.failed\n\
-         vtrace report cmdvm.vtrace > cmdvm.txt 2>&1\n"
+         step {RECORD_LIMIT} cmdvm.failed 'record cmdvm' vtrace record --platform unikraft -o cmdvm.vtrace -- sh /tmp/cmdvm.sh > cmdvm.out 2>&1\n\
+         {}",
+        reports("cmdvm", "cmdvm.failed")
     ));
     let platforms: Vec<&str> = PLATFORMS.iter().map(|(p, _)| *p).collect();
     s.push_str(&format!(
-        "vtrace bench --platforms {1} --workload http --http-requests {BENCH_REQUESTS} --repeat 1 -o bench \
-           > bench.out 2>&1 || echo bench failed >> bench.failed\n\
-         vtrace report bench --format json -o bench.json || echo report failed >> bench.failed\n\
-         vtrace report bench > bench.txt 2>&1\n\
+        "step 600 bench.failed bench vtrace bench --platforms {1} --workload http --http-requests {BENCH_REQUESTS} --repeat 1 -o bench \
+           > bench.out 2>&1\n\
+         step {REPORT_LIMIT} bench.failed 'report bench' vtrace report bench --format json -o bench.json\n\
+         step {REPORT_LIMIT} bench.failed 'text report bench' vtrace report bench > bench.txt 2>&1\n\
          for p in {0}; do for f in bench/cells/$p/http-get/rep*.vtrace; do \
-           vtrace report $f --format json -o bench-$p.json; done; done\n",
+           step {REPORT_LIMIT} bench.failed \"report $f\" vtrace report $f --format json -o bench-$p.json; done; done\n\
+         mark done\n",
         platforms.join(" "),
         platforms.join(",")
     ));
@@ -214,9 +226,9 @@ fn boot() -> Result<Guest, String> {
     let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
     files.push((unikraft, "/vmm/httpreply_qemu-x86_64".into()));
     let start = Instant::now();
-    let run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(720));
+    let run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(840));
     // What the guest wrote, kept for a look when asked (a guest that ran
-    // out of time too: script.log says when each step began).
+    // out of time too: steps.log says when each step began and how it ended).
     if let Some(keep) = std::env::var_os("VTRACE_KEEP_GUEST_OUT") {
         let _ = std::process::Command::new("cp")
             .arg("-a")
@@ -225,7 +237,11 @@ fn boot() -> Result<Guest, String> {
             .status();
     }
     let run = run.map_err(|e| format!("guest: {e}"))?;
-    eprintln!("VM platforms guest: {:.1} s", start.elapsed().as_secs_f64());
+    eprintln!(
+        "VM platforms guest: {:.1} s; its steps:\n{}",
+        start.elapsed().as_secs_f64(),
+        std::fs::read_to_string(out.0.join("steps.log")).unwrap_or_default()
+    );
     let files: HashMap<String, String> = std::fs::read_dir(&out.0)
         .map_err(|e| e.to_string())?
         .flatten()

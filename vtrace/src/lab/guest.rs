@@ -180,17 +180,24 @@ pub fn run(
                 wall: start.elapsed(),
             }),
             (false, _) => Err(unavailable(format!(
-                "the guest did not finish in {timeout:?}; its console ends:\n{}",
-                tail(&console)
+                "the guest did not finish in {timeout:?}; its console ends:\n{}\nits script's output ends:\n{}",
+                tail(&console),
+                script_tail(out)
             ))),
             (true, None) => Err(unavailable(format!(
-                "the guest stopped before its script did; its console ends:\n{}",
-                tail(&console)
+                "the guest stopped before its script did; its console ends:\n{}\nits script's output ends:\n{}",
+                tail(&console),
+                script_tail(out)
             ))),
         }
     })();
     let _ = fs::remove_dir_all(&work);
     result
+}
+
+/// The end of what the script printed (script.log in `out`).
+fn script_tail(out: &Path) -> String {
+    tail(&fs::read_to_string(out.join("script.log")).unwrap_or_default())
 }
 
 fn tail(text: &str) -> String {
