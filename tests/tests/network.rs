@@ -648,3 +648,83 @@ fn hop_latency_and_per_packet_journeys() {
     );
     assert_eq!(r["overhead"]["net_event_drops"], 0, "no events lost at this load");
 }
+
+/// Sends UDP datagrams to a port nothing listens on (each a network frame
+/// the kernel drops: NO_SOCKET) and unix-socket messages nobody reads (each
+/// an skb with no network frame, freed when the socket closes), in the host
+/// platform's namespace; prints the namespace's Udp NoPorts before and after.
+const DROPS_WORKLOAD: &str = r#"
+import socket
+def no_ports():
+    rows = [l.split() for l in open('/proc/net/snmp') if l.startswith('Udp:')]
+    return int(rows[1][rows[0].index('NoPorts')])
+before = no_ports()
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(40):
+    s.sendto(b'x' * 32, ('127.0.0.1', 9))
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+for i in range(25):
+    a.send(b'y' * 16)
+b.close()
+a.close()
+print('no_ports', no_ports() - before)
+"#;
+
+#[test]
+fn lost_network_frames_are_drops_and_freed_messages_are_not() {
+    let dir = TempDir::new("net-drops");
+    let _lab = lab("host");
+    let rec = dir.join("drops.vtrace");
+    let o = vtrace(&[
+        "record",
+        "--layers",
+        "net",
+        "-o",
+        rec.to_str().unwrap(),
+        "--",
+        "ip",
+        "netns",
+        "exec",
+        "vtl-host",
+        "python3",
+        "-c",
+        DROPS_WORKLOAD,
+    ]);
+    assert!(o.status.success(), "record: {}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    // The namespace's own count of datagrams to no port.
+    let no_ports: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("no_ports "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count from the workload: {out}"));
+    assert_eq!(no_ports, 40, "{out}");
+    let r = report_json(&rec);
+    let drops = r["drops"].as_array().unwrap();
+    eprintln!("{}", serde_json::to_string_pretty(drops).unwrap());
+    let udp: u64 = drops
+        .iter()
+        .filter(|d| d["lost"] == true && d["protocol"] == "IPv4" && d["device"] == "lo" && d["reason"] == "NO_SOCKET")
+        .map(|d| num(d, "count"))
+        .sum();
+    assert_eq!(udp, no_ports, "IPv4 frames dropped for want of a socket");
+    let udp_row = drops.iter().find(|d| d["reason"] == "NO_SOCKET").unwrap();
+    assert!(
+        udp_row["location"].as_str().unwrap().contains("udp"),
+        "freed by UDP's receive path: {udp_row}"
+    );
+    // The unread unix messages: freed, not lost packets.
+    let freed: u64 = drops
+        .iter()
+        .filter(|d| d["lost"] == false && d["fate"] == "no network frame")
+        .map(|d| num(d, "count"))
+        .sum();
+    assert!(freed >= 25, "{freed} freed without a network frame, 25 unread messages");
+    let text = String::from_utf8_lossy(&vtrace(&["report", rec.to_str().unwrap()]).stdout).into_owned();
+    let dropped = text
+        .lines()
+        .find(|l| l.contains("packets lost:"))
+        .unwrap_or_else(|| panic!("no drop line:\n{text}"));
+    assert!(dropped.contains("40 IPv4 NO_SOCKET on lo"), "{dropped}");
+    assert!(text.contains("no network frame (unix_release_sock)"), "{text}");
+}

@@ -46,13 +46,19 @@ pub struct Config {
     pub tp_irq_irq: u32,
     /// irq/softirq_entry and _exit records: offset of `vec`.
     pub tp_softirq_vec: u32,
-    /// struct sk_buff: `len`, `dev`, `head`, `data`, `end`, `mac_header`.
+    /// struct sk_buff: `len`, `dev`, `head`, `data`, `end`, `mac_header`,
+    /// `protocol`.
     pub skb_len: u32,
     pub skb_dev: u32,
     pub skb_head: u32,
     pub skb_data: u32,
     pub skb_end: u32,
     pub skb_mac_header: u32,
+    pub skb_protocol: u32,
+    /// skb/kfree_skb record: offsets of `location`, `protocol`, `reason`.
+    pub tp_kfree_skb_location: u32,
+    pub tp_kfree_skb_protocol: u32,
+    pub tp_kfree_skb_reason: u32,
     /// struct skb_shared_info: `gso_size`, `gso_segs`.
     pub shinfo_gso_size: u32,
     pub shinfo_gso_segs: u32,

@@ -41,6 +41,7 @@ mod pod {
     unsafe impl aya::Pod for super::CpuState {}
     unsafe impl aya::Pod for super::IrqStat {}
     unsafe impl aya::Pod for super::DevKey {}
+    unsafe impl aya::Pod for super::DropKey {}
     unsafe impl aya::Pod for super::DevStats {}
     unsafe impl aya::Pod for super::DevSlot {}
     unsafe impl aya::Pod for super::UprobeSpec {}

@@ -258,7 +258,9 @@ pub mod net_loss {
     /// In-flight skbs whose mark another skb's took (same `SKB_MARKS` slot):
     /// their next hop's latency is not measured.
     pub const MARKS_DISPLACED: u32 = 1;
-    pub const COUNT: u32 = 2;
+    /// Drops whose (reason, protocol, device, location) found NET_DROPS full.
+    pub const DROP_KEYS_FULL: u32 = 2;
+    pub const COUNT: u32 = 3;
 }
 
 /// A per-packet event (`vtrace record --events`).
@@ -272,5 +274,21 @@ pub struct NetEvent {
     pub hop: u32,
 }
 
-/// Drop reasons counted (enum skb_drop_reason values below this).
-pub const DROP_REASONS: u32 = 256;
+/// What an skb freed as dropped (kfree_skb) was and where it went: the key
+/// of NET_DROPS. `protocol` is skb->protocol in host order: 0 for an skb
+/// that carries no network frame (a vsock packet, a unix-socket message),
+/// which is freed, not lost. `location` is the freeing code's address,
+/// named from kallsyms in userspace.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DropKey {
+    pub location: u64,
+    pub netns: u32,
+    pub ifindex: u32,
+    pub reason: u32,
+    pub protocol: u16,
+    pub _pad: u16,
+}
+
+/// Distinct (reason, protocol, device, location) drop keys kept.
+pub const DROP_KEYS: u32 = 1024;

@@ -14,11 +14,11 @@ use aya_ebpf::{
     programs::{BtfTracePointContext, TracePointContext},
 };
 use vtrace_common::{
-    DEV_SLOTS, DROP_REASONS, DevKey, DevSlot, DevStats, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS, NetEvent,
-    SKB_MARK_SLOTS, SkbMark, dev_key, dev_size_bucket, dev_slot, hop, net_loss, skb_mark_slot,
+    DEV_SLOTS, DROP_KEYS, DevKey, DevSlot, DevStats, DropKey, HopEdge, HopLatency, LATENCY_BUCKETS, LOG2_BUCKETS,
+    NetEvent, SKB_MARK_SLOTS, SkbMark, dev_key, dev_size_bucket, dev_slot, hop, net_loss, skb_mark_slot,
 };
 
-use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
+use crate::kmem::{BtfLoad, KernelMem, ProbeRead, tp_field};
 use crate::{account, config::conf};
 
 /// Counters per (device, hop), direct-mapped by ifindex and hop: the common
@@ -34,8 +34,9 @@ pub static NET_DEVICES: PerCpuHashMap<DevKey, DevStats> = PerCpuHashMap::with_ma
 #[map]
 pub static NAPI_POLLS: PerCpuHashMap<u64, [u64; 3]> = PerCpuHashMap::with_max_entries(1024, 0);
 
+/// skbs freed as dropped, per (reason, protocol, device, freeing code).
 #[map]
-pub static NET_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DROP_REASONS, 0);
+pub static NET_DROPS: PerCpuHashMap<DropKey, u64> = PerCpuHashMap::with_max_entries(DROP_KEYS, 0);
 
 /// Latency between consecutive hops of the same skb (by address).
 #[map]
@@ -423,15 +424,27 @@ hook_programs! {
     }
 }
 
+/// Counts a dropped skb by what it carried (`protocol`, big-endian as in
+/// the skb), its device and the code that freed it.
 #[inline(always)]
-fn drop_reason(reason: u32) {
-    let r = if reason < DROP_REASONS {
-        reason
+fn dropped(skb: u64, location: u64, reason: u32, protocol: u16) {
+    let dev: u64 = if skb == 0 {
+        0
     } else {
-        DROP_REASONS - 1
+        ProbeRead::read(skb, conf!(skb_dev)).unwrap_or(0)
     };
-    if let Some(c) = NET_DROPS.get_ptr_mut(r) {
-        unsafe { *c += 1 };
+    let (netns, ifindex) = device_id::<ProbeRead>(dev).unwrap_or((0, 0));
+    let key = DropKey {
+        location,
+        netns,
+        ifindex,
+        reason,
+        protocol: u16::from_be(protocol),
+        _pad: 0,
+    };
+    match account::entry(&NET_DROPS, &key) {
+        Some(c) => *c += 1,
+        None => lost(net_loss::DROP_KEYS_FULL),
     }
 }
 
@@ -439,15 +452,20 @@ fn drop_reason(reason: u32) {
 hook_programs! {
     "kfree_skb", "skb";
     raw raw_kfree_skb(ctx) => {
-        let reason: u64 = ctx.arg(2);
-        drop_reason(reason as u32);
         let skb: u64 = ctx.arg(0);
+        let location: u64 = ctx.arg(1);
+        let reason: u64 = ctx.arg(2);
+        let protocol: u16 = if skb == 0 { 0 } else { ProbeRead::read(skb, conf!(skb_protocol)).unwrap_or(0) };
+        dropped(skb, location, reason as u32, protocol);
         forget(skb);
     }
     tp tp_kfree_skb(ctx) => {
-        let reason: u32 = unsafe { ctx.read_at(36) }.unwrap_or(0);
-        drop_reason(reason);
-        let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
+        let skb: u64 = tp_field(&ctx, 8);
+        let location: u64 = tp_field(&ctx, conf!(tp_kfree_skb_location));
+        let reason: u32 = tp_field(&ctx, conf!(tp_kfree_skb_reason));
+        // The record's protocol is already in host order.
+        let protocol: u16 = tp_field(&ctx, conf!(tp_kfree_skb_protocol));
+        dropped(skb, location, reason, protocol.to_be());
         forget(skb);
     }
 }

@@ -8,7 +8,7 @@ use aya::{
     Ebpf,
     maps::{MapData, PerCpuArray, PerCpuHashMap},
 };
-use vtrace_common::{DEV_SLOTS, DROP_REASONS, DevKey, DevSlot, DevStats, HopEdge, HopLatency, NetEvent, net_loss};
+use vtrace_common::{DEV_SLOTS, DevKey, DevSlot, DevStats, DropKey, HopEdge, HopLatency, NetEvent, net_loss};
 
 use crate::{
     Error, Result,
@@ -25,7 +25,8 @@ pub struct NetSnapshot {
     pub devices: BTreeMap<DevKey, DevStats>,
     /// dev_key -> NET_RX softirq ns.
     pub softirq: BTreeMap<u64, u64>,
-    pub drops: Vec<u64>,
+    /// Freed-as-dropped skbs by kind and place.
+    pub drops: BTreeMap<DropKey, u64>,
     pub latency: BTreeMap<HopEdge, HopLatency>,
     /// dev_key -> [polls, packets, polls that used their whole budget].
     pub napi: BTreeMap<u64, [u64; 3]>,
@@ -37,12 +38,7 @@ impl NetSnapshot {
         NetSnapshot {
             devices: delta(&self.devices, &base.devices, |v| v.packets > 0 || v.errors > 0),
             softirq: delta(&self.softirq, &base.softirq, |v| *v > 0),
-            drops: self
-                .drops
-                .iter()
-                .zip(base.drops.iter().chain(std::iter::repeat(&0)))
-                .map(|(a, b)| a - b.min(a))
-                .collect(),
+            drops: delta(&self.drops, &base.drops, |v| *v > 0),
             latency: delta(&self.latency, &base.latency, |v| v.count > 0),
             napi: delta(&self.napi, &base.napi, |v| v[0] > 0),
         }
@@ -53,7 +49,7 @@ pub struct NetCollector {
     slots: PerCpuArray<MapData, DevSlot>,
     devices: PerCpuHashMap<MapData, DevKey, DevStats>,
     softirq: PerCpuHashMap<MapData, u64, u64>,
-    drops: PerCpuArray<MapData, u64>,
+    drops: PerCpuHashMap<MapData, DropKey, u64>,
     latency: PerCpuHashMap<MapData, HopEdge, HopLatency>,
     napi: PerCpuHashMap<MapData, u64, [u64; 3]>,
     losses: PerCpuArray<MapData, u64>,
@@ -83,7 +79,7 @@ impl NetCollector {
             softirq: sum_per_cpu(&self.softirq)?,
             latency: sum_per_cpu(&self.latency)?,
             napi: sum_per_cpu(&self.napi)?,
-            ..Default::default()
+            drops: sum_per_cpu(&self.drops)?,
         };
         // Each CPU's slots, merged with the hash map's entries by device and hop.
         for i in 0..DEV_SLOTS {
@@ -96,10 +92,6 @@ impl NetCollector {
                     }
                 }
             }
-        }
-        for r in 0..DROP_REASONS {
-            snap.drops
-                .push(self.drops.get(&r, 0).map(|v| v.iter().sum()).unwrap_or(0));
         }
         Ok(snap)
     }
@@ -210,6 +202,38 @@ pub fn drop_reason_names(btf: Option<&btf_rs::Btf>) -> HashMap<u32, String> {
         }
     }
     names
+}
+
+/// The kernel functions at `addresses` (from /proc/kallsyms), by address;
+/// an address no symbol covers is left out.
+pub fn kernel_function_names(addresses: impl IntoIterator<Item = u64>) -> HashMap<u64, String> {
+    use blazesym::symbolize::{
+        Input, Symbolizer,
+        source::{Kernel, Source},
+    };
+    let addresses: Vec<u64> = addresses
+        .into_iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if addresses.is_empty() {
+        return HashMap::new();
+    }
+    let kernel = Source::Kernel(Kernel {
+        vmlinux: blazesym::MaybeDefault::None,
+        debug_syms: false,
+        ..Kernel::default()
+    });
+    Symbolizer::new()
+        .symbolize(&kernel, Input::AbsAddr(&addresses))
+        .map(|symbols| {
+            addresses
+                .iter()
+                .zip(symbols)
+                .filter_map(|(&a, s)| Some((a, s.as_sym()?.name.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Drains the per-packet ring buffer into `writer` on a thread of its own

@@ -52,6 +52,10 @@ impl Layer for NetLayer {
         o.skb_data = k.member("sk_buff", "data");
         o.skb_end = k.member("sk_buff", "end");
         o.skb_mac_header = k.member("sk_buff", "mac_header");
+        o.skb_protocol = k.member("sk_buff", "protocol");
+        o.tp_kfree_skb_location = k.tracepoint("skb", "kfree_skb", "location");
+        o.tp_kfree_skb_protocol = k.tracepoint("skb", "kfree_skb", "protocol");
+        o.tp_kfree_skb_reason = k.tracepoint("skb", "kfree_skb", "reason");
         o.shinfo_gso_size = k.member("skb_shared_info", "gso_size");
         o.shinfo_gso_segs = k.member("skb_shared_info", "gso_segs");
         o.dev_mtu = k.member("net_device", "mtu");
@@ -276,12 +280,14 @@ impl Collector for NetRecorder {
             _ => &self.last,
         };
         let delta = latest.since(&self.start);
+        let location_names = collector::kernel_function_names(delta.drops.keys().map(|k| k.location));
         let (devices, hops, sizes, drops) = rows::net_rows(
             &delta,
             &self.counters_start,
             &self.counters_end,
             ctx.attribution,
             &drop_names,
+            &location_names,
             &ctx.facts.device_names,
         );
         let threads = ctx.tables.rows::<ThreadRow>();
@@ -295,6 +301,7 @@ impl Collector for NetRecorder {
                 "net.skb_marks_displaced",
                 self.losses[net_loss::MARKS_DISPLACED as usize],
             ),
+            ("net.drop_keys_full", self.losses[net_loss::DROP_KEYS_FULL as usize]),
         ]);
         out.tables.put(devices);
         out.tables.put(hops);

@@ -21,6 +21,7 @@ pub fn net_rows(
     end: &HashMap<(u32, u32), DeviceCounters>,
     attribution: &Attribution,
     drop_names: &HashMap<u32, String>,
+    location_names: &HashMap<u64, String>,
     device_names: &HashMap<(u32, u32), String>,
 ) -> NetTables {
     use vtrace_common::{LOG2_BUCKETS, hop};
@@ -61,8 +62,11 @@ pub fn net_rows(
     for (netns, ifindex) in devices {
         let c_end = end.get(&(netns, ifindex)).or_else(|| start.get(&(netns, ifindex)));
         let c_start = start.get(&(netns, ifindex));
+        // A device made during the recording (a sandbox's tap and veth)
+        // counted from zero, so all it counted is the window's.
         let delta = |f: fn(&DeviceCounters) -> u64| match (c_start, c_end) {
             (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
+            (None, Some(b)) => f(b),
             _ => 0,
         };
         let napi = net
@@ -143,17 +147,67 @@ pub fn net_rows(
     let drops = net
         .drops
         .iter()
-        .enumerate()
-        .filter(|(_, c)| **c > 0)
-        .map(|(r, c)| NetDropRow {
+        .map(|(k, &count)| {
+            (
+                k,
+                count,
+                location_names
+                    .get(&k.location)
+                    .cloned()
+                    .unwrap_or_else(|| format!("{:#x}", k.location)),
+            )
+        })
+        .map(|(k, count, location)| (k, count, drop_fate(k.protocol, &location), location))
+        .map(|(k, count, fate, location)| NetDropRow {
             reason: drop_names
-                .get(&(r as u32))
+                .get(&k.reason)
                 .cloned()
-                .unwrap_or_else(|| format!("reason {r}")),
-            count: *c,
+                .unwrap_or_else(|| format!("reason {}", k.reason)),
+            protocol: ether_type(k.protocol),
+            lost: fate == "lost",
+            fate: fate.to_string(),
+            netns: k.netns,
+            ifindex: k.ifindex,
+            location,
+            count,
         })
         .collect();
     (dev_rows, hops, sizes, drops)
+}
+
+/// Network frames the kernel frees through kfree_skb after they were
+/// delivered, by the function that frees them: what became of them.
+const DELIVERED: &[(&str, &str)] = &[
+    // An ICMP message (an echo reply) raw sockets were handed a copy of:
+    // the lookup for a datagram ping socket after them finds none and frees
+    // the original as NO_SOCKET. (With no raw socket either it had no
+    // taker; the kernel does not tell the two apart.)
+    ("icmp_rcv", "raw sockets took it"),
+    // Data received into a socket's queue, unread when the socket went.
+    ("sk_stream_kill_queues", "unread at socket close"),
+];
+
+/// "lost", or what became of a freed skb instead.
+fn drop_fate(protocol: u16, location: &str) -> &'static str {
+    if protocol == 0 {
+        return "no network frame";
+    }
+    DELIVERED
+        .iter()
+        .find(|(function, _)| *function == location)
+        .map_or("lost", |(_, fate)| fate)
+}
+
+/// An EtherType by its usual name, else its number; "none" for 0.
+fn ether_type(protocol: u16) -> String {
+    match protocol {
+        0 => "none".into(),
+        0x0800 => "IPv4".into(),
+        0x86dd => "IPv6".into(),
+        0x0806 => "ARP".into(),
+        0x8100 => "VLAN".into(),
+        p => format!("{p:#06x}"),
+    }
 }
 
 pub fn latency_rows(net: &NetSnapshot) -> Vec<NetLatencyRow> {

@@ -1,6 +1,8 @@
 //! The net layer's report section: packet size at each hop of each device,
 //! packets against the MTU, hop latency, drops, tun fds and journeys.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 use super::{NetDeviceRow, NetDropRow, NetHopRow, NetLatencyRow, NetSizeRow, TunIoRow};
@@ -36,17 +38,46 @@ pub fn section(rec: &Recording) -> Section {
         against_mtu(&mut s, rec);
         size_figures(&mut s, rec);
         latency(&mut s, rec);
-        let drops: Vec<String> = rec
-            .rows::<NetDropRow>()
-            .iter()
-            .map(|d| format!("{} {}", d.reason, d.count))
-            .collect();
-        if !drops.is_empty() {
-            s.lines([format!("  drops: {}", drops.join(", "))]);
-        }
+        drop_lines(&mut s, rec);
     }
     json_fields(&mut s, rec);
     s
+}
+
+/// Packets lost (by reason, protocol, device and the function that freed
+/// them), and apart from them the skbs freed the same way with nothing lost
+/// (vsock packets and unix-socket messages consumed, frames delivered).
+fn drop_lines(s: &mut Section, rec: &Recording) {
+    let rows = rec.rows::<NetDropRow>();
+    let lost: Vec<String> = rows
+        .iter()
+        .filter(|d| d.lost || d.protocol.is_empty())
+        .map(|d| {
+            if d.protocol.is_empty() {
+                // Table version 1: a reason and a count, of every kind.
+                return format!("{} {}", d.count, d.reason);
+            }
+            format!(
+                "{} {} {} on {} in {}",
+                d.count,
+                d.protocol,
+                d.reason,
+                device_name(rec, d.netns, d.ifindex),
+                d.location
+            )
+        })
+        .collect();
+    let mut freed: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for d in rows.iter().filter(|d| !d.lost && !d.protocol.is_empty()) {
+        *freed.entry((d.fate.as_str(), d.location.as_str())).or_default() += d.count;
+    }
+    if !lost.is_empty() {
+        s.lines([format!("  packets lost: {}", lost.join("; "))]);
+    }
+    if !freed.is_empty() {
+        let by: Vec<String> = freed.iter().map(|((fate, f), n)| format!("{n} {fate} ({f})")).collect();
+        s.lines([format!("  freed as dropped, nothing lost: {}", by.join(", "))]);
+    }
 }
 
 /// Packet size at each hop of each device, with its owner and softirq time.
@@ -277,7 +308,11 @@ fn json_fields(s: &mut Section, rec: &Recording) {
     let drops: Vec<Value> = rec
         .rows::<NetDropRow>()
         .iter()
-        .map(|d| json!({"reason": d.reason, "count": d.count}))
+        .map(|d| {
+            json!({"reason": d.reason, "protocol": d.protocol, "lost": d.lost, "fate": d.fate,
+                   "device": device_name(rec, d.netns, d.ifindex), "netns": d.netns, "ifindex": d.ifindex,
+                   "location": d.location, "count": d.count})
+        })
         .collect();
     let hops: Vec<Value> = rec
         .rows::<NetLatencyRow>()

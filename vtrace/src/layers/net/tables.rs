@@ -100,9 +100,27 @@ table! {
 }
 
 table! {
-    /// Packets freed as dropped, per kernel drop reason.
-    NetDropRow = "net_drops" {
+    /// skbs freed as dropped (kfree_skb), per kernel drop reason, what they
+    /// carried, device and freeing function, and whether a packet was lost:
+    /// an skb with no protocol (a vsock packet, a unix-socket message) freed
+    /// this way is a message consumed, and some network frames are freed so
+    /// after they were delivered (`fate`).
+    NetDropRow = "net_drops" version 2 {
         reason: String,
+        /// The frame's EtherType by name (IPv4, IPv6, ARP) or number
+        /// (0x88cc); "none" for an skb that carries no network frame; empty
+        /// in version 1, which counted every kind as a drop.
+        protocol: String [since 2],
+        /// A packet lost: a network frame no one received.
+        lost: bool [since 2],
+        /// "lost", or what became of it instead: "no network frame", "raw
+        /// sockets took it" (ICMP), "unread at socket close".
+        fate: String [since 2],
+        /// The skb's device then (0/0: none).
+        netns: u32 [since 2],
+        ifindex: u32 [since 2],
+        /// The kernel function that freed it (kallsyms; its address when unnamed).
+        location: String [since 2],
         count: u64,
     }
 }
