@@ -266,6 +266,7 @@ fn platforms_the_lab_cannot_start_say_what_is_missing() {
         "firecracker",
         "unikraft-vhost",
         "unikraft-virtio",
+        "kata",
     ] {
         let line = out
             .lines()

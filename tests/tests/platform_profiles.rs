@@ -27,6 +27,9 @@ fn check_fixture(name: &str) {
             .find(|i| i.root_pid == root)
             .unwrap_or_else(|| panic!("{name}: no instance rooted at {root}"));
         assert_eq!(inst.platform, e["platform"], "{name}");
+        if let Some(id) = e["id"].as_str() {
+            assert_eq!(inst.id, id, "{name}");
+        }
         assert_eq!(inst.variant, e["variant"], "{name}");
         let roles: BTreeMap<String, String> = inst
             .threads

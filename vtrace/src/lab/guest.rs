@@ -22,7 +22,10 @@ use super::{DATA_DIR, linuxvm, rootfs};
 use crate::{Error, Result};
 
 /// Modules the guest loads: 9p for the share, then what the scenarios need
-/// (tun and tap, vhost-net, overlayfs, KVM on AMD).
+/// (tun and tap, vhost-net, overlayfs, KVM on AMD), and what Kata's shim
+/// needs besides: vhost-vsock to its agent, veth for the netns, tc's
+/// ingress qdisc, filters and mirred action to join eth0 and the tap, and
+/// the XFRM and netfilter netlink families its netlink handles open.
 pub const MODULES: &[&str] = &[
     "virtio_pci",
     "9pnet_virtio",
@@ -32,6 +35,15 @@ pub const MODULES: &[&str] = &[
     "vhost_net",
     "overlay",
     "kvm_amd",
+    "vhost_vsock",
+    "veth",
+    "sch_ingress",
+    "cls_u32",
+    "cls_flower",
+    "cls_matchall",
+    "act_mirred",
+    "xfrm_user",
+    "nfnetlink",
 ];
 
 /// What a guest run left: its console and how long it took.
@@ -73,7 +85,8 @@ pub fn vm_platform_files() -> Result<Vec<(PathBuf, PathBuf)>> {
         .into_iter()
         .map(|p| (p.clone(), p))
         .collect();
-    for firmware in ["/usr/share/qemu", "/usr/share/seabios"] {
+    // QEMU's option ROMs too: Kata's QEMU does not set `romfile=`.
+    for firmware in ["/usr/share/qemu", "/usr/share/seabios", "/usr/lib/ipxe/qemu"] {
         files.push((firmware.into(), firmware.into()));
     }
     Ok(files)
@@ -122,6 +135,7 @@ pub fn run(
             "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nexport PATH=/usr/bin:/bin\n\
              mount -t proc proc /proc\nmount -t sysfs sys /sys\nmount -t devtmpfs dev /dev\n\
              mount -t tracefs nodev /sys/kernel/tracing\nmount -t debugfs nodev /sys/kernel/debug\n\
+             mount -t cgroup2 none /sys/fs/cgroup\nmkdir -p /dev/shm /var/log\nmount -t tmpfs shm /dev/shm\nsyslogd\n\
              {insmods}mount -t 9p -o trans=virtio,version=9p2000.L out /out\n\
              cd /out && sh /script.sh > /out/script.log 2>&1; echo $? > /out/script.rc\n\
              sync\npoweroff -f\n"
@@ -131,14 +145,14 @@ pub fn run(
             fs::write(&p, text).map_err(crate::error::io(format!("write {name}")))?;
             fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).map_err(crate::error::io("chmod"))?;
         }
-        let initrd = work.join("initrd.gz");
-        linuxvm::pack(&tree, &initrd)?;
+        let initrd = work.join("initrd.cpio");
+        linuxvm::pack(&tree, &initrd, false)?;
         let _ = fs::remove_file(out.join("script.rc"));
         let console = work.join("console.log");
         let start = Instant::now();
         let mut qemu = Command::new("qemu-system-x86_64")
             .args([
-                "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "1", "-m", "3072",
+                "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "1", "-m", "4096",
             ])
             .arg("-kernel")
             .arg(&vmlinuz)
@@ -158,14 +172,30 @@ pub fn run(
             .stderr(Stdio::null())
             .spawn()
             .map_err(crate::error::io("start qemu-system-x86_64"))?;
+        // The guest's CPU time and when it last grew: a guest whose vCPU
+        // stopped for good (halted with interrupts blocked, as nested SVM
+        // under TCG has done once in a few Kata boots) is a frozen one.
+        let mut progress = (cpu_ticks(qemu.id()), Instant::now());
         let exited = loop {
             if qemu.try_wait().map_err(crate::error::io("wait for qemu"))?.is_some() {
-                break true;
+                break Ok(());
             }
             if start.elapsed() > timeout {
                 let _ = qemu.kill();
                 let _ = qemu.wait();
-                break false;
+                break Err(format!("the guest did not finish in {timeout:?}"));
+            }
+            let ticks = cpu_ticks(qemu.id());
+            if ticks != progress.0 {
+                progress = (ticks, Instant::now());
+            } else if progress.1.elapsed() > FROZEN_AFTER {
+                let _ = qemu.kill();
+                let _ = qemu.wait();
+                break Err(format!(
+                    "{FROZE}: its vCPU used no CPU time for {} s, {:.0} s after it started",
+                    FROZEN_AFTER.as_secs(),
+                    start.elapsed().as_secs_f64()
+                ));
             }
             std::thread::sleep(Duration::from_millis(100));
         };
@@ -174,17 +204,17 @@ pub fn run(
             .ok()
             .and_then(|s| s.trim().parse().ok());
         match (exited, status) {
-            (true, Some(status)) => Ok(GuestRun {
+            (Ok(()), Some(status)) => Ok(GuestRun {
                 console,
                 status,
                 wall: start.elapsed(),
             }),
-            (false, _) => Err(unavailable(format!(
-                "the guest did not finish in {timeout:?}; its console ends:\n{}\nits script's output ends:\n{}",
+            (Err(why), _) => Err(unavailable(format!(
+                "{why}; its console ends:\n{}\nits script's output ends:\n{}",
                 tail(&console),
                 script_tail(out)
             ))),
-            (true, None) => Err(unavailable(format!(
+            (Ok(()), None) => Err(unavailable(format!(
                 "the guest stopped before its script did; its console ends:\n{}\nits script's output ends:\n{}",
                 tail(&console),
                 script_tail(out)
@@ -193,6 +223,24 @@ pub fn run(
     })();
     let _ = fs::remove_dir_all(&work);
     result
+}
+
+/// What a frozen guest's error begins with.
+pub const FROZE: &str = "the guest froze";
+/// A guest using no CPU time this long is frozen: an idle Linux guest still
+/// wakes for its timers every few seconds.
+const FROZEN_AFTER: Duration = Duration::from_secs(90);
+
+/// User plus system clock ticks a process used.
+fn cpu_ticks(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(") ")?.1.to_string();
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0)
 }
 
 /// The end of what the script printed (script.log in `out`).

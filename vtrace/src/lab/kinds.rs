@@ -2,12 +2,12 @@
 //! what it needs, and the file that implements it) and the list of those it
 //! cannot, with how their absence is detected. What a platform's runtime
 //! does sits in its own file (containers.rs, docker.rs, lxc.rs, linuxvm.rs,
-//! lwip.rs, vms.rs), behind [`Runtime`] and, for what a ledger's containers need,
+//! lwip.rs, vms.rs, kata.rs), behind [`Runtime`] and, for what a ledger's containers need,
 //! [`ContainerRuntime`].
 
 use std::{fs, path::PathBuf, time::Duration};
 
-use super::{Ledger, containers, docker, linuxvm, lwip, lxc, vms};
+use super::{Ledger, containers, docker, kata, linuxvm, lwip, lxc, vms};
 use crate::{Error, Result};
 
 /// Platforms `lab` can start here, and what each needs.
@@ -76,6 +76,7 @@ pub fn container_runtime(runtime: &str) -> &'static dyn ContainerRuntime {
     match runtime {
         "docker" => &docker::Docker,
         "lxc" => &lxc::Lxc,
+        "kata" => &kata::Kata,
         _ => &containers::Oci,
     }
 }
@@ -191,6 +192,12 @@ pub const RUNNABLE: &[LabPlatform] = &[
             tap: "vtl-uk0",
         },
     },
+    LabPlatform {
+        name: "kata",
+        net: 25,
+        binaries: &["containerd", "ctr", "qemu-system-x86_64"],
+        runtime: &kata::Kata,
+    },
 ];
 
 /// A platform this lab cannot start: what it needs, and why not.
@@ -206,20 +213,12 @@ pub struct NotRunnable {
 pub type Present = (fn() -> bool, &'static str);
 
 /// Platforms this lab cannot start, and how their absence is detected.
-pub const NOT_RUNNABLE: &[NotRunnable] = &[
-    NotRunnable {
-        name: "kata",
-        binaries: &["containerd-shim-kata-v2", "kata-runtime"],
-        why: "needs Kata Containers (shim, runtime, guest image) and containerd",
-        present: None,
-    },
-    NotRunnable {
-        name: "sriov",
-        binaries: &[],
-        why: "needs an SR-IOV capable NIC (no /sys/class/net/*/device/sriov_totalvfs here) and vfio-pci",
-        present: Some((has_sriov_vf, "SR-IOV NIC present, but the lab does not configure VFs")),
-    },
-];
+pub const NOT_RUNNABLE: &[NotRunnable] = &[NotRunnable {
+    name: "sriov",
+    binaries: &[],
+    why: "needs an SR-IOV capable NIC (no /sys/class/net/*/device/sriov_totalvfs here) and vfio-pci",
+    present: Some((has_sriov_vf, "SR-IOV NIC present, but the lab does not configure VFs")),
+}];
 
 fn has_sriov_vf() -> bool {
     fs::read_dir("/sys/class/net")

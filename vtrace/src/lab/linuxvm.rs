@@ -151,11 +151,14 @@ pub(super) fn install_modules(tree: &Path, modules: &Path, names: &[&str]) -> Re
     Ok(insmods)
 }
 
-/// `tree` as a gzipped cpio archive at `out`.
-pub(super) fn pack(tree: &Path, out: &Path) -> Result<()> {
+/// `tree` as a cpio archive at `out`, gzipped or not: a big archive for a
+/// TCG guest goes uncompressed, as inflating it there takes many seconds
+/// where copying it takes few.
+pub(super) fn pack(tree: &Path, out: &Path, gzip: bool) -> Result<()> {
     let cmd = format!(
-        "cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
+        "cd '{}' && find . | cpio -o -H newc --quiet {} > '{}'",
         tree.display(),
+        if gzip { "| gzip -1" } else { "" },
         out.display()
     );
     sh(&["sh", "-c", &cmd])
@@ -212,7 +215,7 @@ pub(super) fn initramfs() -> Result<PathBuf> {
     fs::write(&init_path, init).map_err(crate::error::io("write init"))?;
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&init_path, fs::Permissions::from_mode(0o755)).map_err(crate::error::io("chmod init"))?;
-    pack(&tree, &out)?;
+    pack(&tree, &out, true)?;
     let _ = fs::remove_dir_all(&tree);
     fs::write(&marker, INITRD_VERSION).map_err(crate::error::io("write initrd marker"))?;
     Ok(out)

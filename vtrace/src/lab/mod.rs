@@ -14,6 +14,7 @@
 mod containers;
 mod docker;
 pub mod guest;
+pub mod kata;
 mod kinds;
 mod ledger;
 mod linuxvm;
@@ -21,7 +22,7 @@ mod lock;
 mod lwip;
 mod lxc;
 mod net;
-mod rootfs;
+pub mod rootfs;
 mod vms;
 
 use std::{

@@ -40,7 +40,7 @@ fn unavailable(platform: &str, reason: String) -> Error {
 /// not boot on it).
 pub fn kvm_cannot_boot_guests() -> Option<String> {
     const ONE_LEVEL_DOWN: &str = "it runs one level down, in the stock-kernel guest \
-         (vtrace::lab::guest, as tests/tests/vm_platforms.rs does)";
+         (vtrace::lab::guest, as tests/tests/vm_platforms.rs and kata.rs do)";
     if !Path::new("/dev/kvm").exists() {
         return Some(format!("no /dev/kvm on this machine; {ONE_LEVEL_DOWN}"));
     }
@@ -119,7 +119,7 @@ pub struct Firecracker {
     pub tap: &'static str,
 }
 
-fn run_dir(ledger: &mut Ledger, platform: &str) -> Result<PathBuf> {
+pub(super) fn run_dir(ledger: &mut Ledger, platform: &str) -> Result<PathBuf> {
     let run = Path::new(DATA_DIR).join("run").join(platform);
     ledger.add(Resource::Dir {
         path: run.display().to_string(),

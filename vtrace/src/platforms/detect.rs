@@ -148,13 +148,27 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
             }
             true
         });
+        // Roots that name the same instance (`instance_arg`) are one.
+        let mut groups: Vec<(String, Vec<u32>)> = Vec::new();
         for root in roots {
+            let key = profile
+                .instance_arg
+                .as_deref()
+                .and_then(|arg| arg_value(&by_pid[&root].cmdline, arg))
+                .unwrap_or_else(|| root.to_string());
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(root),
+                None => groups.push((key, vec![root])),
+            }
+        }
+        for (key, members) in groups {
+            let root = members[0];
             if claimed.contains(&root) {
                 continue;
             }
-            // The root and its descendants not claimed by an earlier instance.
+            // The roots and their descendants not claimed by an earlier instance.
             let mut procs = Vec::new();
-            let mut stack = vec![root];
+            let mut stack = members;
             while let Some(pid) = stack.pop() {
                 if !claimed.insert(pid) {
                     continue;
@@ -195,7 +209,7 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
             };
             let devices = devices_of(snap, &procs, &by_pid);
             instances.push(Instance {
-                id: format!("{}:{root}", profile.name),
+                id: format!("{}:{key}", profile.name),
                 platform: profile.name.clone(),
                 variant,
                 root_pid: root,
@@ -206,6 +220,20 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
         }
     }
     instances
+}
+
+/// The value after `arg` in a command line (`-id X`, or `-id=X`).
+fn arg_value(cmdline: &str, arg: &str) -> Option<String> {
+    let mut words = cmdline.split_whitespace();
+    while let Some(w) = words.next() {
+        if w == arg {
+            return words.next().map(str::to_string);
+        }
+        if let Some(v) = w.strip_prefix(arg).and_then(|v| v.strip_prefix('=')) {
+            return Some(v.to_string());
+        }
+    }
+    None
 }
 
 /// Devices an instance owns: taps its processes opened, the host end of veth

@@ -27,6 +27,13 @@ pub struct Profile {
     pub vhost_variant: Option<String>,
     #[serde(default)]
     pub virtio_variant: Option<String>,
+    /// A command-line option of the root process whose value names the
+    /// instance (Kata's shims take `-id SANDBOX`): roots with the same
+    /// value are one instance, `NAME:VALUE`, so the shims a sandbox runs
+    /// over its life (the `start` shim, the daemon, the `delete` shim) are
+    /// one instance in every sighting.
+    #[serde(default)]
+    pub instance_arg: Option<String>,
     #[serde(default)]
     pub root: Vec<RootRule>,
     #[serde(default)]

@@ -31,13 +31,14 @@ pub(crate) const PALETTE: [RGBColor; 10] = [
 
 /// The platform roles (vtrace/src/platforms/profiles.toml and the host's
 /// own), each its own colour, none a state's.
-pub(crate) const ROLE_COLORS: [(&str, RGBColor); 18] = [
+pub(crate) const ROLE_COLORS: [(&str, RGBColor); 19] = [
     ("app", RGBColor(0x1f, 0x77, 0xb4)),
     ("vmm", RGBColor(0xff, 0x7f, 0x0e)),
     ("vcpu", RGBColor(0x94, 0x67, 0xbd)),
     ("vhost", RGBColor(0x2c, 0xa0, 0x2c)),
     ("io-thread", RGBColor(0x17, 0xbe, 0xcf)),
     ("agent", RGBColor(0x8c, 0x56, 0x4b)),
+    ("virtiofsd", RGBColor(0x39, 0x3b, 0x79)),
     ("sandbox", RGBColor(0xe3, 0x77, 0xc2)),
     ("gofer", RGBColor(0xbc, 0xbd, 0x22)),
     ("shim", RGBColor(0x6b, 0x6e, 0xcf)),

@@ -1,0 +1,337 @@
+//! Kata Containers for real, one level down: inside the stock-kernel guest
+//! (vtrace::lab::guest), where KVM boots nested guests, `vtrace lab up kata`
+//! has the lab's containerd start a Kata sandbox (QEMU/KVM, vhost-net on a
+//! tap tc mirrors to the netns's eth0, virtio-fs, vsock to the agent), and
+//! `vtrace record --platform kata` records it: once around the command that
+//! starts it, once with it running. Each figure is checked against ground
+//! truth there: the devices' own counters, KVM's own exit statistics, the
+//! workload's own count.
+//!
+//! Kata comes from ../shared/vmm/kata (or $VTRACE_VMM_DIR/kata), built from
+//! upstream (its PROVENANCE.md); containerd and QEMU from this machine.
+//! One guest boot serves every test in this file.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::OnceLock,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use vtrace_tests::{GUEST_STEPS, TempDir, bin};
+
+/// The lab's address of the sandbox, and the host's end of its veth.
+const ADDR: &str = "10.99.25.2";
+const HOST_ADDR: &str = "10.99.25.1";
+const PINGS: usize = 30;
+const REDIS_REQUESTS: u64 = 200;
+const LAYERS: &str = "cpu,net,tun,kvm";
+
+fn kata_dir() -> PathBuf {
+    std::env::var_os("VTRACE_VMM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vmm")))
+        .join("kata")
+}
+
+/// The reports of one recording (JSON and text).
+fn reports(name: &str) -> String {
+    format!(
+        "step 90 {name}.failed 'report {name}' vtrace report {name}.vtrace --format json -o {name}.json\n\
+         step 90 {name}.failed 'text report {name}' vtrace report {name}.vtrace > {name}.txt 2>&1\n"
+    )
+}
+
+/// The sandbox started inside a recording, pinged both ways and served
+/// redis with it running, then taken down.
+fn script() -> String {
+    let ping_in = format!("ping -c {PINGS} -i 0.05 {ADDR}");
+    let ping_out = format!("vtrace lab exec kata -- busybox ping -c {PINGS} -i 0.05 {HOST_ADDR}");
+    let mut s = format!(
+        "{GUEST_STEPS}export VTRACE_KATA_DIR=/vmm/kata\n\
+         vtrace lab status > status.out 2>&1\n\
+         step 400 start.failed 'record the sandbox starting' vtrace record --platform kata --layers {LAYERS} -o start.vtrace \
+           -- sh -c 'vtrace lab up kata > up.out 2>&1 && {ping_in}' > start.out 2>&1\n"
+    );
+    s.push_str(&reports("start"));
+    s.push_str(&format!(
+        "step 150 ping.failed 'record pings both ways' vtrace record --platform kata --layers {LAYERS} -o ping.vtrace \
+           -- sh -c '{ping_in} && {ping_out}' > ping.out 2>&1\n\
+         {}\
+         step 150 redis.failed 'record redis' vtrace record --platform kata --layers {LAYERS} -o redis.vtrace \
+           -- redis-benchmark -h {ADDR} -t get,set -n {REDIS_REQUESTS} -c 1 > redis.out 2>&1\n\
+         {}\
+         ip -n vtl-kata -s link > netns-links.out 2>&1\n\
+         step 120 down.failed 'down kata' vtrace lab down kata > down.out 2>&1\n\
+         (ls /run/netns; ls /run/vtrace-lab; ps -o pid,comm,args) > after-down.out 2>&1\n\
+         cp /var/log/messages syslog.log\n\
+         mark done\n",
+        reports("ping"),
+        reports("redis"),
+    ));
+    s
+}
+
+struct Guest {
+    files: HashMap<String, String>,
+}
+
+impl Guest {
+    fn text(&self, name: &str) -> &str {
+        self.files
+            .get(name)
+            .unwrap_or_else(|| panic!("the guest wrote no {name}"))
+    }
+
+    /// The report of recording `name`; a failed step fails with what it said.
+    fn report(&self, name: &str) -> Value {
+        if let Some(why) = self.files.get(&format!("{name}.failed")) {
+            panic!(
+                "{name}: {why}\nlab up said:\n{}\nthe recording said:\n{}",
+                self.files.get("up.out").map_or("", |s| s),
+                self.files.get(&format!("{name}.out")).map_or("", |s| s)
+            );
+        }
+        serde_json::from_str(self.text(&format!("{name}.json"))).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+}
+
+fn guest() -> &'static Guest {
+    static GUEST: OnceLock<Result<Guest, String>> = OnceLock::new();
+    match GUEST.get_or_init(boot) {
+        Ok(g) => g,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn boot() -> Result<Guest, String> {
+    if !vtrace_tests::is_root() {
+        return Err("run as root".into());
+    }
+    vtrace::lab::guest::can_run().map_err(|why| format!("the stock-kernel guest cannot run here: {why}"))?;
+    let kata = kata_dir();
+    for needed in [
+        "containerd-shim-kata-v2",
+        "kata-agent",
+        "virtiofsd",
+        "configuration-qemu.toml",
+    ] {
+        if !kata.join(needed).is_file() {
+            return Err(format!(
+                "{} is missing: the Kata tests take Kata from ../shared/vmm/kata (or $VTRACE_VMM_DIR/kata; \
+                 its PROVENANCE.md says how it is built)",
+                kata.join(needed).display()
+            ));
+        }
+    }
+    let out = TempDir::new("kata");
+    // virtiofsd goes to /usr/bin too, for its libraries to come along.
+    let mut binaries: Vec<PathBuf> = vec![bin("vtrace"), kata.join("virtiofsd")];
+    for tool in ["qemu-system-x86_64", "redis-benchmark", "ip", "containerd", "ctr"] {
+        binaries.push(which(tool)?);
+    }
+    let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
+    files.extend(vtrace::lab::kata::guest_files(&kata).map_err(|e| format!("making the Kata guest: {e}"))?);
+    let rootfs = vtrace::lab::rootfs::ensure().map_err(|e| format!("the lab rootfs: {e}"))?;
+    files.push((rootfs.clone(), rootfs));
+    files.push((kata, "/vmm/kata".into()));
+    let start = Instant::now();
+    let mut run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(900));
+    // QEMU's TCG emulation of nested SVM has frozen the whole guest (its
+    // vCPU halted with interrupts blocked, using no CPU) in about one boot
+    // of three with a Kata sandbox in it; guest::run notices within 90 s.
+    // That is the emulator one level up, not what is tested: boot again.
+    if let Err(e) = &run
+        && e.to_string().contains(vtrace::lab::guest::FROZE)
+    {
+        eprintln!("the guest froze, booting it again: {e}");
+        let _ = std::fs::remove_dir_all(&out.0);
+        let _ = std::fs::create_dir_all(&out.0);
+        run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(900));
+    }
+    if let Some(keep) = std::env::var_os("VTRACE_KEEP_GUEST_OUT") {
+        let _ = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&out.0)
+            .arg(keep)
+            .status();
+    }
+    let run = run.map_err(|e| format!("guest: {e}"))?;
+    eprintln!(
+        "Kata guest: {:.1} s; its steps:\n{}",
+        start.elapsed().as_secs_f64(),
+        std::fs::read_to_string(out.0.join("steps.log")).unwrap_or_default()
+    );
+    let files: HashMap<String, String> = std::fs::read_dir(&out.0)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .filter(|e| {
+            e.path()
+                .extension()
+                .is_some_and(|x| ["json", "out", "txt", "failed", "log"].iter().any(|k| x == *k))
+        })
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            Some((name, std::fs::read_to_string(e.path()).ok()?))
+        })
+        .collect();
+    if run.status != 0 {
+        return Err(format!(
+            "the guest's script failed ({}); console:\n{}",
+            run.status, run.console
+        ));
+    }
+    Ok(Guest { files })
+}
+
+fn which(tool: &str) -> Result<PathBuf, String> {
+    ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
+        .iter()
+        .map(|d| PathBuf::from(d).join(tool))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{tool} not found (scripts/setup.sh installs it)"))
+}
+
+fn rows<'a>(r: &'a Value, table: &str) -> &'a [Value] {
+    r[table].as_array().map_or(&[], Vec::as_slice)
+}
+
+fn n(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn the_sandbox_is_one_kata_instance_with_its_roles() {
+    let g = guest();
+    for name in ["start", "ping"] {
+        let r = g.report(name);
+        eprintln!("{}", g.text(&format!("{name}.txt")));
+        let threads = rows(&r, "threads");
+        let roles: std::collections::BTreeSet<&str> = threads
+            .iter()
+            .filter(|t| t["platform"] == "kata")
+            .filter_map(|t| t["role"].as_str())
+            .collect();
+        eprintln!("{name}: roles {roles:?}");
+        for role in ["shim", "vmm", "vcpu", "vhost", "virtiofsd"] {
+            assert!(roles.contains(role), "{name}: no {role} among {roles:?}");
+        }
+        let instances: std::collections::BTreeSet<&str> = threads
+            .iter()
+            .filter(|t| t["platform"] == "kata")
+            .filter_map(|t| t["instance"].as_str())
+            .collect();
+        assert_eq!(instances.len(), 1, "{name}: {instances:?}");
+    }
+}
+
+/// Packets vtrace counted at `hop` of device `name`.
+fn hop_packets(r: &Value, name: &str, hop: &str) -> u64 {
+    rows(r, "devices")
+        .iter()
+        .filter(|d| d["name"] == name && d["hop"] == hop)
+        .map(|d| n(&d["packets"]))
+        .sum()
+}
+
+/// Frames through the veth, the netns's eth0 and the tap equal their own
+/// counters, both ways: with the sandbox started inside the recording (its
+/// devices made during it count from zero) and with it running.
+#[test]
+fn frames_through_veth_netns_and_tap_equal_their_counters_both_ways() {
+    let g = guest();
+    eprintln!("{}", g.text("netns-links.out"));
+    for name in ["start", "ping"] {
+        let r = g.report(name);
+        let counters = rows(&r, "device_counters");
+        for dev in ["vtl-kata0", "eth0", "tap0_kata"] {
+            let c = counters
+                .iter()
+                .find(|c| c["name"] == dev)
+                .unwrap_or_else(|| panic!("{name}: no counters of {dev}: {counters:?}"));
+            let (tx, rx) = (hop_packets(&r, dev, "xmit"), hop_packets(&r, dev, "receive"));
+            eprintln!(
+                "{name}: {dev}: xmit {tx} (tx_packets {}), receive {rx} (rx_packets {})",
+                c["tx_packets"], c["rx_packets"]
+            );
+            // At least a packet per ping went out of each.
+            assert!(n(&c["tx_packets"]) >= PINGS as u64, "{name}: {dev}: {c}");
+            assert_eq!(tx, n(&c["tx_packets"]), "{name}: {dev} xmit");
+            assert_eq!(rx, n(&c["rx_packets"]), "{name}: {dev} receive");
+        }
+        // The tap: what its readers took is what it sent the VM (vhost-net's
+        // tun_recvmsg, and QEMU's own read before vhost took the queue at
+        // boot), what they wrote what the VM sent (tun/tap count at the reader).
+        let tap = counters.iter().find(|c| c["name"] == "tap0_kata").unwrap();
+        let frames = |functions: &[&str]| -> u64 {
+            rows(&r, "tun")
+                .iter()
+                .filter(|t| t["device"] == "tap0_kata" && functions.iter().any(|f| t["function"] == *f))
+                .map(|t| n(&t["frames"]))
+                .sum()
+        };
+        let to_vm = frames(&["tun_recvmsg", "tun_chr_read_iter"]);
+        let from_vm = frames(&["tun_sendmsg", "tun_get_user"]);
+        eprintln!(
+            "{name}: tap0_kata: read {to_vm} (vhost {}), written {from_vm} (vhost {}); counters {tap}",
+            frames(&["tun_recvmsg"]),
+            frames(&["tun_sendmsg"])
+        );
+        assert_eq!(to_vm, n(&tap["tx_packets"]), "{name}: frames to the VM");
+        assert_eq!(from_vm, n(&tap["rx_packets"]), "{name}: frames from the VM");
+    }
+}
+
+#[test]
+fn no_packet_is_reported_dropped_when_none_was_lost() {
+    let g = guest();
+    for name in ["ping", "redis"] {
+        let r = g.report(name);
+        eprintln!("{name}: drops {}", r["drops"]);
+        let lost: Vec<&Value> = rows(&r, "drops").iter().filter(|d| d["lost"] == true).collect();
+        // IPv6 is off on every lab link: a frame lost here would be a real loss.
+        assert!(lost.is_empty(), "{name}: {lost:?}");
+    }
+    // Ping's own count agrees: nothing lost either way.
+    let out = g.text("ping.out");
+    assert_eq!(out.matches(" 0% packet loss").count(), 2, "{out}");
+}
+
+#[test]
+fn kvm_exits_by_reason_add_up_to_kvms_own_count() {
+    let g = guest();
+    for name in ["ping", "redis"] {
+        let r = g.report(name);
+        let exits = rows(&r["kvm"], "kvm_stats")
+            .iter()
+            .find(|s| s["stat"] == "exits")
+            .unwrap_or_else(|| panic!("{name}: no exits statistic: {}", r["kvm"]));
+        eprintln!("{name}: KVM {} exits, vtrace {}", exits["kvm"], exits["vtrace"]);
+        assert_eq!(n(&exits["kvm"]), n(&exits["vtrace"]), "{name}: {exits}");
+        assert!(n(&exits["kvm"]) > 0, "{name}");
+    }
+}
+
+#[test]
+fn redis_requests_are_the_recordings_operations() {
+    let g = guest();
+    let r = g.report("redis");
+    let ops = &r["workload"]["ops"];
+    assert_eq!(
+        (ops["count"].as_f64(), ops["source"].as_str()),
+        (Some(2.0 * REDIS_REQUESTS as f64), Some("redis-benchmark")),
+        "{}",
+        r["workload"]
+    );
+}
+
+#[test]
+fn lab_down_leaves_no_sandbox_netns_or_containerd() {
+    let g = guest();
+    assert!(!g.files.contains_key("down.failed"), "{}", g.text("down.out"));
+    let after = g.text("after-down.out");
+    for left in ["vtl-kata", "containerd", "qemu-system", "virtiofsd", "containerd-shim"] {
+        assert!(!after.contains(left), "{left} is left after lab down:\n{after}");
+    }
+}
