@@ -375,7 +375,10 @@ fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                     let workload = vtrace::lab::example_workload(&platform, &l.address);
                     println!("  e.g. {workload}");
-                    println!("  record: vtrace record --platform {platform} -- {workload}");
+                    println!(
+                        "  record: vtrace record --platform {} -- {workload}",
+                        vtrace::lab::recorded_as(&platform)
+                    );
                 }
                 LabAction::Down { platform } => {
                     if vtrace::lab::down(&platform)? {

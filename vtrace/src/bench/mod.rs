@@ -213,7 +213,7 @@ fn record_run(
             })
             .collect();
     }
-    o.platform = cell.platform.clone();
+    o.platform = lab::recorded_as(&cell.platform).to_string();
     // The layer each disk workload is about.
     let layer = match cell.workload {
         Workload::Fio => Some("block"),

@@ -1,10 +1,5 @@
-//! `kata`: a Kata Containers sandbox started the way users start one, by a
-//! containerd (the lab's own: its root, state and socket, CRI off) running
-//! the lab rootfs with `ctr run --runtime io.containerd.kata.v2` in a netns
-//! with a veth as a CNI plugin leaves it. Kata mirrors the netns's eth0 and
-//! its tap (`tap0_kata`) into each other with tc, vhost-net serves the tap,
-//! virtiofsd shares the rootfs and the lab volume into the VM. redis and
-//! iperf3 answer at the lab address inside the VM.
+//! What the `kata` platform (containerd.rs) needs of Kata Containers: where
+//! it is installed, and for a bare build its guest and configuration.
 //!
 //! Kata comes from `$VTRACE_KATA_DIR`, else the directory of
 //! `containerd-shim-kata-v2` on PATH, else /opt/kata/bin. A directory laid
@@ -21,27 +16,16 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::{Duration, Instant},
 };
 
-use super::{
-    ContainerRuntime, DATA_DIR, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE, linuxvm, net,
-    quiet, rootfs, vms,
-};
-use crate::{Error, Result, workload::netns::sh};
+use super::{DATA_DIR, linuxvm, rootfs};
+use crate::{Error, Result};
 
 /// Names the directory of the Kata install.
 pub const KATA_DIR_ENV: &str = "VTRACE_KATA_DIR";
 /// Names the Kata configuration file (else the lab's own or the install's).
 pub const KATA_CONFIG_ENV: &str = "VTRACE_KATA_CONFIG";
 const SHIM: &str = "containerd-shim-kata-v2";
-const RUNTIME: &str = "io.containerd.kata.v2";
-/// The container's id; Kata names the sandbox, its QEMU and virtiofsd by it.
-pub const CONTAINER_ID: &str = "vtrace-lab-kata";
-const NETNS: &str = "vtl-kata";
-/// The host's end of the veth; the netns's end is eth0, as CNI leaves it.
-const HOST_IF: &str = "vtl-kata0";
 /// Modules the Kata guest loads before its agent can talk (virtio-pci,
 /// vsock, virtio-net, virtio-fs, the console, virtio-blk, overlayfs).
 const GUEST_MODULES: &[&str] = &[
@@ -56,7 +40,7 @@ const GUEST_MODULES: &[&str] = &[
 /// Bumped when the guest initrd's contents change.
 const INITRD_VERSION: &str = "1";
 
-fn unavailable(reason: String) -> Error {
+pub(super) fn unavailable(reason: String) -> Error {
     Error::LabUnavailable {
         platform: "kata".into(),
         reason,
@@ -157,7 +141,8 @@ pub fn guest_files(kata_dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
 }
 
 /// The configuration a bare build runs with: its configuration-qemu.toml
-/// with the lab's kernel, the guest initrd and the build's virtiofsd.
+/// with the lab's kernel, the guest initrd, the build's virtiofsd and IPv6
+/// off in the guest.
 fn bare_config(kata_dir: &Path, run: &Path) -> Result<PathBuf> {
     let (vmlinuz, _) = linuxvm::kernel()?;
     let initrd = guest_initrd(kata_dir)?;
@@ -175,6 +160,12 @@ fn bare_config(kata_dir: &Path, run: &Path) -> Result<PathBuf> {
             "image" => String::new(),
             "virtio_fs_daemon" => format!("virtio_fs_daemon = \"{}\"", virtiofsd.display()),
             "valid_virtio_fs_daemon_paths" => format!("valid_virtio_fs_daemon_paths = [\"{}\"]", virtiofsd.display()),
+            // IPv4 only, as every lab link: the guest's router solicitations
+            // and MLD reports would be frames the lab's veth drops.
+            "kernel_params" => {
+                let value = line.split_once('=')?.1.trim().trim_matches('"');
+                format!("kernel_params = \"{value} ipv6.disable_ipv6=1\"")
+            }
             _ => return None,
         })
     };
@@ -187,241 +178,12 @@ fn bare_config(kata_dir: &Path, run: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// The lab containerd's socket.
-pub fn socket() -> String {
-    format!("{LEDGER_DIR}/containerd-kata/containerd.sock")
-}
-
-/// Runs `ctr` against the lab's containerd.
-fn ctr(args: &[&str]) -> Result<String> {
-    let out = Command::new("ctr")
-        .args(["--address", &socket()])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(crate::error::io("run ctr"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(Error::Io {
-            context: format!("ctr {}", args.join(" ")),
-            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        })
-    }
-}
-
-/// The `kata` platform.
-pub struct Kata;
-
-impl Runtime for Kata {
-    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
-        up(p, ledger)
-    }
-
-    /// Under nested TCG a sandbox takes tens of seconds (the shim, QEMU,
-    /// the guest kernel, 7 modules, the agent, the container).
-    fn boot(&self) -> Duration {
-        Duration::from_secs(300)
-    }
-
-    fn missing(&self) -> Option<String> {
-        if let Some(why) = vms::kvm_cannot_boot_guests() {
-            return Some(why);
-        }
-        if let Err(why) = install_dir() {
-            return Some(why);
-        }
-        if !Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            return Some("containerd and Kata need cgroup2 mounted at /sys/fs/cgroup".into());
-        }
-        if !Path::new("/dev/shm").is_dir() {
-            return Some("Kata puts the sandbox's memory in /dev/shm, which is missing".into());
-        }
-        if !Path::new("/dev/log").exists() {
-            return Some("Kata's shim logs to syslog and fails without it: no /dev/log (start a syslog daemon)".into());
-        }
-        None
-    }
-}
-
-impl ContainerRuntime for Kata {
-    fn remove(&self, _runtime: &str, id: &str, _root: &str) {
-        let sock = socket();
-        quiet(&["ctr", "--address", &sock, "task", "kill", "--signal", "SIGKILL", id]);
-        let start = Instant::now();
-        // The sandbox goes down with its task; delete waits for that.
-        while !quiet(&["ctr", "--address", &sock, "task", "delete", id]) && start.elapsed() < Duration::from_secs(30) {
-            std::thread::sleep(Duration::from_millis(300));
-        }
-        quiet(&["ctr", "--address", &sock, "container", "delete", id]);
-    }
-
-    fn left(&self, _runtime: &str, _id: &str, _root: &str) -> Option<String> {
-        None // gone with its containerd; its QEMU and virtiofsd are checked by name
-    }
-
-    fn exec(&self, _runtime: &str, id: &str, _root: &str) -> Vec<String> {
-        [
-            "ctr",
-            "--address",
-            &socket(),
-            "task",
-            "exec",
-            "--exec-id",
-            &format!("vtrace-{}", std::process::id()),
-            id,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    }
-}
-
-fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
-    let kata_dir = install_dir().map_err(unavailable)?;
-    net::veth_netns(ledger, p, NETNS, HOST_IF, "eth0")?;
-    let run = vms::run_dir(ledger, p.name)?;
-    let config = match std::env::var_os(KATA_CONFIG_ENV) {
+/// The configuration the shim is given, if any: `$VTRACE_KATA_CONFIG`, or
+/// a bare build's (written to `run`); None: the install's own.
+pub(super) fn config(kata_dir: &Path, run: &Path) -> Result<Option<PathBuf>> {
+    Ok(match std::env::var_os(KATA_CONFIG_ENV) {
         Some(c) => Some(PathBuf::from(c)),
-        None if is_bare_build(&kata_dir) => Some(bare_config(&kata_dir, &run)?),
+        None if is_bare_build(kata_dir) => Some(bare_config(kata_dir, run)?),
         None => None,
-    };
-    // The container's root: the lab rootfs under a private overlay.
-    let lower = rootfs::ensure()?;
-    let (upper, work, merged) = (run.join("upper"), run.join("work"), run.join("rootfs"));
-    for d in [&upper, &work, &merged] {
-        fs::create_dir_all(d).map_err(crate::error::io(format!("create {}", d.display())))?;
-    }
-    ledger.add(Resource::Mount {
-        path: merged.display().to_string(),
-    })?;
-    let options = format!(
-        "lowerdir={},upperdir={},workdir={}",
-        lower.display(),
-        upper.display(),
-        work.display()
-    );
-    sh(&[
-        "mount",
-        "-t",
-        "overlay",
-        "overlay",
-        "-o",
-        &options,
-        &merged.display().to_string(),
-    ])?;
-
-    // The lab's containerd; its shims, and the sandbox's QEMU and
-    // virtiofsd (named by the container id), go with it.
-    let state = Path::new(LEDGER_DIR).join("containerd-kata");
-    ledger.add(Resource::Dir {
-        path: state.display().to_string(),
-    })?;
-    ledger.add(Resource::Processes {
-        pattern: CONTAINER_ID.into(),
-    })?;
-    fs::create_dir_all(&state).map_err(crate::error::io(format!("create {}", state.display())))?;
-    let containerd_config = run.join("containerd.toml");
-    fs::write(
-        &containerd_config,
-        format!(
-            "version = 2\nroot = \"{}\"\nstate = \"{}\"\ndisabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
-             [grpc]\n  address = \"{}\"\n",
-            run.join("containerd-root").display(),
-            state.display(),
-            socket()
-        ),
-    )
-    .map_err(crate::error::io("write containerd.toml"))?;
-    let log = fs::File::create(run.join("containerd.log")).map_err(crate::error::io("create containerd.log"))?;
-    let path = format!(
-        "{}:{}",
-        kata_dir.display(),
-        std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into())
-    );
-    let mut containerd = Command::new("containerd");
-    containerd
-        .arg("--config")
-        .arg(&containerd_config)
-        .env("PATH", path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-    let child = containerd.spawn().map_err(crate::error::io("start containerd"))?;
-    ledger.add(Resource::Process {
-        pid: child.id(),
-        comm: "containerd".into(),
-    })?;
-    let start = Instant::now();
-    while ctr(&["version"]).is_err() {
-        if start.elapsed() > Duration::from_secs(60) {
-            return Err(unavailable(format!(
-                "containerd did not answer within 60 s; its log ends:\n{}",
-                log_tail(&run)
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-
-    ledger.add(Resource::Container {
-        runtime: "kata".into(),
-        id: CONTAINER_ID.into(),
-        root: socket(),
-    })?;
-    let volume = format!(
-        "type=bind,src={},dst={},options=rbind:rw",
-        super::VOLUME_DIR,
-        super::VOLUME_MOUNT
-    );
-    let netns = format!("network:/run/netns/{NETNS}");
-    // The configuration goes as the task's ConfigPath option: Kata 4 takes
-    // KATA_CONF_FILE only when it names one of its shipped paths.
-    let config_arg: Vec<String> = config
-        .iter()
-        .flat_map(|c| ["--runtime-config-path".to_string(), c.display().to_string()])
-        .collect();
-    let root = merged.display().to_string();
-    let mut args: Vec<&str> = vec!["run", "-d", "--runtime", RUNTIME];
-    args.extend(config_arg.iter().map(String::as_str));
-    args.extend_from_slice(&[
-        // A root of our own (not a snapshot), given where an image would be.
-        "--rootfs",
-        "--with-ns",
-        &netns,
-        "--mount",
-        &volume,
-        "--cwd",
-        "/data",
-        // `lab exec`'s commands by name: execs take the container's environment.
-        "--env",
-        "PATH=/bin:/usr/bin:/sbin:/usr/sbin",
-        &root,
-        CONTAINER_ID,
-        "/bin/sh",
-        "-c",
-        SERVE,
-    ]);
-    ctr(&args).map_err(|e| {
-        unavailable(format!(
-            "the sandbox did not start: {e}; containerd's log ends:\n{}",
-            log_tail(&run)
-        ))
-    })?;
-    ledger.note = format!(
-        "Kata Containers from {} ({}), QEMU/KVM sandbox {CONTAINER_ID}, tc-mirrored tap, vhost-net, virtio-fs",
-        kata_dir.display(),
-        match &config {
-            Some(c) => format!("configuration {}", c.display()),
-            None => "its own configuration".into(),
-        }
-    );
-    Ok(())
-}
-
-/// The end of containerd's log (the shim's lines among them): `down` removes
-/// the run directory, so a failed `up` says it.
-fn log_tail(run: &Path) -> String {
-    let log = fs::read_to_string(run.join("containerd.log")).unwrap_or_default();
-    let lines: Vec<&str> = log.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
+    })
 }

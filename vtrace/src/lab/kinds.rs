@@ -2,12 +2,16 @@
 //! what it needs, and the file that implements it) and the list of those it
 //! cannot, with how their absence is detected. What a platform's runtime
 //! does sits in its own file (containers.rs, docker.rs, lxc.rs, linuxvm.rs,
-//! lwip.rs, vms.rs, kata.rs), behind [`Runtime`] and, for what a ledger's containers need,
+//! lwip.rs, vms.rs, containerd.rs), behind [`Runtime`] and, for what a ledger's containers need,
 //! [`ContainerRuntime`].
 
 use std::{fs, path::PathBuf, time::Duration};
 
-use super::{Ledger, containers, docker, kata, linuxvm, lwip, lxc, vms};
+use super::{
+    Ledger,
+    containerd::{Containerd, Shim},
+    containers, docker, linuxvm, lwip, lxc, vms,
+};
 use crate::{Error, Result};
 
 /// Platforms `lab` can start here, and what each needs.
@@ -44,6 +48,12 @@ pub trait Runtime: Sync {
         None
     }
 
+    /// The platform its instances are recorded as (`record --platform`),
+    /// when not its own name.
+    fn recorded_as(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The command line that runs a command inside an instance whose ledger
     /// records no container (`vtrace lab exec`); None: nothing to exec in.
     fn exec(&self, _ledger: &Ledger) -> Option<Vec<String>> {
@@ -76,7 +86,8 @@ pub fn container_runtime(runtime: &str) -> &'static dyn ContainerRuntime {
     match runtime {
         "docker" => &docker::Docker,
         "lxc" => &lxc::Lxc,
-        "kata" => &kata::Kata,
+        "kata" => &Containerd { shim: Shim::Kata },
+        "containerd-runc" => &Containerd { shim: Shim::Runc },
         _ => &containers::Oci,
     }
 }
@@ -196,7 +207,14 @@ pub const RUNNABLE: &[LabPlatform] = &[
         name: "kata",
         net: 25,
         binaries: &["containerd", "ctr", "qemu-system-x86_64"],
-        runtime: &kata::Kata,
+        runtime: &Containerd { shim: Shim::Kata },
+    },
+    LabPlatform {
+        name: "containerd-runc",
+        net: 26,
+        // The rootfs says what it lacks (it is made once, where its binaries are).
+        binaries: &["containerd", "ctr", "containerd-shim-runc-v2", "runc"],
+        runtime: &Containerd { shim: Shim::Runc },
     },
 ];
 

@@ -11,6 +11,7 @@
 //! network, `lock.rs` the one-at-a-time lock; the entry points below
 //! dispatch through the table.
 
+mod containerd;
 mod containers;
 mod docker;
 pub mod guest;
@@ -207,6 +208,16 @@ pub fn serves(platform: &str, addr: &str) -> String {
         .map(|&port| format!("{} {addr}:{port}", name(port)))
         .collect();
     each.join(", ")
+}
+
+/// The platform an instance of lab platform `name` is recorded as
+/// (`containerd-runc`'s is a runc instance); an unknown name is itself.
+pub fn recorded_as(name: &str) -> &str {
+    RUNNABLE
+        .iter()
+        .find(|p| p.name == name)
+        .and_then(|p| p.runtime.recorded_as())
+        .unwrap_or(name)
 }
 
 /// Whether the instance of `platform` serves `port` (any port for a name

@@ -75,8 +75,11 @@ pub fn veth_netns(ledger: &mut Ledger, p: &LabPlatform, ns: &str, host_if: &str,
     ledger.add(Resource::Netns { name: ns.into() })?;
     sh(&["ip", "netns", "add", ns])?;
     ledger.add(Resource::Link { name: host_if.into() })?;
-    sh(&["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if])?;
-    sh(&["ip", "link", "set", ns_if, "netns", ns])?;
+    // The peer is made in the namespace: its name (eth0, as CNI names it)
+    // may be taken on the host.
+    sh(&[
+        "ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns", ns,
+    ])?;
     ipv4_only(host_if, None)?;
     ipv4_only(ns_if, Some(ns))?;
     host_link_up(host_if, &host_addr)?;

@@ -157,15 +157,18 @@ pub fn net_rows(
                     .unwrap_or_else(|| format!("{:#x}", k.location)),
             )
         })
-        .map(|(k, count, location)| (k, count, drop_fate(k.protocol, &location), location))
-        .map(|(k, count, fate, location)| NetDropRow {
-            reason: drop_names
+        .map(|(k, count, location)| {
+            let reason = drop_names
                 .get(&k.reason)
                 .cloned()
-                .unwrap_or_else(|| format!("reason {}", k.reason)),
+                .unwrap_or_else(|| format!("reason {}", k.reason));
+            (k, count, location, reason)
+        })
+        .map(|(k, count, location, reason)| NetDropRow {
+            lost: drop_fate(k.protocol, &location, &reason) == "lost",
+            fate: drop_fate(k.protocol, &location, &reason).to_string(),
+            reason,
             protocol: ether_type(k.protocol),
-            lost: fate == "lost",
-            fate: fate.to_string(),
             netns: k.netns,
             ifindex: k.ifindex,
             location,
@@ -175,27 +178,36 @@ pub fn net_rows(
     (dev_rows, hops, sizes, drops)
 }
 
-/// Network frames the kernel frees through kfree_skb after they were
-/// delivered, by the function that frees them: what became of them.
-const DELIVERED: &[(&str, &str)] = &[
+/// Network frames the kernel frees through kfree_skb with nothing lost, by
+/// the function that frees them and the reason it gives ("": any): what
+/// became of them instead.
+const NOT_LOST: &[(&str, &str, &str)] = &[
     // An ICMP message (an echo reply) raw sockets were handed a copy of:
     // the lookup for a datagram ping socket after them finds none and frees
     // the original as NO_SOCKET. (With no raw socket either it had no
     // taker; the kernel does not tell the two apart.)
-    ("icmp_rcv", "raw sockets took it"),
+    ("icmp_rcv", "NO_SOCKET", "raw sockets took it"),
     // Data received into a socket's queue, unread when the socket went.
-    ("sk_stream_kill_queues", "unread at socket close"),
+    ("sk_stream_kill_queues", "", "unread at socket close"),
+    // TCP's own discards after handling a segment: above all segments for
+    // a connection in TIME_WAIT, which TCP answers (a closing storm of
+    // many connections makes many).
+    ("tcp_v4_rcv", "NOT_SPECIFIED", "TCP handled it (TIME_WAIT)"),
+    ("tcp_v6_rcv", "NOT_SPECIFIED", "TCP handled it (TIME_WAIT)"),
+    // A retransmission of data already received, or merged into the queue.
+    ("", "TCP_OLD_DATA", "duplicate of data received"),
+    ("", "TCP_OFOMERGE", "merged into queued data"),
 ];
 
 /// "lost", or what became of a freed skb instead.
-fn drop_fate(protocol: u16, location: &str) -> &'static str {
+fn drop_fate(protocol: u16, location: &str, reason: &str) -> &'static str {
     if protocol == 0 {
         return "no network frame";
     }
-    DELIVERED
+    NOT_LOST
         .iter()
-        .find(|(function, _)| *function == location)
-        .map_or("lost", |(_, fate)| fate)
+        .find(|(function, why, _)| (function.is_empty() || *function == location) && (why.is_empty() || *why == reason))
+        .map_or("lost", |(_, _, fate)| fate)
 }
 
 /// An EtherType by its usual name, else its number; "none" for 0.
