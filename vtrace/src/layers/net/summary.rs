@@ -49,14 +49,20 @@ pub fn section(rec: &Recording) -> Section {
 /// (vsock packets and unix-socket messages consumed, frames delivered).
 fn drop_lines(s: &mut Section, rec: &Recording) {
     let rows = rec.rows::<NetDropRow>();
+    // Table version 1 (no protocol): a reason and a count, of every kind,
+    // shown as they were.
+    let old: Vec<String> = rows
+        .iter()
+        .filter(|d| d.protocol.is_empty())
+        .map(|d| format!("{} {}", d.reason, d.count))
+        .collect();
+    if !old.is_empty() {
+        s.lines([format!("  drops: {}", old.join(", "))]);
+    }
     let lost: Vec<String> = rows
         .iter()
-        .filter(|d| d.lost || d.protocol.is_empty())
+        .filter(|d| d.lost)
         .map(|d| {
-            if d.protocol.is_empty() {
-                // Table version 1: a reason and a count, of every kind.
-                return format!("{} {}", d.count, d.reason);
-            }
             format!(
                 "{} {} {} on {} in {}",
                 d.count,
