@@ -280,7 +280,13 @@ impl Collector for NetRecorder {
             _ => &self.last,
         };
         let delta = latest.since(&self.start);
-        let location_names = collector::kernel_function_names(delta.drops.keys().map(|k| k.location));
+        // Named at the end only: reading kallsyms would make a checkpoint
+        // slow, and so rare (a recording killed after one keeps addresses).
+        let location_names = if ctx.checkpoint {
+            HashMap::new()
+        } else {
+            collector::kernel_function_names(delta.drops.keys().map(|k| k.location))
+        };
         let (devices, hops, sizes, drops) = rows::net_rows(
             &delta,
             &self.counters_start,
