@@ -159,3 +159,69 @@ step() {
   return $rc
 }
 "#;
+
+/// ../shared/vmm (or `$VTRACE_VMM_DIR`): Firecracker, the Unikraft image
+/// and Kata, built from upstream (each folder's PROVENANCE.md).
+pub fn vmm_dir() -> PathBuf {
+    std::env::var_os("VTRACE_VMM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vmm")))
+}
+
+/// A system tool's path, for copying into the stock-kernel guest.
+pub fn system_tool(tool: &str) -> Result<PathBuf, String> {
+    ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
+        .iter()
+        .map(|d| PathBuf::from(d).join(tool))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{tool} not found (scripts/setup.sh installs it)"))
+}
+
+/// What a guest script wrote into its share, read back before the share
+/// goes: the text files by name; first copied to `$VTRACE_KEEP_GUEST_OUT`
+/// when set (a guest that failed or ran out of time too: steps.log says
+/// when each step began and how it ended).
+pub struct GuestFiles {
+    pub files: std::collections::HashMap<String, String>,
+}
+
+impl GuestFiles {
+    pub fn read(out: &Path) -> Result<Self, String> {
+        if let Some(keep) = std::env::var_os("VTRACE_KEEP_GUEST_OUT") {
+            let _ = Command::new("cp").arg("-a").arg(out).arg(keep).status();
+        }
+        let files = std::fs::read_dir(out)
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .filter(|e| {
+                e.path()
+                    .extension()
+                    .is_some_and(|x| ["json", "out", "txt", "failed", "csv", "log"].iter().any(|k| x == *k))
+            })
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                Some((name, std::fs::read_to_string(e.path()).ok()?))
+            })
+            .collect();
+        Ok(GuestFiles { files })
+    }
+
+    pub fn text(&self, name: &str) -> &str {
+        self.files
+            .get(name)
+            .unwrap_or_else(|| panic!("the guest wrote no {name}"))
+    }
+
+    /// The JSON report `NAME.json`; a failed step (`NAME.failed`) fails
+    /// with what it said, `NAME.out` and `up` (what bringing it up said).
+    pub fn report(&self, name: &str, up: &str) -> serde_json::Value {
+        if let Some(why) = self.files.get(&format!("{name}.failed")) {
+            panic!(
+                "{name}: {why}\nlab up said:\n{}\nthe recording said:\n{}",
+                self.files.get(up).map_or("", |s| s),
+                self.files.get(&format!("{name}.out")).map_or("", |s| s)
+            );
+        }
+        serde_json::from_str(self.text(&format!("{name}.json"))).unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+}

@@ -8,14 +8,13 @@
 //! one at a time); its files come back through a 9p share.
 
 use std::{
-    collections::HashMap,
     path::PathBuf,
     sync::OnceLock,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
-use vtrace_tests::{TempDir, bin};
+use vtrace_tests::{GuestFiles, TempDir, bin};
 
 const WRITES: u64 = 100;
 const TX: u64 = 300;
@@ -58,15 +57,13 @@ fn script() -> String {
 /// The JSON the guest's script wrote, read back before its share is removed
 /// (a static is never dropped, so it holds no directory).
 struct Guest {
-    files: HashMap<String, String>,
+    out: GuestFiles,
     wall: Duration,
 }
 
 impl Guest {
     fn text(&self, name: &str) -> &str {
-        self.files
-            .get(name)
-            .unwrap_or_else(|| panic!("the guest wrote no {name}"))
+        self.out.text(name)
     }
     fn json(&self, name: &str) -> Value {
         serde_json::from_str(self.text(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
@@ -111,16 +108,10 @@ fn boot() -> Result<Guest, String> {
         ));
     }
     eprintln!("stock-kernel guest: {:.1} s", start.elapsed().as_secs_f64());
-    let files = std::fs::read_dir(&out.0)
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json" || x == "out"))
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            Some((name, std::fs::read_to_string(e.path()).ok()?))
-        })
-        .collect();
-    Ok(Guest { files, wall: run.wall })
+    Ok(Guest {
+        out: GuestFiles::read(&out.0)?,
+        wall: run.wall,
+    })
 }
 
 fn n(v: &Value) -> u64 {

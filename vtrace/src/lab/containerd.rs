@@ -22,7 +22,7 @@ use std::{
 
 use super::{
     ContainerRuntime, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE, kata, net, quiet, rootfs,
-    vms,
+    stdout_of, vms,
 };
 use crate::{Error, Result, workload::netns::sh};
 
@@ -78,20 +78,7 @@ fn socket(shim: Shim) -> String {
 
 /// Runs `ctr` against the containerd at `socket`.
 fn ctr(socket: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new("ctr")
-        .args(["--address", socket])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(crate::error::io("run ctr"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(Error::Io {
-            context: format!("ctr {}", args.join(" ")),
-            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        })
-    }
+    stdout_of("ctr", &[&["--address", socket], args].concat())
 }
 
 impl Runtime for Containerd {

@@ -11,7 +11,7 @@ use std::{
 
 use super::{
     ContainerRuntime, DATA_DIR, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE, net, quiet,
-    rootfs,
+    rootfs, stdout_of,
 };
 use crate::{Error, Result, workload::netns::sh};
 
@@ -25,21 +25,7 @@ pub fn socket() -> String {
 
 /// Runs the docker client against the lab's daemon.
 pub fn client(args: &[&str]) -> Result<String> {
-    let out = Command::new("docker")
-        .arg("-H")
-        .arg(socket())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(crate::error::io("run docker"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(Error::Io {
-            context: format!("docker {}", args.join(" ")),
-            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        })
-    }
+    stdout_of("docker", &[&["-H", socket().as_str()], args].concat())
 }
 
 /// The `docker` platform.

@@ -61,11 +61,8 @@ pub fn install_dir() -> std::result::Result<PathBuf, String> {
             Err(format!("{KATA_DIR_ENV}={} holds no {SHIM}", d.display()))
         };
     }
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .chain([PathBuf::from("/opt/kata/bin")])
-        .find(|d| d.join(SHIM).is_file())
+    super::kinds::find_binary(SHIM, &["/opt/kata/bin"])
+        .and_then(|shim| shim.parent().map(Path::to_path_buf))
         .ok_or_else(|| {
             format!("no {SHIM}: install Kata Containers (on PATH or in /opt/kata/bin) or name its directory with {KATA_DIR_ENV}=DIR")
         })

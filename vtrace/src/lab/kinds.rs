@@ -245,13 +245,18 @@ fn has_sriov_vf() -> bool {
 }
 
 pub fn which(binary: &str) -> bool {
+    find_binary(binary, &["/usr/sbin", "/sbin"]).is_some()
+}
+
+/// `binary` in a directory of PATH, else of `also`.
+pub(super) fn find_binary(binary: &str, also: &[&str]) -> Option<PathBuf> {
     std::env::var_os("PATH")
-        .map(|p| {
-            std::env::split_paths(&p)
-                .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
-                .any(|d| d.join(binary).is_file())
-        })
-        .unwrap_or(false)
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(also.iter().map(PathBuf::from))
+        .map(|d| d.join(binary))
+        .find(|p| p.is_file())
 }
 
 pub(super) fn not_runnable(name: &str) -> Option<&'static NotRunnable> {

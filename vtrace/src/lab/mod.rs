@@ -72,6 +72,23 @@ fn quiet(args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// What `program args` printed (trimmed), or its stderr as the error.
+fn stdout_of(program: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(crate::error::io(format!("run {program}")))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(Error::Io {
+            context: format!("{program} {}", args.join(" ")),
+            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
+        })
+    }
+}
+
 /// Whether the platform's instance is up (its ledger says it became ready).
 pub fn is_up(name: &str) -> bool {
     Ledger::load(name).is_some_and(|l| l.ready)

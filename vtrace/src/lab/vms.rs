@@ -73,11 +73,7 @@ pub fn firecracker_binary() -> std::result::Result<PathBuf, String> {
             Err(format!("{FIRECRACKER_ENV}={} is no file", path.display()))
         };
     }
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join("firecracker"))
-        .find(|p| p.is_file())
+    super::kinds::find_binary("firecracker", &[])
         .ok_or_else(|| format!("no firecracker binary: put it on PATH or name it with {FIRECRACKER_ENV}=PATH"))
 }
 

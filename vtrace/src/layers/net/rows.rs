@@ -148,31 +148,25 @@ pub fn net_rows(
         .drops
         .iter()
         .map(|(k, &count)| {
-            (
-                k,
-                count,
-                location_names
-                    .get(&k.location)
-                    .cloned()
-                    .unwrap_or_else(|| format!("{:#x}", k.location)),
-            )
-        })
-        .map(|(k, count, location)| {
+            let location = location_names
+                .get(&k.location)
+                .cloned()
+                .unwrap_or_else(|| format!("{:#x}", k.location));
             let reason = drop_names
                 .get(&k.reason)
                 .cloned()
                 .unwrap_or_else(|| format!("reason {}", k.reason));
-            (k, count, location, reason)
-        })
-        .map(|(k, count, location, reason)| NetDropRow {
-            lost: drop_fate(k.protocol, &location, &reason) == "lost",
-            fate: drop_fate(k.protocol, &location, &reason).to_string(),
-            reason,
-            protocol: ether_type(k.protocol),
-            netns: k.netns,
-            ifindex: k.ifindex,
-            location,
-            count,
+            let fate = drop_fate(k.protocol, &location, &reason);
+            NetDropRow {
+                lost: fate == "lost",
+                fate: fate.to_string(),
+                reason,
+                protocol: ether_type(k.protocol),
+                netns: k.netns,
+                ifindex: k.ifindex,
+                location,
+                count,
+            }
         })
         .collect();
     (dev_rows, hops, sizes, drops)
