@@ -12,14 +12,13 @@
 //! One guest boot serves every test in this file.
 
 use std::{
-    collections::HashMap,
     path::PathBuf,
     sync::OnceLock,
     time::{Duration, Instant},
 };
 
 use serde_json::Value;
-use vtrace_tests::{GUEST_STEPS, TempDir, bin};
+use vtrace_tests::{GUEST_STEPS, GuestFiles, TempDir, bin, system_tool, vmm_dir};
 
 /// The lab's address of the sandbox, and the host's end of its veth.
 const ADDR: &str = "10.99.25.2";
@@ -27,13 +26,6 @@ const HOST_ADDR: &str = "10.99.25.1";
 const PINGS: usize = 30;
 const REDIS_REQUESTS: u64 = 200;
 const LAYERS: &str = "cpu,net,tun,kvm";
-
-fn kata_dir() -> PathBuf {
-    std::env::var_os("VTRACE_VMM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vmm")))
-        .join("kata")
-}
 
 /// The reports of one recording (JSON and text).
 fn reports(name: &str) -> String {
@@ -76,27 +68,17 @@ fn script() -> String {
     s
 }
 
-struct Guest {
-    files: HashMap<String, String>,
-}
+/// The files the guest's script wrote.
+struct Guest(GuestFiles);
 
 impl Guest {
     fn text(&self, name: &str) -> &str {
-        self.files
-            .get(name)
-            .unwrap_or_else(|| panic!("the guest wrote no {name}"))
+        self.0.text(name)
     }
 
     /// The report of recording `name`; a failed step fails with what it said.
     fn report(&self, name: &str) -> Value {
-        if let Some(why) = self.files.get(&format!("{name}.failed")) {
-            panic!(
-                "{name}: {why}\nlab up said:\n{}\nthe recording said:\n{}",
-                self.files.get("up.out").map_or("", |s| s),
-                self.files.get(&format!("{name}.out")).map_or("", |s| s)
-            );
-        }
-        serde_json::from_str(self.text(&format!("{name}.json"))).unwrap_or_else(|e| panic!("{name}: {e}"))
+        self.0.report(name, "up.out")
     }
 }
 
@@ -113,7 +95,7 @@ fn boot() -> Result<Guest, String> {
         return Err("run as root".into());
     }
     vtrace::lab::guest::can_run().map_err(|why| format!("the stock-kernel guest cannot run here: {why}"))?;
-    let kata = kata_dir();
+    let kata = vmm_dir().join("kata");
     for needed in [
         "containerd-shim-kata-v2",
         "kata-agent",
@@ -140,7 +122,7 @@ fn boot() -> Result<Guest, String> {
         "containerd-shim-runc-v2",
         "runc",
     ] {
-        binaries.push(which(tool)?);
+        binaries.push(system_tool(tool)?);
     }
     let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
     files.extend(vtrace::lab::kata::guest_files(&kata).map_err(|e| format!("making the Kata guest: {e}"))?);
@@ -148,64 +130,22 @@ fn boot() -> Result<Guest, String> {
     files.push((rootfs.clone(), rootfs));
     files.push((kata, "/vmm/kata".into()));
     let start = Instant::now();
-    // QEMU's TCG emulation of nested SVM has frozen the whole guest (its
-    // vCPU halted with interrupts blocked, using no CPU) in about one boot
-    // of three with a Kata sandbox in it; guest::run notices within 90 s.
-    // That is the emulator one level up, not what is tested: boot again,
-    // up to twice, and say so.
-    let mut boots = 1;
-    let mut run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(900));
-    while boots < 3
-        && let Err(e) = &run
-        && e.to_string().contains(vtrace::lab::guest::FROZE)
-    {
-        eprintln!("the guest froze (boot {boots}), booting it again: {e}");
-        let _ = std::fs::remove_dir_all(&out.0);
-        let _ = std::fs::create_dir_all(&out.0);
-        boots += 1;
-        run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(900));
-    }
-    if let Some(keep) = std::env::var_os("VTRACE_KEEP_GUEST_OUT") {
-        let _ = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(&out.0)
-            .arg(keep)
-            .status();
-    }
+    let run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(900));
+    let files = GuestFiles::read(&out.0)?;
     let run = run.map_err(|e| format!("guest: {e}"))?;
     eprintln!(
-        "Kata guest: {:.1} s over {boots} boot(s); its steps:\n{}",
+        "Kata guest: {:.1} s over {} boot(s); its steps:\n{}",
         start.elapsed().as_secs_f64(),
-        std::fs::read_to_string(out.0.join("steps.log")).unwrap_or_default()
+        run.boots,
+        files.files.get("steps.log").map_or("", |s| s)
     );
-    let files: HashMap<String, String> = std::fs::read_dir(&out.0)
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .filter(|e| {
-            e.path()
-                .extension()
-                .is_some_and(|x| ["json", "out", "txt", "failed", "log"].iter().any(|k| x == *k))
-        })
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            Some((name, std::fs::read_to_string(e.path()).ok()?))
-        })
-        .collect();
     if run.status != 0 {
         return Err(format!(
             "the guest's script failed ({}); console:\n{}",
             run.status, run.console
         ));
     }
-    Ok(Guest { files })
-}
-
-fn which(tool: &str) -> Result<PathBuf, String> {
-    ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
-        .iter()
-        .map(|d| PathBuf::from(d).join(tool))
-        .find(|p| p.is_file())
-        .ok_or_else(|| format!("{tool} not found (scripts/setup.sh installs it)"))
+    Ok(Guest(files))
 }
 
 fn rows<'a>(r: &'a Value, table: &str) -> &'a [Value] {
@@ -345,7 +285,7 @@ fn redis_requests_are_the_recordings_operations() {
 #[test]
 fn lab_down_leaves_no_sandbox_netns_or_containerd() {
     let g = guest();
-    assert!(!g.files.contains_key("down.failed"), "{}", g.text("down.out"));
+    assert!(!g.0.files.contains_key("down.failed"), "{}", g.text("down.out"));
     let after = g.text("after-down.out");
     for left in ["vtl-kata", "containerd", "qemu-system", "virtiofsd", "containerd-shim"] {
         assert!(!after.contains(left), "{left} is left after lab down:\n{after}");

@@ -18,7 +18,7 @@ use std::{
 };
 
 use serde_json::Value;
-use vtrace_tests::{GUEST_STEPS, TempDir, bin};
+use vtrace_tests::{GUEST_STEPS, GuestFiles, TempDir, bin, system_tool, vmm_dir};
 
 /// redis-benchmark requests per test (GET and SET) against the Linux guests.
 const REDIS_REQUESTS: u64 = 200;
@@ -62,13 +62,6 @@ fn workload(platform: &str, addr: &str) -> String {
     } else {
         format!("redis-benchmark -h {addr} -t get,set -n {REDIS_REQUESTS} -c 1")
     }
-}
-
-/// Where Firecracker and the Unikraft image are.
-fn vmm_dir() -> PathBuf {
-    std::env::var_os("VTRACE_VMM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vmm")))
 }
 
 /// A VM the recorded command starts and stops: the Unikraft image under
@@ -166,30 +159,21 @@ fn script() -> String {
     s
 }
 
-/// The files the guest's script wrote, read back before its share goes.
+/// The files the guest's script wrote, and how long it ran.
 struct Guest {
-    files: HashMap<String, String>,
+    out: GuestFiles,
     wall: Duration,
 }
 
 impl Guest {
     fn text(&self, name: &str) -> &str {
-        self.files
-            .get(name)
-            .unwrap_or_else(|| panic!("the guest wrote no {name}"))
+        self.out.text(name)
     }
 
     /// The report of `platform`'s recording; a failed platform fails with
     /// what it said.
     fn report(&self, platform: &str) -> Value {
-        if let Some(why) = self.files.get(&format!("{platform}.failed")) {
-            panic!(
-                "{platform}: {why}\nlab up said:\n{}\nthe workload said:\n{}",
-                self.files.get(&format!("up-{platform}.out")).map_or("", |s| s),
-                self.files.get(&format!("{platform}.out")).map_or("", |s| s)
-            );
-        }
-        serde_json::from_str(self.text(&format!("{platform}.json"))).unwrap_or_else(|e| panic!("{platform}: {e}"))
+        self.out.report(platform, &format!("up-{platform}.out"))
     }
 }
 
@@ -221,55 +205,30 @@ fn boot() -> Result<Guest, String> {
     let out = TempDir::new("vm-platforms");
     let mut binaries: Vec<PathBuf> = vec![bin("vtrace"), bin("rt-hog"), firecracker];
     for tool in ["qemu-system-x86_64", "redis-benchmark", "ip"] {
-        binaries.push(which(tool)?);
+        binaries.push(system_tool(tool)?);
     }
     let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
     files.push((unikraft, "/vmm/httpreply_qemu-x86_64".into()));
     let start = Instant::now();
     let run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(840));
-    // What the guest wrote, kept for a look when asked (a guest that ran
-    // out of time too: steps.log says when each step began and how it ended).
-    if let Some(keep) = std::env::var_os("VTRACE_KEEP_GUEST_OUT") {
-        let _ = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(&out.0)
-            .arg(keep)
-            .status();
-    }
+    let files = GuestFiles::read(&out.0)?;
     let run = run.map_err(|e| format!("guest: {e}"))?;
     eprintln!(
-        "VM platforms guest: {:.1} s; its steps:\n{}",
+        "VM platforms guest: {:.1} s over {} boot(s); its steps:\n{}",
         start.elapsed().as_secs_f64(),
-        std::fs::read_to_string(out.0.join("steps.log")).unwrap_or_default()
+        run.boots,
+        files.files.get("steps.log").map_or("", |s| s)
     );
-    let files: HashMap<String, String> = std::fs::read_dir(&out.0)
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .filter(|e| {
-            e.path()
-                .extension()
-                .is_some_and(|x| ["json", "out", "txt", "failed", "csv", "log"].iter().any(|k| x == *k))
-        })
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            Some((name, std::fs::read_to_string(e.path()).ok()?))
-        })
-        .collect();
     if run.status != 0 {
         return Err(format!(
             "the guest's script failed ({}); console:\n{}",
             run.status, run.console
         ));
     }
-    Ok(Guest { files, wall: run.wall })
-}
-
-fn which(tool: &str) -> Result<PathBuf, String> {
-    ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
-        .iter()
-        .map(|d| PathBuf::from(d).join(tool))
-        .find(|p| p.is_file())
-        .ok_or_else(|| format!("{tool} not found (scripts/setup.sh installs it)"))
+    Ok(Guest {
+        out: files,
+        wall: run.wall,
+    })
 }
 
 fn n(v: &Value) -> u64 {

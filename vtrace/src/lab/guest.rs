@@ -52,7 +52,10 @@ pub struct GuestRun {
     pub console: String,
     /// The script's exit status.
     pub status: i32,
+    /// Its last boot's wall time.
     pub wall: Duration,
+    /// Boots it took: more than one when it froze (see [`FROZE`]).
+    pub boots: u32,
 }
 
 fn unavailable(reason: String) -> Error {
@@ -93,7 +96,8 @@ pub fn vm_platform_files() -> Result<Vec<(PathBuf, PathBuf)>> {
 }
 
 /// Boots the guest, runs `script` (as /script.sh, in /out: the share backed
-/// by `out`) and powers off; at most `timeout`. `binaries` go to /usr/bin
+/// by `out`, emptied first) and powers off; at most `timeout` a boot, and
+/// a guest that froze is booted again (see [`FROZE`]). `binaries` go to /usr/bin
 /// (before busybox's applets on PATH) with their shared libraries; `files`
 /// are (here, there) pairs, files or directories, copied as they are.
 pub fn run(
@@ -137,6 +141,7 @@ pub fn run(
              mount -t tracefs nodev /sys/kernel/tracing\nmount -t debugfs nodev /sys/kernel/debug\n\
              mount -t cgroup2 none /sys/fs/cgroup\nmkdir -p /dev/shm /var/log\nmount -t tmpfs shm /dev/shm\nsyslogd\n\
              {insmods}mount -t 9p -o trans=virtio,version=9p2000.L out /out\n\
+             (while :; do cut -d' ' -f1 /proc/uptime > /out/{HEARTBEAT}; sleep 5; done) &\n\
              cd /out && sh /script.sh > /out/script.log 2>&1; echo $? > /out/script.rc\n\
              sync\npoweroff -f\n"
         );
@@ -147,78 +152,98 @@ pub fn run(
         }
         let initrd = work.join("initrd.cpio");
         linuxvm::pack(&tree, &initrd, false)?;
-        let _ = fs::remove_file(out.join("script.rc"));
-        let console = work.join("console.log");
-        let start = Instant::now();
-        let mut qemu = Command::new("qemu-system-x86_64")
-            .args([
-                "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "1", "-m", "4096",
-            ])
-            .arg("-kernel")
-            .arg(&vmlinuz)
-            .arg("-initrd")
-            .arg(&initrd)
-            .args(["-append", "console=ttyS0 panic=-1 quiet"])
-            .arg("-virtfs")
-            .arg(format!(
-                "local,path={},mount_tag=out,security_model=none",
-                out.display()
-            ))
-            .args(["-display", "none", "-monitor", "none", "-no-reboot", "-nic", "none"])
-            .arg("-serial")
-            .arg(format!("file:{}", console.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(crate::error::io("start qemu-system-x86_64"))?;
-        // The guest's CPU time and when it last grew: a guest whose vCPU
-        // stopped for good (halted with interrupts blocked, as nested SVM
-        // under TCG has done once in a few Kata boots) is a frozen one.
-        let mut progress = (cpu_ticks(qemu.id()), Instant::now());
-        let exited = loop {
-            if qemu.try_wait().map_err(crate::error::io("wait for qemu"))?.is_some() {
-                break Ok(());
+        // QEMU's TCG emulation of nested SVM has stopped the whole guest
+        // (halted with interrupts blocked, or held inside an L2 guest with
+        // its own timer never delivered) in about one boot of four with a
+        // nested VM running: that is the emulator, not what is tested, so a
+        // frozen guest is booted again, at most BOOTS times in all.
+        let mut boot = 1;
+        loop {
+            for e in fs::read_dir(out).into_iter().flatten().flatten() {
+                let _ = fs::remove_dir_all(e.path()).or_else(|_| fs::remove_file(e.path()));
             }
-            if start.elapsed() > timeout {
-                let _ = qemu.kill();
-                let _ = qemu.wait();
-                break Err(format!("the guest did not finish in {timeout:?}"));
+            let result: Result<GuestRun> = (|| {
+                let _ = fs::remove_file(out.join("script.rc"));
+                let console = work.join("console.log");
+                let start = Instant::now();
+                let mut qemu = Command::new("qemu-system-x86_64")
+                    .args([
+                        "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "1", "-m", "4096",
+                    ])
+                    .arg("-kernel")
+                    .arg(&vmlinuz)
+                    .arg("-initrd")
+                    .arg(&initrd)
+                    .args(["-append", "console=ttyS0 panic=-1 quiet"])
+                    .arg("-virtfs")
+                    .arg(format!(
+                        "local,path={},mount_tag=out,security_model=none",
+                        out.display()
+                    ))
+                    .args(["-display", "none", "-monitor", "none", "-no-reboot", "-nic", "none"])
+                    .arg("-serial")
+                    .arg(format!("file:{}", console.display()))
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map_err(crate::error::io("start qemu-system-x86_64"))?;
+                // The guest's heartbeat (its uptime, written every 5 s) and when it
+                // last changed: a guest whose clock stopped is frozen.
+                let mut progress = (heartbeat(out), Instant::now());
+                let exited = loop {
+                    if qemu.try_wait().map_err(crate::error::io("wait for qemu"))?.is_some() {
+                        break Ok(());
+                    }
+                    if start.elapsed() > timeout {
+                        let _ = qemu.kill();
+                        let _ = qemu.wait();
+                        break Err(format!("the guest did not finish in {timeout:?}"));
+                    }
+                    let beat = heartbeat(out);
+                    if beat != progress.0 {
+                        progress = (beat, Instant::now());
+                    } else if progress.1.elapsed() > FROZEN_AFTER {
+                        let _ = qemu.kill();
+                        let _ = qemu.wait();
+                        break Err(format!(
+                            "{FROZE}: its clock did not move for {} s, {:.0} s after it started",
+                            FROZEN_AFTER.as_secs(),
+                            start.elapsed().as_secs_f64()
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                };
+                let console = fs::read_to_string(&console).unwrap_or_default();
+                let status = fs::read_to_string(out.join("script.rc"))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok());
+                match (exited, status) {
+                    (Ok(()), Some(status)) => Ok(GuestRun {
+                        console,
+                        status,
+                        wall: start.elapsed(),
+                        boots: boot,
+                    }),
+                    (Err(why), _) => Err(unavailable(format!(
+                        "{why}; its console ends:\n{}\nits script's output ends:\n{}",
+                        tail(&console),
+                        script_tail(out)
+                    ))),
+                    (Ok(()), None) => Err(unavailable(format!(
+                        "the guest stopped before its script did; its console ends:\n{}\nits script's output ends:\n{}",
+                        tail(&console),
+                        script_tail(out)
+                    ))),
+                }
+            })();
+            match result {
+                Err(e) if boot < BOOTS && e.to_string().contains(FROZE) => {
+                    eprintln!("vtrace: {e}; booting the guest again");
+                    boot += 1;
+                }
+                other => break other,
             }
-            let ticks = cpu_ticks(qemu.id());
-            if ticks != progress.0 {
-                progress = (ticks, Instant::now());
-            } else if progress.1.elapsed() > FROZEN_AFTER {
-                let _ = qemu.kill();
-                let _ = qemu.wait();
-                break Err(format!(
-                    "{FROZE}: its vCPU used no CPU time for {} s, {:.0} s after it started",
-                    FROZEN_AFTER.as_secs(),
-                    start.elapsed().as_secs_f64()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        };
-        let console = fs::read_to_string(&console).unwrap_or_default();
-        let status = fs::read_to_string(out.join("script.rc"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok());
-        match (exited, status) {
-            (Ok(()), Some(status)) => Ok(GuestRun {
-                console,
-                status,
-                wall: start.elapsed(),
-            }),
-            (Err(why), _) => Err(unavailable(format!(
-                "{why}; its console ends:\n{}\nits script's output ends:\n{}",
-                tail(&console),
-                script_tail(out)
-            ))),
-            (Ok(()), None) => Err(unavailable(format!(
-                "the guest stopped before its script did; its console ends:\n{}\nits script's output ends:\n{}",
-                tail(&console),
-                script_tail(out)
-            ))),
         }
     })();
     let _ = fs::remove_dir_all(&work);
@@ -227,20 +252,16 @@ pub fn run(
 
 /// What a frozen guest's error begins with.
 pub const FROZE: &str = "the guest froze";
-/// A guest using no CPU time this long is frozen: an idle Linux guest still
-/// wakes for its timers every few seconds.
+/// A guest whose heartbeat does not move this long is frozen (booting to
+/// its first beat takes well under this).
 const FROZEN_AFTER: Duration = Duration::from_secs(90);
+/// Boots of a guest that keeps freezing, in all.
+const BOOTS: u32 = 3;
+/// The file in the share the guest writes its uptime to every 5 s.
+const HEARTBEAT: &str = ".heartbeat";
 
-/// User plus system clock ticks a process used.
-fn cpu_ticks(pid: u32) -> u64 {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let rest = s.rsplit_once(") ")?.1.to_string();
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-        })
-        .unwrap_or(0)
+fn heartbeat(out: &Path) -> String {
+    fs::read_to_string(out.join(HEARTBEAT)).unwrap_or_default()
 }
 
 /// The end of what the script printed (script.log in `out`).
