@@ -26,7 +26,7 @@ if [ "$PROFILE" = all ]; then
     iperf3 fio sysstat                                                         # workloads, mpstat
     mount                                                                      # losetup: the block layer test
     bpftrace linux-perf python3                                                # benches/overhead.py, calibrate.py
-    runc crun busybox-static util-linux                                        # vtrace lab containers
+    runc crun busybox-static util-linux containerd                             # vtrace lab containers, containerd-runc, kata
     qemu-system-x86 cpio xz-utils                                              # vtrace lab linuxvm, the VM platforms (xz: the ELF kernel)
     docker.io lxc liblwip-dev                                                  # vtrace lab docker, lxc, lwip
     nodejs                                                                     # the module-load workload
