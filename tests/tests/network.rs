@@ -652,16 +652,31 @@ fn hop_latency_and_per_packet_journeys() {
 /// Sends UDP datagrams to a port nothing listens on (each a network frame
 /// the kernel drops: NO_SOCKET) and unix-socket messages nobody reads (each
 /// an skb with no network frame, freed when the socket closes), in the host
-/// platform's namespace; prints the namespace's Udp NoPorts before and after.
+/// platform's namespace, and TCP connections to a closed port (each SYN
+/// dropped as NO_SOCKET and answered with a reset: not lost); prints the
+/// namespace's Udp NoPorts and Tcp OutRsts over each part.
 const DROPS_WORKLOAD: &str = r#"
 import socket
+def snmp(group, name):
+    rows = [l.split() for l in open('/proc/net/snmp') if l.startswith(group + ':')]
+    return int(rows[1][rows[0].index(name)])
 def no_ports():
-    rows = [l.split() for l in open('/proc/net/snmp') if l.startswith('Udp:')]
-    return int(rows[1][rows[0].index('NoPorts')])
+    return snmp('Udp', 'NoPorts')
+def tcp(name):
+    return snmp('Tcp', name)
 before = no_ports()
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for i in range(40):
     s.sendto(b'x' * 32, ('127.0.0.1', 9))
+rsts = tcp('OutRsts')
+for i in range(30):
+    c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        c.connect(('127.0.0.1', 10))
+    except ConnectionRefusedError:
+        pass
+    c.close()
+print('out_rsts', tcp('OutRsts') - rsts)
 a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
 for i in range(25):
     a.send(b'y' * 16)
@@ -699,6 +714,12 @@ fn lost_network_frames_are_drops_and_freed_messages_are_not() {
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no count from the workload: {out}"));
     assert_eq!(no_ports, 40, "{out}");
+    let out_rsts: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("out_rsts "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no reset count from the workload: {out}"));
+    assert_eq!(out_rsts, 30, "{out}");
     let r = report_json(&rec);
     let drops = r["drops"].as_array().unwrap();
     eprintln!("{}", serde_json::to_string_pretty(drops).unwrap());
@@ -708,10 +729,24 @@ fn lost_network_frames_are_drops_and_freed_messages_are_not() {
         .map(|d| num(d, "count"))
         .sum();
     assert_eq!(udp, no_ports, "IPv4 frames dropped for want of a socket");
-    let udp_row = drops.iter().find(|d| d["reason"] == "NO_SOCKET").unwrap();
+    let udp_row = drops
+        .iter()
+        .find(|d| d["reason"] == "NO_SOCKET" && d["lost"] == true)
+        .unwrap();
     assert!(
         udp_row["location"].as_str().unwrap().contains("udp"),
         "freed by UDP's receive path: {udp_row}"
+    );
+    // Segments for no connection: refused with TCP's resets, not lost.
+    let refused: u64 = drops
+        .iter()
+        .filter(|d| d["lost"] == false && d["fate"] == "no connection: TCP answered with a reset")
+        .filter(|d| d["location"] == "tcp_v4_rcv" && d["device"] == "lo")
+        .map(|d| num(d, "count"))
+        .sum();
+    assert_eq!(
+        refused, out_rsts,
+        "segments refused for want of a connection = the namespace's resets"
     );
     // The unread unix messages: freed, not lost packets.
     let freed: u64 = drops

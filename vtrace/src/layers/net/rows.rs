@@ -188,6 +188,12 @@ const NOT_LOST: &[(&str, &str, &str)] = &[
     // many connections makes many).
     ("tcp_v4_rcv", "NOT_SPECIFIED", "TCP handled it (TIME_WAIT)"),
     ("tcp_v6_rcv", "NOT_SPECIFIED", "TCP handled it (TIME_WAIT)"),
+    // A segment for no connection (a closed port, or a reply arriving after
+    // its socket was closed with a reset): delivered, and refused with a
+    // reset of TCP's own (Tcp OutRsts), like a datagram ping socket's
+    // ICMP above. A peer that closes with unread data makes these.
+    ("tcp_v4_rcv", "NO_SOCKET", "no connection: TCP answered with a reset"),
+    ("tcp_v6_rcv", "NO_SOCKET", "no connection: TCP answered with a reset"),
     // A retransmission of data already received, or merged into the queue.
     ("", "TCP_OLD_DATA", "duplicate of data received"),
     ("", "TCP_OFOMERGE", "merged into queued data"),
