@@ -86,6 +86,12 @@ fn swatch(color: RGBColor) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
     move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
 }
 
+/// The figure height a legend of `entries` needs inside the plot area,
+/// below the title and above the axis labels.
+fn legend_height(entries: usize) -> u32 {
+    90 + 20 * entries as u32
+}
+
 fn draw_legend<'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
     position: SeriesLabelPosition,
@@ -101,7 +107,9 @@ fn draw_legend<'a, CT: plotters::coord::CoordTranslate>(
 
 fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[Series]) -> Drawn {
     let n = categories.len().max(1);
-    let height = 90 + 28 * n as u32;
+    // Room for every bar, and for the legend inside the plot (a VM's two
+    // path bars carry seven stages).
+    let height = (90 + 28 * n as u32).max(legend_height(series.len()));
     let max = (0..categories.len())
         .map(|i| {
             series
@@ -297,7 +305,7 @@ pub fn html_escape(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::report::model::{LineSeries, Series};
-    use crate::report_model::palette::{PLATFORM_COLORS, ROLE_COLORS};
+    use crate::report_model::palette::{PLATFORM_COLORS, ROLE_COLORS, STAGE_COLORS};
 
     fn figure(kind: FigureKind) -> Figure {
         Figure {
@@ -380,5 +388,38 @@ mod tests {
                 p.name
             );
         }
+    }
+
+    #[test]
+    fn every_path_stage_has_its_own_colour() {
+        let mut seen: Vec<RGBColor> = Vec::new();
+        for stage in vtrace_common::path_stage::NAMES {
+            let c = color_of(stage);
+            assert!(!seen.contains(&c), "{stage} shares a colour");
+            assert!(STAGE_COLORS.iter().any(|(s, _)| *s == stage), "{stage} has a colour");
+            seen.push(c);
+        }
+    }
+
+    #[test]
+    fn a_stacked_bar_figure_is_tall_enough_for_its_legend() {
+        let series: Vec<Series> = vtrace_common::path_stage::NAMES
+            .iter()
+            .map(|s| Series {
+                name: s.to_string(),
+                values: vec![1.0, 2.0],
+            })
+            .collect();
+        let out = svg(&figure(FigureKind::StackedBars {
+            categories: vec!["a rx".into(), "a tx".into()],
+            series,
+        }));
+        let height: u32 = out
+            .split("height=\"")
+            .nth(1)
+            .and_then(|h| h.split('"').next())
+            .and_then(|h| h.parse().ok())
+            .unwrap();
+        assert!(height >= legend_height(7), "{height}");
     }
 }

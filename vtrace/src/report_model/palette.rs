@@ -75,10 +75,25 @@ pub(crate) const PLATFORM_COLORS: [(&str, RGBColor); 16] = [
     ("unikraft-virtio", RGBColor(0xdb, 0xdb, 0x8d)),
 ];
 
+/// The virtio path's stages (vtrace_common::path_stage::NAMES), each its
+/// own colour in every report: host -> guest warm, guest -> host cool.
+pub(crate) const STAGE_COLORS: [(&str, RGBColor); vtrace_common::path_stage::COUNT] = [
+    ("rx_tap_queue", RGBColor(0xff, 0x7f, 0x0e)),
+    ("rx_signal", RGBColor(0xd6, 0x27, 0x28)),
+    ("rx_inject", RGBColor(0xe3, 0x77, 0xc2)),
+    ("rx_entry", RGBColor(0x8c, 0x56, 0x4b)),
+    ("tx_kick", RGBColor(0x1f, 0x77, 0xb4)),
+    ("tx_serve", RGBColor(0x17, 0xbe, 0xcf)),
+    ("tx_tap", RGBColor(0x2c, 0xa0, 0x2c)),
+];
+
 /// The colour of a state, role ("platform/role" too) or platform; any other
 /// name gets a stable one from the palette.
 pub fn color_of(name: &str) -> RGBColor {
     if let Some((_, c)) = STATE_COLORS.iter().find(|(s, _)| *s == name) {
+        return *c;
+    }
+    if let Some((_, c)) = STAGE_COLORS.iter().find(|(s, _)| *s == name) {
         return *c;
     }
     // "platform/role": by its role, so a role looks the same on every platform.
