@@ -46,7 +46,7 @@ fn script() -> String {
     let mut s = format!(
         "{GUEST_STEPS}export VTRACE_KATA_DIR=/vmm/kata\n\
          vtrace lab status > status.out 2>&1\n\
-         step 400 start.failed 'record the sandbox starting' vtrace record --platform kata --layers {LAYERS} -o start.vtrace \
+         step 400 start.failed 'record the sandbox starting' vtrace record --platform kata --layers {LAYERS} --interval 250ms -o start.vtrace \
            -- sh -c 'vtrace lab up kata > up.out 2>&1 && {ping_in} && {ping_out}' > start.out 2>&1\n"
     );
     s.push_str(&reports("start"));
@@ -252,6 +252,91 @@ fn no_packet_is_reported_dropped_when_none_was_lost() {
     // Ping's own count agrees: nothing lost either way.
     let out = g.text("start.out");
     assert_eq!(out.matches(" 0% packet loss").count(), 2, "{out}");
+}
+
+/// When Kata's shim logged `msg` first (its log lines carry the time to
+/// the ns, on the clock vtrace's start_unix_ns reads), ns since the Unix epoch.
+fn kata_logged(syslog: &str, msg: &str) -> u64 {
+    let line = syslog
+        .lines()
+        .find(|l| l.contains(&format!("msg=\"{msg}")))
+        .unwrap_or_else(|| panic!("Kata never logged {msg:?}:\n{syslog}"));
+    let time = line.split("time=\"").nth(1).and_then(|t| t.split('"').next()).unwrap();
+    humantime::parse_rfc3339(time)
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+#[test]
+fn the_sandbox_start_is_in_phases_bracketed_by_katas_own_log() {
+    let g = guest();
+    let r = g.report("start");
+    let start = r["starts"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["platform"] == "kata"))
+        .unwrap_or_else(|| panic!("no kata start: {}", r["starts"]));
+    let milestones = start["milestones"].as_array().unwrap();
+    let at = |what: &str| -> (u64, u64) {
+        let m = milestones
+            .iter()
+            .find(|m| m["what"] == what)
+            .unwrap_or_else(|| panic!("no milestone {what:?}: {milestones:?}"));
+        (n(&m["earliest_ns"]), n(&m["at_ns"]))
+    };
+    eprintln!("{}", serde_json::to_string_pretty(start).unwrap());
+    let (shim, _) = at("first shim thread");
+    let (vmm, _) = at("first vmm thread");
+    let (vcpu, _) = at("first vcpu thread");
+    let (guest_from, guest_by) = at("guest first ran");
+    let (_, frame_by) = at("first frame received by tap0_kata");
+    assert!(
+        shim < vmm && vmm < vcpu && vcpu <= guest_from && guest_from <= guest_by,
+        "{milestones:?}"
+    );
+    // Kata's own log on the same clock: the shim forked QEMU after saying
+    // "Starting VM" and before "Start logging QEMU"; QEMU made its vCPU
+    // before QMP answered ("VM started"); the guest ran before the agent
+    // was reached. 5 ms for where the two clocks were read at the start.
+    let syslog = g.text("syslog.log");
+    let t0 = n(&r["start_unix_ns"]);
+    let logged = |msg: &str| kata_logged(syslog, msg).saturating_sub(t0);
+    const SKEW: u64 = 5_000_000;
+    assert!(shim <= logged("loaded configuration") + SKEW, "shim");
+    assert!(
+        logged("Starting VM") <= vmm + SKEW && vmm <= logged("Start logging QEMU") + SKEW,
+        "QEMU forked at {vmm} ns, Kata: Starting VM {} ns, Start logging QEMU {} ns",
+        logged("Starting VM"),
+        logged("Start logging QEMU")
+    );
+    assert!(vcpu <= logged("VM started") + SKEW, "vCPU at {vcpu} ns");
+    assert!(
+        guest_from <= logged("Agent started in the sandbox"),
+        "guest from {guest_from} ns"
+    );
+    assert!(frame_by > guest_from, "the VM's first frame by {frame_by} ns");
+    // The phases run from the recording's start to its end and share out
+    // every interval: each of the instance's roles sums to its total.
+    let phases = start["phases"].as_array().unwrap();
+    assert_eq!(n(&phases[0]["start_ns"]), 0);
+    assert_eq!(n(&phases[phases.len() - 1]["end_ns"]), n(&r["wall_ns"]));
+    for w in phases.windows(2) {
+        assert_eq!(w[0]["end_ns"], w[1]["start_ns"]);
+    }
+    for role in rows(&r, "roles").iter().filter(|x| x["platform"] == "kata") {
+        let name = role["role"].as_str().unwrap();
+        let phased: u64 = phases.iter().map(|p| p["cpu_ns"][name].as_u64().unwrap_or(0)).sum();
+        assert_eq!(phased, n(&role["total_ns"]), "{name}: every state but idle");
+    }
+    // A sandbox running when recording began did not start in it (its shim
+    // makes new threads as it goes).
+    let running = g.report("redis");
+    assert!(
+        rows(&running, "starts").is_empty(),
+        "the running sandbox has a start: {}",
+        running["starts"]
+    );
 }
 
 #[test]

@@ -94,6 +94,11 @@ pub struct ThreadTimes {
     /// and no earlier switch-out of the thread seen): its total may be off
     /// by at most this much.
     pub unbounded_ns: u64,
+    /// CLOCK_MONOTONIC ns of the fork that made the thread (0: it predates
+    /// the recording) and of its exit (0: still running). Only the thread's
+    /// hash-map entry holds them (fork and exit write nothing else).
+    pub born_ns: u64,
+    pub exited_ns: u64,
     pub tgid: u32,
     /// tgid of the process that forked this thread's process (0 if unknown).
     pub parent_tgid: u32,

@@ -2,7 +2,7 @@
 //! threads as seen from birth), exit (marks threads whose totals are final).
 
 use crate::runs::hook_programs;
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_current_task};
+use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns};
 use vtrace_common::{CpuState, LastSwitchOut, ThreadTimes, clocks_in, state, thread_flag, thread_slot};
 
 use crate::kmem::{BtfLoad, KernelMem, ProbeRead};
@@ -266,6 +266,7 @@ fn on_fork(child_tid: u32, child_tgid: u32) {
         tgid: child_tgid,
         parent_tgid,
         flags: thread_flag::IN_SYSCALL | thread_flag::BORN_DURING_RUN,
+        born_ns: unsafe { bpf_ktime_get_ns() },
         ..ThreadTimes::default()
     };
     let _ = account::THREADS.insert(&child_tid, &fresh, 0);
@@ -287,6 +288,7 @@ fn on_exit() {
     if let Some(t) = account::THREADS.get_ptr_mut(&tid) {
         let t = unsafe { &mut *t };
         t.flags |= thread_flag::EXITED;
+        t.exited_ns = unsafe { bpf_ktime_get_ns() };
         // Context switches refresh these only now and then: make the final row right.
         account::refresh_identity(t);
     }

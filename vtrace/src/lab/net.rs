@@ -74,6 +74,10 @@ pub fn veth_netns(ledger: &mut Ledger, p: &LabPlatform, ns: &str, host_if: &str,
     }
     ledger.add(Resource::Netns { name: ns.into() })?;
     sh(&["ip", "netns", "add", ns])?;
+    // Devices a runtime adds to the namespace later (Kata's tap0_kata) are
+    // IPv4-only too: an IPv6 report sent into a tap before its VM reads it
+    // is dropped at the tap's qdisc, a loss the lab did not make.
+    ipv4_only("default", Some(ns))?;
     ledger.add(Resource::Link { name: host_if.into() })?;
     // The peer is made in the namespace: its name (eth0, as CNI names it)
     // may be taken on the host.

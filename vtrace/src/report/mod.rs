@@ -12,6 +12,7 @@ pub use crate::report_model as model;
 mod per_op;
 pub mod plot;
 pub mod run;
+pub mod startup;
 mod text;
 mod trace;
 
@@ -48,6 +49,7 @@ pub fn sections(rec: &Recording, top: usize) -> Vec<model::Section> {
     sections.extend(layers::REGISTRY.iter().map(|l| l.summarize(rec, top)));
     join_thread_columns(&mut sections, rec);
     overlay::join(&mut sections, rec);
+    sections.extend(startup::section(rec));
     sections.extend([run::probes(rec), run::overhead(rec)]);
     if let Some(ops) = rec.ops() {
         per_op::divide(&mut sections, ops.count);

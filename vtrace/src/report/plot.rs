@@ -120,7 +120,7 @@ fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[S
         .fold(0.0, f64::max);
     let longest = categories.iter().map(|c| c.len()).max().unwrap_or(4) as u32;
     let root = SVGBackend::with_string(out, (WIDTH, height)).into_drawing_area();
-    let mut chart = chart_on(&root, f, 36, (longest * 7 + 10).clamp(60, 260))?
+    let mut chart = chart_on(&root, f, 36, (longest * 7 + 10).clamp(60, 360))?
         .build_cartesian_2d(0.0..bars_axis_max(max), (0..n.max(2) - 1).into_segmented())?;
     chart
         .configure_mesh()
@@ -252,7 +252,7 @@ fn ranged_bars(out: &mut String, f: &Figure, categories: &[String], series: &[Ra
     let max = rows.iter().map(|r| r.2.0.max(r.2.2)).fold(0.0, f64::max);
     let longest = rows.iter().map(|r| r.0.len()).max().unwrap_or(4) as u32;
     let root = SVGBackend::with_string(out, (WIDTH, 90 + 24 * n as u32)).into_drawing_area();
-    let mut chart = chart_on(&root, f, 36, (longest * 7 + 10).clamp(60, 260))?
+    let mut chart = chart_on(&root, f, 36, (longest * 7 + 10).clamp(60, 360))?
         .build_cartesian_2d(0.0..bars_axis_max(max), (0..n.max(2) - 1).into_segmented())?;
     chart
         .configure_mesh()

@@ -125,6 +125,9 @@ pub fn header(rec: &Recording) -> Section {
     s.json("layers", &m.layers);
     s.json("schema_version", m.schema_version);
     s.json("wall_ns", m.wall_ns);
+    // Where the recording's clock (every *_ns since its start) meets the
+    // wall clock of other logs.
+    s.json("start_unix_ns", m.start_unix_ns);
     s.json("cpus", m.host.cpus);
     s.json("platform", &m.selectors.platform);
     s.json("workload", &m.workload);

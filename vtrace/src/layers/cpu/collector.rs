@@ -235,6 +235,8 @@ fn add_thread_times(total: &mut ThreadTimes, part: &ThreadTimes) {
     if total.tgid == 0 {
         total.tgid = part.tgid;
     }
+    total.born_ns = total.born_ns.max(part.born_ns);
+    total.exited_ns = total.exited_ns.max(part.exited_ns);
 }
 
 /// Charges time since the CPU's last event to its innermost context, as the

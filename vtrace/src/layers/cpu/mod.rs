@@ -223,9 +223,12 @@ impl Collector for CpuRecorder {
             &selection,
             ctx.attribution,
             &self.guest.deltas(),
-            procfs::clock_ticks(),
             &ctx.facts.vcpu_tids,
-            self.split,
+            rows::Clocks {
+                start_mono: self.start_mono,
+                clock_ticks: procfs::clock_ticks(),
+                split: self.split,
+            },
         );
         if threads.iter().any(|t| t.guest_source == "tick_sampled") {
             out.notes.push(

@@ -252,15 +252,37 @@ pub(crate) fn comm_of(t: &ThreadTimes) -> String {
     String::from_utf8_lossy(&t.comm[..end]).into_owned()
 }
 
+/// How the CPU layer's clocks read: the recording's start (CLOCK_MONOTONIC
+/// ns), USER_HZ, and how user and system time were told apart.
+#[derive(Clone, Copy, Debug)]
+pub struct Clocks {
+    pub start_mono: u64,
+    pub clock_ticks: u64,
+    pub split: CpuSplit,
+}
+
 pub fn thread_rows(
     snap: &CpuSnapshot,
     sel: &Selection,
     attribution: &Attribution,
     guest_ticks: &HashMap<u32, u64>,
-    clock_ticks: u64,
     vcpu_tids: &HashSet<u32>,
-    split: CpuSplit,
+    clocks: Clocks,
 ) -> Vec<ThreadRow> {
+    let Clocks {
+        start_mono,
+        clock_ticks,
+        split,
+    } = clocks;
+    // A fork or exit before the window (a thread born as recording began)
+    // reads as its start.
+    let since_start = |ns: u64| {
+        if ns == 0 {
+            0
+        } else {
+            ns.saturating_sub(start_mono).max(1)
+        }
+    };
     // Processes that run vCPUs: their other threads are the VMM.
     let vmm_tgids: HashSet<u32> = snap
         .threads
@@ -337,6 +359,8 @@ pub fn thread_rows(
                 switches: t.switches,
                 cgroup_id: t.cgroup_id,
                 unbounded_ns: t.unbounded_ns,
+                born_ns: since_start(t.born_ns),
+                exited_ns: since_start(t.exited_ns),
             }
         })
         .collect();

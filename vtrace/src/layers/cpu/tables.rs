@@ -4,7 +4,7 @@ use crate::recording::table;
 
 table! {
     /// CPU time per thread over the whole run (exited threads included).
-    ThreadRow = "threads" version 2 {
+    ThreadRow = "threads" version 3 {
         tid: u32,
         /// Thread group id (the process id).
         pid: u32,
@@ -36,6 +36,11 @@ table! {
         /// the thread in went unreported and none of its switch-outs had been
         /// seen yet): its total may be off by at most this much.
         unbounded_ns: u64 [since 2],
+        /// When the thread was created and when it exited, ns since the
+        /// recording started (its fork and exit events); 0 when it predates
+        /// the recording or is still running.
+        born_ns: u64 [since 3],
+        exited_ns: u64 [since 3],
     }
 }
 
