@@ -3,8 +3,8 @@
 //! and the phases between them, each with the CPU every role used.
 //!
 //! Milestones come from three layers' tables, so this join sits above them:
-//! - the first thread of each of the instance's roles, at its fork (the
-//!   threads table's `born_ns`: exact);
+//! - the recorded command's fork, and the first thread of each of the
+//!   instance's roles at its fork (the threads table's `born_ns`: exact);
 //! - the guest's first run: the first interval in which a vCPU thread of the
 //!   instance had guest time (the CPU layer's intervals);
 //! - the first frame each device the instance owns received (the net
@@ -105,19 +105,23 @@ fn milestones(rec: &Recording, threads: &[ThreadRow], intervals: &[IntervalRow],
         at_ns: 0,
         earliest_ns: 0,
     }];
-    // The first thread of each role, where the role began during the run
-    // (a role with a thread from before came up earlier).
-    let mut first: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut before: Vec<&str> = Vec::new();
-    for t in &mine {
-        if t.born_ns == 0 {
-            before.push(&t.role);
-        } else {
-            let e = first.entry(&t.role).or_insert(u64::MAX);
-            *e = (*e).min(t.born_ns);
-        }
+    // The recorded command's fork: vtrace's own start-up comes before it.
+    if let Some(w) = &rec.meta.workload
+        && let Some(t) = threads.iter().find(|t| t.tid == w.pid && t.born_ns > 0)
+    {
+        out.push(Milestone {
+            what: "command started".into(),
+            at_ns: t.born_ns,
+            earliest_ns: t.born_ns,
+        });
     }
-    for (role, at) in first.into_iter().filter(|(role, _)| !before.contains(role)) {
+    // The first thread of each role (every one was born during the run).
+    let mut first: BTreeMap<&str, u64> = BTreeMap::new();
+    for t in &mine {
+        let e = first.entry(&t.role).or_insert(u64::MAX);
+        *e = (*e).min(t.born_ns);
+    }
+    for (role, at) in first {
         out.push(Milestone {
             what: format!("first {role} thread"),
             at_ns: at,
