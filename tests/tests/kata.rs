@@ -286,13 +286,14 @@ fn the_sandbox_start_is_in_phases_bracketed_by_katas_own_log() {
         (n(&m["earliest_ns"]), n(&m["at_ns"]))
     };
     eprintln!("{}", serde_json::to_string_pretty(start).unwrap());
+    let (command, _) = at("command started");
     let (shim, _) = at("first shim thread");
     let (vmm, _) = at("first vmm thread");
     let (vcpu, _) = at("first vcpu thread");
     let (guest_from, guest_by) = at("guest first ran");
     let (_, frame_by) = at("first frame received by tap0_kata");
     assert!(
-        shim < vmm && vmm < vcpu && vcpu <= guest_from && guest_from <= guest_by,
+        command < shim && shim < vmm && vmm < vcpu && vcpu <= guest_from && guest_from <= guest_by,
         "{milestones:?}"
     );
     // Kata's own log on the same clock: the shim forked QEMU after saying
