@@ -707,18 +707,16 @@ fn lost_network_frames_are_drops_and_freed_messages_are_not() {
     ]);
     assert!(o.status.success(), "record: {}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    // The namespace's own count of datagrams to no port.
-    let no_ports: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("no_ports "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no count from the workload: {out}"));
+    // The namespace's own counts: datagrams to no port, resets TCP sent.
+    let count = |name: &str| -> u64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} count from the workload: {out}"))
+    };
+    let no_ports = count("no_ports");
     assert_eq!(no_ports, 40, "{out}");
-    let out_rsts: u64 = out
-        .lines()
-        .find_map(|l| l.strip_prefix("out_rsts "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no reset count from the workload: {out}"));
+    let out_rsts = count("out_rsts");
     assert_eq!(out_rsts, 30, "{out}");
     let r = report_json(&rec);
     let drops = r["drops"].as_array().unwrap();
