@@ -84,8 +84,7 @@ pub fn veth_netns(ledger: &mut Ledger, p: &LabPlatform, ns: &str, host_if: &str,
     sh(&[
         "ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if, "netns", ns,
     ])?;
-    ipv4_only(host_if, None)?;
-    ipv4_only(ns_if, Some(ns))?;
+    ipv4_only(host_if, None)?; // the peer took the namespace's default
     host_link_up(host_if, &host_addr)?;
     sh(&["ip", "-n", ns, "addr", "add", &format!("{guest_addr}/24"), "dev", ns_if])?;
     sh(&["ip", "-n", ns, "link", "set", ns_if, "up"])?;

@@ -25,11 +25,12 @@ use serde::Serialize;
 
 use crate::{
     layers::{
-        cpu::{IntervalRow, ThreadRow},
+        cpu::{IntervalRow, ThreadIndex, ThreadRow, analysis::StateTimes},
         net::{NetDeviceRow, NetIntervalRow},
     },
+    platforms::ROLES_LEFT_OUT,
     recording::Recording,
-    report_model::{Figure, FigureKind, Section, Series, Table, col, left},
+    report_model::{Figure, FigureKind, Section, Series, Table, col, left, secs},
 };
 
 /// CPU of threads outside the instance (vtrace's own and stressors' left out).
@@ -121,7 +122,7 @@ fn milestones(rec: &Recording, threads: &[ThreadRow], intervals: &[IntervalRow],
         let e = first.entry(&t.role).or_insert(u64::MAX);
         *e = (*e).min(t.born_ns);
     }
-    for (role, at) in first {
+    for (role, &at) in &first {
         out.push(Milestone {
             what: format!("first {role} thread"),
             at_ns: at,
@@ -129,12 +130,8 @@ fn milestones(rec: &Recording, threads: &[ThreadRow], intervals: &[IntervalRow],
         });
     }
     // The guest's first run.
+    let vcpu_born = first.get("vcpu").copied();
     let vcpus: Vec<u32> = mine.iter().filter(|t| t.role == "vcpu").map(|t| t.tid).collect();
-    let vcpu_born = mine
-        .iter()
-        .filter(|t| t.role == "vcpu" && t.born_ns > 0)
-        .map(|t| t.born_ns)
-        .min();
     if let Some(i) = intervals
         .iter()
         .filter(|i| i.guest_ns > 0 && vcpus.contains(&i.tid))
@@ -200,17 +197,17 @@ fn phases(
             }
         })
         .collect();
-    let thread_of: BTreeMap<u32, &ThreadRow> = threads.iter().map(|t| (t.tid, t)).collect();
+    let index = ThreadIndex::new(threads);
     for i in intervals {
-        let Some(t) = thread_of.get(&i.tid) else { continue };
+        let Some(t) = index.thread(i.tid) else { continue };
         let key = if t.instance == instance {
             t.role.as_str()
-        } else if matches!(t.role.as_str(), "vtrace" | "stress") {
+        } else if ROLES_LEFT_OUT.contains(&t.role.as_str()) {
             continue;
         } else {
             ELSEWHERE
         };
-        let cpu = i.user_ns + i.system_ns + i.softirq_ns + i.hardirq_ns + i.guest_ns;
+        let cpu = StateTimes::of_interval(i).busy_ns();
         // A thread ran only between its fork and its exit: an interval it
         // was born or ended in is shared out over that part alone.
         let from = i.start_ns.max(t.born_ns);
@@ -275,11 +272,11 @@ pub fn section(rec: &Recording) -> Option<Section> {
         );
         for m in &st.milestones {
             t.row(vec![
-                format!("{:.3}", m.at_ns as f64 / 1e9),
+                secs(m.at_ns),
                 if m.earliest_ns == m.at_ns {
                     "exact".into()
                 } else {
-                    format!("{:.3}", m.earliest_ns as f64 / 1e9)
+                    secs(m.earliest_ns)
                 },
                 m.what.clone(),
             ]);
