@@ -247,6 +247,21 @@ pub fn overhead(rec: &Recording) -> Section {
             secs(ov.vtrace_setup_ns)
         )]);
     }
+    // Programs that ran only while the sampled statistics were off have no
+    // ns per run: their cost is unknown, not zero.
+    let unmeasured: Vec<&str> = rec
+        .rows::<ProgramRow>()
+        .iter()
+        .filter(|p| p.events > 0 && p.run_count == 0 && ov.bpf_stats_coverage > 0.0)
+        .map(|p| p.program.as_str())
+        .collect();
+    if !unmeasured.is_empty() {
+        s.lines([format!(
+            "  not measured: {} programs ran only while the BPF statistics were off, so their run time is unknown and not in the totals above (rare or bursty; --self-stats always measures every run): {}",
+            unmeasured.len(),
+            unmeasured.join(", ")
+        )]);
+    }
     let mut columns = vec![
         left("program", 28),
         col("events", 12),
@@ -260,14 +275,16 @@ pub fn overhead(rec: &Recording) -> Section {
     let mut progs = rec.rows::<ProgramRow>().to_vec();
     progs.sort_by_key(|p| std::cmp::Reverse(whole_run_time_ns(p, ov)));
     for p in &progs {
+        let known = !unmeasured.contains(&p.program.as_str());
+        let or_unknown = |v: String| if known { v } else { "-".into() };
         let mut row = vec![
             p.program.clone(),
             p.events.to_string(),
-            secs(whole_run_time_ns(p, ov)),
-            format!("{:.0}", calibrated_ns_per_event(p, ov)),
+            or_unknown(secs(whole_run_time_ns(p, ov))),
+            or_unknown(format!("{:.0}", calibrated_ns_per_event(p, ov))),
         ];
         if calibrated {
-            row.push(format!("{:.0}", ns_per_event(p.run_time_ns, p.run_count)));
+            row.push(or_unknown(format!("{:.0}", ns_per_event(p.run_time_ns, p.run_count))));
         }
         t.row(row);
         s.metric(
@@ -327,6 +344,7 @@ pub fn overhead(rec: &Recording) -> Section {
             "skb_marks_displaced": ov.lost("net.skb_marks_displaced"),
             "checkpoints": ov.checkpoints,
             "checkpoint_ns": ov.checkpoint_ns,
+            "unmeasured_programs": &unmeasured,
             "losses": &ov.losses,
             "programs": programs,
         }),
