@@ -649,6 +649,116 @@ fn hop_latency_and_per_packet_journeys() {
     assert_eq!(r["overhead"]["net_event_drops"], 0, "no events lost at this load");
 }
 
+/// Kata's wiring without its VM: a pod namespace whose veth to the host
+/// (vtt-me, Kata's eth0) and a veth to a "guest" namespace (vtt-mt, Kata's
+/// tap0_kata) are joined by tc mirred both ways, as Kata's tcfilter model
+/// joins eth0 and the tap.
+struct Mirred;
+
+impl Mirred {
+    fn up() -> Self {
+        let m = Mirred; // torn down on drop even if a step below fails
+        for cmd in [
+            "ip netns add vtt-mr",
+            "ip netns add vtt-mg",
+            "ip link add vtt-mh type veth peer name vtt-me netns vtt-mr",
+            "ip -n vtt-mr link add vtt-mt type veth peer name vtt-mg0 netns vtt-mg",
+            // IPv4 only and no multicast: nothing sent from a timer.
+            "sysctl -qw net.ipv6.conf.vtt-mh.disable_ipv6=1",
+            "ip netns exec vtt-mr sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
+            "ip netns exec vtt-mg sysctl -qw net.ipv6.conf.all.disable_ipv6=1",
+            "ip link set vtt-mh multicast off",
+            "ip -n vtt-mr link set vtt-me multicast off",
+            "ip -n vtt-mr link set vtt-mt multicast off",
+            "ip -n vtt-mg link set vtt-mg0 multicast off",
+            "ip netns exec vtt-mr tc qdisc add dev vtt-me ingress",
+            "ip netns exec vtt-mr tc filter add dev vtt-me parent ffff: protocol all u32 match u8 0 0 action mirred egress redirect dev vtt-mt",
+            "ip netns exec vtt-mr tc qdisc add dev vtt-mt ingress",
+            "ip netns exec vtt-mr tc filter add dev vtt-mt parent ffff: protocol all u32 match u8 0 0 action mirred egress redirect dev vtt-me",
+            "ip addr add 10.99.23.1/24 dev vtt-mh",
+            "ip -n vtt-mg addr add 10.99.23.2/24 dev vtt-mg0",
+            "ip link set vtt-mh up",
+            "ip -n vtt-mr link set vtt-me up",
+            "ip -n vtt-mr link set vtt-mt up",
+            "ip -n vtt-mg link set vtt-mg0 up",
+        ] {
+            sh(&cmd.split(' ').collect::<Vec<_>>());
+        }
+        m
+    }
+}
+
+impl Drop for Mirred {
+    fn drop(&mut self) {
+        for cmd in ["ip link del vtt-mh", "ip netns del vtt-mr", "ip netns del vtt-mg"] {
+            let _ = Command::new("sh").arg("-c").arg(format!("{cmd} 2>/dev/null")).status();
+        }
+    }
+}
+
+/// Every frame tc redirects is one packet from the device it came in on to
+/// the one mirred sent it out of, both ways: the hop edges through tc count
+/// exactly the frames the two devices received (their own counters), and
+/// the per-packet events carry tc's redirect mark on those queues only.
+#[test]
+fn packets_redirected_by_tc_mirred_are_followed_both_ways() {
+    let dir = TempDir::new("net-mirred");
+    let _mirred = Mirred::up();
+    let r = record_with(
+        &dir,
+        "mirred.vtrace",
+        &["--events"],
+        &["ping", "-c", "100", "-i", "0.005", "-q", "10.99.23.2"],
+    );
+    let counter = |dev: &str| {
+        r["device_counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == dev)
+            .unwrap_or_else(|| panic!("no counters of {dev}: {}", r["device_counters"]))
+            .clone()
+    };
+    let edge = |from: &str, to: &str| {
+        r["hops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["from"] == from && h["to"] == to)
+            .map_or(0, |h| num(h, "count"))
+    };
+    for (from, to) in [("vtt-me", "vtt-mt"), ("vtt-mt", "vtt-me")] {
+        let received = num(&counter(from), "rx_packets");
+        let through = edge(&format!("{from}:receive"), &format!("{to}:queue"));
+        eprintln!("{from}:receive -> {to}:queue: {through} (rx_packets of {from}: {received})");
+        assert!(received >= 100, "{from}: {}", counter(from));
+        assert_eq!(through, received, "{from} -> {to}: {}", r["hops"]);
+    }
+    // The mark itself, per event: on the queues mirred fed, never on the
+    // host's own veth (the host's stack queued those).
+    let events = vtrace::recording::NetEvents::open(&dir.join("mirred.vtrace")).unwrap();
+    type Key = ((u64, u64), String, bool);
+    let mut marked: std::collections::BTreeMap<Key, u64> = Default::default();
+    events
+        .for_each(|e| {
+            let dev = (e.netns as u64, e.ifindex as u64);
+            *marked.entry((dev, e.hop.to_string(), e.redirected)).or_default() += 1
+        })
+        .unwrap();
+    let count = |dev: &str, hop: &str, redirected: bool| {
+        let c = counter(dev);
+        let key = ((num(&c, "netns"), num(&c, "ifindex")), hop.to_string(), redirected);
+        marked.get(&key).copied().unwrap_or(0)
+    };
+    eprintln!("events by ((netns, ifindex), hop, redirected): {marked:?}");
+    for (from, to) in [("vtt-me", "vtt-mt"), ("vtt-mt", "vtt-me")] {
+        assert_eq!(count(to, "queue", true), num(&counter(from), "rx_packets"), "{to}");
+        assert_eq!(count(to, "queue", false), 0, "{to}");
+    }
+    assert_eq!(count("vtt-mh", "queue", true), 0);
+    assert!(count("vtt-mh", "queue", false) >= 100);
+}
+
 /// Sends UDP datagrams to a port nothing listens on (each a network frame
 /// the kernel drops: NO_SOCKET) and unix-socket messages nobody reads (each
 /// an skb with no network frame, freed when the socket closes), in the host

@@ -55,6 +55,8 @@ pub struct Config {
     pub skb_end: u32,
     pub skb_mac_header: u32,
     pub skb_protocol: u32,
+    /// Bit offset of `sk_buff.redirected` (set by a tc redirect); 0: unknown.
+    pub skb_redirected_bit: u32,
     /// skb/kfree_skb record: offsets of `location`, `protocol`, `reason`.
     pub tp_kfree_skb_location: u32,
     pub tp_kfree_skb_protocol: u32,
@@ -90,6 +92,7 @@ pub struct Config {
     pub tp_kvm_pio_port: u32,
     pub tp_kvm_pio_size: u32,
     pub tp_kvm_pio_count: u32,
+    pub tp_kvm_pio_val: u32,
     pub tp_kvm_mmio_type: u32,
     pub tp_kvm_mmio_len: u32,
     pub tp_kvm_mmio_gpa: u32,
@@ -158,4 +161,12 @@ pub struct Config {
     pub tp_kvm_apic_accept_irq_vec: u32,
     /// Non-zero: the path layer streams followed packets (`--events`).
     pub path_packets_on: u32,
+    /// The vsock layer: fields of vsock:virtio_transport_recv_pkt's record,
+    /// which virtio_transport_alloc_pkt's shares (the layer checks).
+    pub tp_vsock_src_cid: u32,
+    pub tp_vsock_src_port: u32,
+    pub tp_vsock_dst_cid: u32,
+    pub tp_vsock_dst_port: u32,
+    pub tp_vsock_len: u32,
+    pub tp_vsock_op: u32,
 }

@@ -38,17 +38,40 @@ pub mod hop {
     pub const REUSE_AFTER_RECEIVE_NS: u64 = 20_000;
     /// Past this after any hop, an address seen again is a new packet.
     pub const REUSE_AFTER_NS: u64 = 1_000_000_000;
+    /// Within this after a `receive`, an skb a tc action redirected
+    /// (`sk_buff.redirected`: mirred, bpf_redirect) to another device is the
+    /// same packet: tc acts in the softirq that received it, which takes
+    /// microseconds even under nested emulation, yet more than
+    /// [`REUSE_AFTER_RECEIVE_NS`] there.
+    pub const REDIRECT_WITHIN_NS: u64 = 1_000_000;
 
     /// Whether an skb address seen at `hop` of `dev`, `gap_ns` after it was
     /// last seen at `prev_hop` of `prev_dev`, is a new packet rather than the
     /// same one's next hop. The one rule the kernel side (hop latency) and
-    /// the report (journeys) both follow. A packet delivered on a device is
-    /// not queued again on that same device (loopback and namespace replies
-    /// reuse addresses within microseconds); hairpin forwarding out of the
-    /// interface it came in on, the exception, shows as two packets.
-    pub const fn is_new_packet(prev_hop: u32, prev_dev: u64, hop: u32, dev: u64, gap_ns: u64) -> bool {
-        gap_ns >= REUSE_AFTER_NS
-            || (prev_hop == RECEIVE && (gap_ns > REUSE_AFTER_RECEIVE_NS || (dev == prev_dev && hop == QUEUE)))
+    /// the report (journeys, traces) follow. A packet delivered on a device
+    /// is not queued again on that same device (loopback and namespace
+    /// replies reuse addresses within microseconds); hairpin forwarding out
+    /// of the interface it came in on, the exception, shows as two packets.
+    /// `redirected`: the skb carries tc's redirect mark at this hop (a
+    /// delivered skb loses it after ingress; a new one starts without it).
+    pub const fn is_new_packet(
+        prev_hop: u32,
+        prev_dev: u64,
+        hop: u32,
+        dev: u64,
+        gap_ns: u64,
+        redirected: bool,
+    ) -> bool {
+        if gap_ns >= REUSE_AFTER_NS {
+            return true;
+        }
+        if prev_hop != RECEIVE {
+            return false;
+        }
+        if redirected && dev != prev_dev && gap_ns < REDIRECT_WITHIN_NS {
+            return false;
+        }
+        gap_ns > REUSE_AFTER_RECEIVE_NS || (dev == prev_dev && hop == QUEUE)
     }
 }
 
@@ -271,7 +294,9 @@ pub struct NetEvent {
     pub skb: u64,
     pub dev: u64,
     pub len: u32,
-    pub hop: u32,
+    pub hop: u16,
+    /// 1: the skb carried tc's redirect mark (read at queue, rx and receive).
+    pub redirected: u16,
 }
 
 /// What an skb freed as dropped (kfree_skb) was and where it went: the key

@@ -84,12 +84,12 @@ fn forget(skb: u64) {
 
 /// Records the step from the skb's previous hop to this one, and this hop as its last.
 #[inline(always)]
-fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
+fn journey(skb: u64, dev: u64, hop_id: u32, len: u32, redirected: bool) {
     let Some(mark) = mark_of(skb) else { return };
     let now = account::now();
     if mark.skb == skb {
         let ns = now.saturating_sub(mark.ts);
-        if !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, ns) {
+        if !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, ns, redirected) {
             let edge = HopEdge {
                 from_dev: mark.dev,
                 to_dev: dev,
@@ -103,7 +103,9 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
             }
         }
     } else {
-        if mark.skb != 0 && !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, now.saturating_sub(mark.ts)) {
+        if mark.skb != 0
+            && !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, now.saturating_sub(mark.ts), redirected)
+        {
             lost(net_loss::MARKS_DISPLACED);
         }
         mark.skb = skb;
@@ -119,7 +121,8 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32) {
                     skb,
                     dev,
                     len,
-                    hop: hop_id,
+                    hop: hop_id as u16,
+                    redirected: redirected as u16,
                 });
                 e.submit(0);
             }
@@ -247,7 +250,10 @@ fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id:
         account::net_softirq_switch(None, dev_key(netns, ifindex), slot);
     }
     if conf!(net_hops_on) != 0 {
-        journey(skb_id(), dev_key(netns, ifindex), hop_id, wire as u32);
+        // At net_dev_start_xmit and net_dev_xmit the skb is the driver's
+        // (or freed): only the hops a redirect can lead to read the mark.
+        let redirected = matches!(hop_id, hop::QUEUE | hop::RX | hop::RECEIVE) && redirected::<M>(skb);
+        journey(skb_id(), dev_key(netns, ifindex), hop_id, wire as u32, redirected);
     }
     if rc != 0 {
         s.errors += 1;
@@ -285,6 +291,18 @@ fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id:
     if l < LOG2_BUCKETS {
         s.log2_hist[l] += 1;
     }
+}
+
+/// Whether the skb carries tc's redirect mark (`sk_buff.redirected`, a
+/// bitfield: its byte read, its bit tested); false where BTF lacks it.
+#[inline(always)]
+fn redirected<M: KernelMem>(skb: u64) -> bool {
+    let bit = conf!(skb_redirected_bit);
+    if bit == 0 {
+        return false;
+    }
+    let byte: u8 = M::read(skb, bit / 8).unwrap_or(0);
+    (byte >> (bit % 8)) & 1 != 0
 }
 
 /// `gso_size` and `gso_segs` of an skb_shared_info: one helper call where

@@ -31,6 +31,11 @@ impl<'a> KernelLayout<'a> {
         self.btf.and_then(|b| member_offset(b, s, member)).unwrap_or(0)
     }
 
+    /// The bit offset of `member` (a bitfield) in `struct s`; 0 when unknown.
+    pub fn member_bit(&self, s: &str, member: &str) -> u32 {
+        self.btf.and_then(|b| member_bit_offset(b, s, member)).unwrap_or(0)
+    }
+
     /// A member of a struct embedded in another (`s.member.inner_member`,
     /// `inner` the embedded struct's type): 0 unless both are known.
     pub fn nested(&self, s: &str, member: &str, inner: &str, inner_member: &str) -> u32 {
@@ -92,6 +97,11 @@ pub fn struct_size(btf: &btf_rs::Btf, name: &str) -> Option<u32> {
 /// Byte offset of `member` in `struct name`, searching anonymous nested
 /// structs and unions.
 pub fn member_offset(btf: &btf_rs::Btf, name: &str, member: &str) -> Option<u32> {
+    member_bit_offset(btf, name, member).map(|bits| bits / 8)
+}
+
+/// Bit offset of `member` in `struct name` (a bitfield's own bit).
+pub fn member_bit_offset(btf: &btf_rs::Btf, name: &str, member: &str) -> Option<u32> {
     let types = btf.resolve_types_by_name(name).ok()?;
     types.iter().find_map(|t| match t {
         btf_rs::Type::Struct(s) => find_member(btf, s, member, 0),
@@ -104,7 +114,7 @@ fn find_member(btf: &btf_rs::Btf, s: &btf_rs::Struct, member: &str, base_bits: u
         let bits = base_bits + m.bit_offset();
         let name = btf.resolve_name(m).unwrap_or_default();
         if name == member {
-            return Some(bits / 8);
+            return Some(bits);
         }
         if name.is_empty()
             && let Ok(btf_rs::Type::Struct(inner) | btf_rs::Type::Union(inner)) = btf.resolve_chained_type(m)

@@ -32,7 +32,9 @@ fn table_error(e: impl std::fmt::Display) -> Error {
 
 /// Columns: `ts_ns` (since the recording started), `skb` (kernel address:
 /// the same value across hops is the same packet), `netns`, `ifindex`, `hop`
-/// (name), `len` (bytes with link-layer header).
+/// (name), `len` (bytes with link-layer header), `redirected` (the skb
+/// carried tc's redirect mark at a queue, rx or receive hop; absent in
+/// recordings made before it: read as false).
 fn frame(events: &[NetEvent], start_mono: u64) -> PolarsResult<DataFrame> {
     DataFrame::new(
         events.len(),
@@ -55,9 +57,13 @@ fn frame(events: &[NetEvent], start_mono: u64) -> PolarsResult<DataFrame> {
             ),
             Column::new(
                 "hop".into(),
-                events.iter().map(|e| hop::name(e.hop)).collect::<Vec<&str>>(),
+                events.iter().map(|e| hop::name(e.hop as u32)).collect::<Vec<&str>>(),
             ),
             Column::new("len".into(), events.iter().map(|e| e.len).collect::<Vec<u32>>()),
+            Column::new(
+                "redirected".into(),
+                events.iter().map(|e| e.redirected != 0).collect::<Vec<bool>>(),
+            ),
         ],
     )
 }
@@ -192,6 +198,7 @@ pub struct EventRow<'a> {
     pub ifindex: u32,
     pub hop: &'a str,
     pub len: u32,
+    pub redirected: bool,
 }
 
 /// The per-packet events of a recording read from disk, if it has them.
@@ -242,6 +249,10 @@ impl NetEvents {
             let ifindex = df.column("ifindex").and_then(|c| c.u32()).map_err(err)?;
             let hop = df.column("hop").and_then(|c| c.str()).map_err(err)?;
             let len = df.column("len").and_then(|c| c.u32()).map_err(err)?;
+            let redirected = match df.column("redirected") {
+                Ok(c) => Some(c.bool().map_err(err)?),
+                Err(_) => None,
+            };
             let rows = ts
                 .iter()
                 .zip(skb.iter())
@@ -249,7 +260,7 @@ impl NetEvents {
                 .zip(ifindex.iter())
                 .zip(hop.iter())
                 .zip(len.iter());
-            for (((((ts_ns, skb), netns), ifindex), hop), len) in rows {
+            for (i, (((((ts_ns, skb), netns), ifindex), hop), len)) in rows.enumerate() {
                 let (Some(ts_ns), Some(skb), Some(netns), Some(ifindex), Some(hop), Some(len)) =
                     (ts_ns, skb, netns, ifindex, hop, len)
                 else {
@@ -262,6 +273,7 @@ impl NetEvents {
                     ifindex,
                     hop,
                     len,
+                    redirected: redirected.and_then(|r| r.get(i)).unwrap_or(false),
                 });
             }
             offset += df.height();

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
+use vtrace_common::{dev_key, hop};
 
 use crate::{
     layers::{
@@ -21,8 +22,6 @@ use crate::{
 /// Packet spans beyond this many are left out (the trace says how many):
 /// a viewer loads a few hundred thousand events comfortably.
 const MAX_PACKET_SPANS: usize = 200_000;
-/// The same skb address seen again after this long is another packet.
-const SAME_PACKET_NS: u64 = 1_000_000_000;
 /// Track ids that no real process has (pids stop at 2^22).
 const ROLE_TRACK_BASE: u64 = 1 << 24;
 const PACKETS_TRACK: u64 = (1 << 24) - 1;
@@ -88,7 +87,8 @@ pub fn render(rec: &Recording) -> String {
     // Packets: a span from each hop to the next of the same skb.
     let mut spans = 0usize;
     let mut left_out = 0usize;
-    let mut last_hop: std::collections::HashMap<u64, (u64, String, (u32, u32))> = std::collections::HashMap::new();
+    let mut last_hop: std::collections::HashMap<u64, (u64, &'static str, (u32, u32))> =
+        std::collections::HashMap::new();
     // A device is its (netns, ifindex): ifindexes repeat across namespaces.
     let mut devices: Vec<((u32, u32), String)> = rec
         .rows::<crate::layers::net::NetDeviceRow>()
@@ -103,9 +103,17 @@ pub fn render(rec: &Recording) -> String {
     }
     let walked = rec.net_events.for_each(|e| {
         let here = dev_track(&mut devices, (e.netns, e.ifindex));
+        let code = hop::code(e.hop);
         if let Some((ts, hop, from)) = last_hop.get(&e.skb)
             && e.ts_ns >= *ts
-            && e.ts_ns - ts < SAME_PACKET_NS
+            && !hop::is_new_packet(
+                hop::code(hop),
+                dev_key(from.0, from.1),
+                code,
+                dev_key(e.netns, e.ifindex),
+                e.ts_ns - ts,
+                e.redirected,
+            )
         {
             if spans < MAX_PACKET_SPANS {
                 let from = dev_track(&mut devices, *from);
@@ -118,7 +126,7 @@ pub fn render(rec: &Recording) -> String {
                 left_out += 1;
             }
         }
-        last_hop.insert(e.skb, (e.ts_ns, e.hop.to_string(), (e.netns, e.ifindex)));
+        last_hop.insert(e.skb, (e.ts_ns, hop::name(code), (e.netns, e.ifindex)));
     });
     if spans > 0 {
         events.push(

@@ -22,6 +22,7 @@ struct Hop {
     ifindex: u32,
     hop: u32,
     len: u32,
+    redirected: bool,
 }
 
 impl Hop {
@@ -32,6 +33,7 @@ impl Hop {
             ifindex: e.ifindex,
             hop: hop::code(e.hop),
             len: e.len,
+            redirected: e.redirected,
         }
     }
 
@@ -70,14 +72,15 @@ impl Journey {
     /// kernel side follows too.
     fn continues_with(&self, h: &Hop) -> bool {
         let gap = h.ts_ns.saturating_sub(self.last.ts_ns);
-        !hop::is_new_packet(self.last.hop, self.last.dev(), h.hop, h.dev(), gap)
+        !hop::is_new_packet(self.last.hop, self.last.dev(), h.hop, h.dev(), gap, h.redirected)
     }
 
-    /// No event at or after `now` (less the ordering slack) can continue it.
+    /// No event at or after `now` (less the ordering slack) can continue it
+    /// (after a `receive`, only a tc redirect could).
     fn over_by(&self, now: u64) -> bool {
         now.saturating_sub(ORDER_SLACK_NS).saturating_sub(self.last.ts_ns)
             > if self.last.hop == hop::RECEIVE {
-                hop::REUSE_AFTER_RECEIVE_NS
+                hop::REDIRECT_WITHIN_NS
             } else {
                 hop::REUSE_AFTER_NS
             }
@@ -177,8 +180,14 @@ mod tests {
             skb,
             dev,
             len: 100,
-            hop,
+            hop: hop as u16,
+            redirected: 0,
         }
+    }
+
+    /// The event as an skb that tc redirected.
+    fn redirected(e: NetEvent) -> NetEvent {
+        NetEvent { redirected: 1, ..e }
     }
 
     fn journeys_of(events: &[NetEvent]) -> Value {
@@ -230,5 +239,26 @@ mod tests {
         assert_eq!(j["packets"], 5, "{j}");
         assert_eq!(j["multi_hop"], 1, "{j}");
         assert_eq!(j["longest"][1]["t_ns"], 5_000, "{j}");
+    }
+
+    /// A tc redirect (Kata's mirred between a tap's ingress and eth0's
+    /// egress) is followed however slow tc was, up to REDIRECT_WITHIN_NS.
+    #[test]
+    fn a_redirected_skb_continues_its_journey_on_the_other_device() {
+        let j = journeys_of(&[
+            // Redirected 300 µs after it was received (nested emulation): one packet.
+            ev(0, 0xa00, ETH, hop::RECEIVE),
+            redirected(ev(300_000, 0xa00, LO, hop::QUEUE)),
+            ev(310_000, 0xa00, LO, hop::START_XMIT),
+            // The same gap without the mark: delivered, the address reused.
+            ev(5_000_000, 0xb00, ETH, hop::RECEIVE),
+            ev(5_300_000, 0xb00, LO, hop::QUEUE),
+            // Marked, but 2 ms on: past what tc takes, a new packet.
+            ev(10_000_000, 0xc00, ETH, hop::RECEIVE),
+            redirected(ev(12_000_000, 0xc00, LO, hop::QUEUE)),
+        ]);
+        assert_eq!(j["packets"], 5, "{j}");
+        assert_eq!(j["multi_hop"], 1, "{j}");
+        assert_eq!(j["longest_hops"], 3, "{j}");
     }
 }

@@ -53,6 +53,7 @@ impl Layer for NetLayer {
         o.skb_end = k.member("sk_buff", "end");
         o.skb_mac_header = k.member("sk_buff", "mac_header");
         o.skb_protocol = k.member("sk_buff", "protocol");
+        o.skb_redirected_bit = k.member_bit("sk_buff", "redirected");
         o.tp_kfree_skb_location = k.tracepoint("skb", "kfree_skb", "location");
         o.tp_kfree_skb_protocol = k.tracepoint("skb", "kfree_skb", "protocol");
         o.tp_kfree_skb_reason = k.tracepoint("skb", "kfree_skb", "reason");
