@@ -76,8 +76,25 @@ impl Default for LatencyHist {
 
 /// KVM events counted per vCPU thread and address ([`KvmEventKey::kind`]).
 pub mod kvm_event {
-    /// kvm_pio: `addr` = port, `op` = 0 read / 1 write, `size` = bytes per access.
+    /// kvm_pio: `addr` = port, `op` = 0 read / 1 write, `size` = bytes per
+    /// access; a write that [`legacy_virtio_queue`] takes for a legacy
+    /// virtio-pci kick also holds the queue's index + 1 from bit
+    /// [`PIO_QUEUE_SHIFT`] (one row per queue).
     pub const PIO: u32 = 0;
+    pub const PIO_QUEUE_SHIFT: u32 = 8;
+
+    /// The queue a port write kicks, when it has a legacy (0.9.5)
+    /// virtio-pci notify's shape: a 16-bit write of a queue's index at
+    /// offset 0x10 (VIRTIO_PCI_QUEUE_NOTIFY) of an I/O BAR, which is 32-byte
+    /// aligned or more and lies in the PCI I/O window above the PC's fixed
+    /// ports. (Modern virtio-pci kicks are MMIO writes.)
+    pub const fn legacy_virtio_queue(port: u32, write: bool, size: u32, value: u32) -> Option<u32> {
+        if write && size == 2 && port >= 0x1000 && port & 0x1f == 0x10 && value < 1024 {
+            Some(value)
+        } else {
+            None
+        }
+    }
     /// kvm_mmio: `addr` = guest-physical address, `op` = 0 unsatisfied read / 1 read / 2 write.
     pub const MMIO: u32 = 1;
     /// kvm_fast_mmio (ioeventfd, handled in the kernel): `addr` = gpa.

@@ -190,7 +190,12 @@ hook_programs! {
         let port: u32 = tp_field(&ctx, conf!(tp_kvm_pio_port));
         let size: u32 = tp_field(&ctx, conf!(tp_kvm_pio_size));
         let count: u32 = tp_field(&ctx, conf!(tp_kvm_pio_count));
-        count_event(kvm_event::PIO, port as u64, rw, size, size as u64 * count as u64);
+        let value: u32 = tp_field(&ctx, conf!(tp_kvm_pio_val));
+        let op = match kvm_event::legacy_virtio_queue(port, rw != 0, size, value) {
+            Some(queue) => rw | ((queue + 1) << kvm_event::PIO_QUEUE_SHIFT),
+            None => rw,
+        };
+        count_event(kvm_event::PIO, port as u64, op, size, size as u64 * count as u64);
     }
 }
 

@@ -141,7 +141,7 @@ pub fn rows(
         .map(|(k, s)| {
             let (pid, comm, platform, instance, role) = who(k.tid);
             let op = match k.kind {
-                kvm_event::PIO => if k.op == 1 { "write" } else { "read" }.to_string(),
+                kvm_event::PIO => if k.op & 1 == 1 { "write" } else { "read" }.to_string(),
                 kvm_event::MMIO => names.mmio_type.get(&k.op).cloned().unwrap_or_else(|| k.op.to_string()),
                 kvm_event::FAST_MMIO => "write".into(),
                 kvm_event::SET_IRQ => format!("level {}", k.op as i32),
@@ -172,7 +172,7 @@ pub fn rows(
                 size: k.size,
                 count: s.count,
                 bytes: s.bytes,
-                device: device_at(k.kind, k.addr).into(),
+                device: device_at(k.kind, k.addr, k.op),
             }
         })
         .collect();

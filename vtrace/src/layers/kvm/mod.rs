@@ -52,6 +52,7 @@ impl Layer for KvmLayer {
         o.tp_kvm_pio_port = kvm("kvm_pio", "port");
         o.tp_kvm_pio_size = kvm("kvm_pio", "size");
         o.tp_kvm_pio_count = kvm("kvm_pio", "count");
+        o.tp_kvm_pio_val = kvm("kvm_pio", "val");
         o.tp_kvm_mmio_type = kvm("kvm_mmio", "type");
         o.tp_kvm_mmio_len = kvm("kvm_mmio", "len");
         o.tp_kvm_mmio_gpa = kvm("kvm_mmio", "gpa");

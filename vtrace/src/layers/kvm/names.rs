@@ -144,15 +144,20 @@ const PORTS: &[(u32, u32, &str)] = &[
     (0xcf8, 0xcff, "pci-config"),
 ];
 
-/// What is at port or guest-physical address `addr`, where that is known
-/// without the VMM's help; else empty (the raw address stands).
-pub fn device_at(kind: u32, addr: u64) -> &'static str {
+/// What is at port or guest-physical address `addr` (an event's `op` as
+/// the kvm_events key holds it), where that is known without the VMM's
+/// help; else empty (the raw address stands).
+pub fn device_at(kind: u32, addr: u64, op: u32) -> String {
     match kind {
+        kvm_event::PIO if op >> kvm_event::PIO_QUEUE_SHIFT != 0 => format!(
+            "virtio-pci notify (legacy), queue {}",
+            (op >> kvm_event::PIO_QUEUE_SHIFT) - 1
+        ),
         kvm_event::PIO => PORTS
             .iter()
             .find(|(lo, hi, _)| (*lo as u64..=*hi as u64).contains(&addr))
-            .map(|p| p.2)
-            .unwrap_or(""),
+            .map_or("", |p| p.2)
+            .into(),
         kvm_event::MMIO | kvm_event::FAST_MMIO => match addr {
             0xfee0_0000..=0xfeef_ffff => "local-apic",
             0xfec0_0000..=0xfec0_0fff => "ioapic",
@@ -163,8 +168,9 @@ pub fn device_at(kind: u32, addr: u64) -> &'static str {
             0xc000_1000..=0xc0ff_ffff if addr & 0xfff == 0x50 => "virtio-mmio notify (firecracker)",
             0xc000_1000..=0xc0ff_ffff => "virtio-mmio (firecracker)",
             _ => "",
-        },
-        _ => "",
+        }
+        .into(),
+        _ => String::new(),
     }
 }
 
@@ -219,9 +225,22 @@ mod tests {
 
     #[test]
     fn names_well_known_ports() {
-        assert_eq!(device_at(kvm_event::PIO, 0x3f8), "serial-com1");
-        assert_eq!(device_at(kvm_event::PIO, 0xcfc), "pci-config");
-        assert_eq!(device_at(kvm_event::PIO, 0x10), "");
-        assert_eq!(device_at(kvm_event::MMIO, 0xfee0_0300), "local-apic");
+        assert_eq!(device_at(kvm_event::PIO, 0x3f8, 1), "serial-com1");
+        assert_eq!(device_at(kvm_event::PIO, 0xcfc, 0), "pci-config");
+        assert_eq!(device_at(kvm_event::PIO, 0x10, 1), "");
+        // Kata's QEMU: legacy virtio-net, its tx queue kicked at BAR0 0xd080 + 0x10.
+        let kick = 1 | ((1 + 1) << kvm_event::PIO_QUEUE_SHIFT);
+        assert_eq!(
+            device_at(kvm_event::PIO, 0xd090, kick),
+            "virtio-pci notify (legacy), queue 1"
+        );
+        assert_eq!(kvm_event::legacy_virtio_queue(0xd090, true, 2, 1), Some(1));
+        // Not a kick: a read, a 32-bit write, a fixed port, offset 0x14, a port status word.
+        assert_eq!(kvm_event::legacy_virtio_queue(0xd090, false, 2, 1), None);
+        assert_eq!(kvm_event::legacy_virtio_queue(0xd090, true, 4, 1), None);
+        assert_eq!(kvm_event::legacy_virtio_queue(0x0610, true, 2, 1), None);
+        assert_eq!(kvm_event::legacy_virtio_queue(0xd094, true, 2, 1), None);
+        assert_eq!(kvm_event::legacy_virtio_queue(0xc010, true, 2, 0x0a2a), None);
+        assert_eq!(device_at(kvm_event::MMIO, 0xfee0_0300, 2), "local-apic");
     }
 }
