@@ -25,7 +25,7 @@ const ADDR: &str = "10.99.25.2";
 const HOST_ADDR: &str = "10.99.25.1";
 const PINGS: usize = 30;
 const REDIS_REQUESTS: u64 = 200;
-const LAYERS: &str = "cpu,net,tun,kvm";
+const LAYERS: &str = "cpu,net,tun,kvm,vsock";
 
 /// The reports of one recording (JSON and text).
 fn reports(name: &str) -> String {
@@ -51,7 +51,10 @@ fn script() -> String {
     );
     s.push_str(&reports("start"));
     s.push_str(&format!(
-        "ip -n vtl-kata -s link > netns-links.out 2>&1\n\
+        "step 120 hops.failed 'record every ping hop by hop' vtrace record --platform kata --layers {LAYERS} --events -o hops.vtrace \
+           -- sh -c '{ping_in} && {ping_out}' > hops.out 2>&1\n\
+         {}\
+         ip -n vtl-kata -s link > netns-links.out 2>&1\n\
          step 120 down.failed 'down kata' vtrace lab down kata > down.out 2>&1\n\
          step 900 bench.failed bench vtrace bench --platforms containerd-runc,kata --workload redis --sizes 64,16384 \
            --requests {REDIS_REQUESTS} --repeat 1 --layers {LAYERS} -o bench > bench.out 2>&1\n\
@@ -63,6 +66,7 @@ fn script() -> String {
          (ls /run/netns; ls /run/vtrace-lab; ps -o pid,comm,args) > after-down.out 2>&1\n\
          cp /var/log/messages syslog.log\n\
          mark done\n",
+        reports("hops"),
         reports("redis"),
     ));
     s
@@ -291,6 +295,7 @@ fn the_sandbox_start_is_in_phases_bracketed_by_katas_own_log() {
     let (vmm, _) = at("first vmm thread");
     let (vcpu, _) = at("first vcpu thread");
     let (guest_from, guest_by) = at("guest first ran");
+    let (agent, _) = at("guest accepted vsock port 1024: agent reachable");
     let (_, frame_by) = at("first frame received by tap0_kata");
     assert!(
         command < shim && shim < vmm && vmm < vcpu && vcpu <= guest_from && guest_from <= guest_by,
@@ -315,6 +320,18 @@ fn the_sandbox_start_is_in_phases_bracketed_by_katas_own_log() {
     assert!(
         guest_from <= logged("Agent started in the sandbox"),
         "guest from {guest_from} ns"
+    );
+    // The shim made its agent client, then dialled until the agent
+    // answered, then said the agent started.
+    assert!(
+        logged("New client") <= agent + SKEW && agent <= logged("Agent started in the sandbox") + SKEW,
+        "agent reachable at {agent} ns, Kata: New client {} ns, Agent started {} ns",
+        logged("New client"),
+        logged("Agent started in the sandbox")
+    );
+    assert!(
+        guest_from < agent,
+        "the agent answered at {agent} ns before the guest ran"
     );
     assert!(frame_by > guest_from, "the VM's first frame by {frame_by} ns");
     // The phases run from the recording's start to its end and share out
@@ -424,4 +441,75 @@ fn a_bench_of_kata_against_runc_records_every_cell() {
         (Some("runc"), Some("app")),
         "{app}"
     );
+}
+
+/// Every frame through the pod's namespace is followed hop by hop both
+/// ways, through tc's mirred between eth0 and the tap (Kata's tcfilter
+/// model): the edges through tc count exactly the frames each device
+/// received (its own counters), however long tc took under nested KVM.
+#[test]
+fn every_frame_is_followed_through_tc_mirred_both_ways() {
+    let g = guest();
+    let r = g.report("hops");
+    let counters = rows(&r, "device_counters");
+    let received = |dev: &str| {
+        let c = counters
+            .iter()
+            .find(|c| c["name"] == dev)
+            .unwrap_or_else(|| panic!("no counters of {dev}: {counters:?}"));
+        n(&c["rx_packets"])
+    };
+    let edge = |from: &str, to: &str| {
+        rows(&r, "hops")
+            .iter()
+            .find(|h| h["from"] == from && h["to"] == to)
+            .unwrap_or_else(|| panic!("{from} -> {to} missing: {}", r["hops"]))
+    };
+    // Host -> guest: the host's veth, eth0 in the pod's namespace, tc, the
+    // tap vhost-net reads; guest -> host the other way round. Each way
+    // carries one ping's requests and the other's replies.
+    let ways = [
+        (
+            "host -> guest",
+            &[
+                "vtl-kata0:queue",
+                "vtl-kata0:start_xmit",
+                "eth0:rx",
+                "vtl-kata0:xmit",
+                "eth0:receive",
+                "tap0_kata:queue",
+                "tap0_kata:start_xmit",
+                "tap0_kata:xmit",
+            ][..],
+        ),
+        (
+            "guest -> host",
+            &[
+                "tap0_kata:receive",
+                "eth0:queue",
+                "eth0:start_xmit",
+                "vtl-kata0:rx",
+                "eth0:xmit",
+                "vtl-kata0:receive",
+            ][..],
+        ),
+    ];
+    for (way, path) in ways {
+        let mut line = String::new();
+        for w in path.windows(2) {
+            let e = edge(w[0], w[1]);
+            line.push_str(&format!(
+                " -> {} {:.1} µs ({})",
+                w[1],
+                n(&e["mean_ns"]) as f64 / 1e3,
+                e["count"]
+            ));
+            assert!(n(&e["count"]) >= 2 * PINGS as u64, "{way}: {e}");
+        }
+        eprintln!("{way}: {}{line}", path[0]);
+    }
+    for (from, to) in [("eth0", "tap0_kata"), ("tap0_kata", "eth0")] {
+        let e = edge(&format!("{from}:receive"), &format!("{to}:queue"));
+        assert_eq!(n(&e["count"]), received(from), "through tc from {from} to {to}: {e}");
+    }
 }

@@ -26,6 +26,8 @@ const READS: [u64; 2] = [1000, 3000];
 const PIO: u64 = 40;
 const MMIO: u64 = 25;
 const HALTS: u64 = 15;
+const VSOCK_CONNECTIONS: u64 = 20;
+const VSOCK_BYTES: u64 = 10_000;
 
 /// Every scenario, one after the other, in the guest's /out.
 fn script() -> String {
@@ -46,6 +48,9 @@ fn script() -> String {
          vtrace record --layers cpu,kvm --kvm-run -o kvm.vtrace -- \
            kvm-vmm --pio {PIO} --mmio {MMIO} --halts {HALTS} --sleep-us 2000 > kvm.out\n\
          vtrace report kvm.vtrace --format json -o kvm.json\n\
+         vtrace record --layers cpu,vsock -o vsock.vtrace -- \
+           vsock-echo --connections {VSOCK_CONNECTIONS} --bytes {VSOCK_BYTES} > vsock.out\n\
+         vtrace report vsock.vtrace --format json -o vsock.json\n\
          for split in ticks syscalls; do for i in 1 2; do\n\
            vtrace record --layers cpu --cpu-split $split -o sleep-$split-$i.vtrace -- \
              cpu-mix --seconds 2 --only spin,syscall,sleep --out sleep-$split-$i.out > /dev/null\n\
@@ -93,7 +98,7 @@ fn boot() -> Result<Guest, String> {
     }
     vtrace::lab::guest::can_run().map_err(|why| format!("the stock-kernel guest cannot run here: {why}"))?;
     let out = TempDir::new("stock-kernel");
-    let binaries: Vec<PathBuf> = ["vtrace", "vhost-net", "kvm-vmm", "file-reader", "cpu-mix"]
+    let binaries: Vec<PathBuf> = ["vtrace", "vhost-net", "kvm-vmm", "file-reader", "cpu-mix", "vsock-echo"]
         .into_iter()
         .map(bin)
         .collect();
@@ -357,4 +362,43 @@ fn probes_say_which_method_attaches_in_the_guest_and_why_fentry_does_not() {
     assert_eq!(kvm_exit["available"], true);
     assert!(kvm_exit["caveat"].is_null(), "kvm_exit fires under kvm_amd: {kvm_exit}");
     eprintln!("guest wall time {:.1} s", g.wall.as_secs_f64());
+}
+
+/// vsock through the loopback transport: every connection vsock-echo made
+/// is a request and a response each way of the transport, and every byte
+/// it sent and echoed is data sent and received, on its port.
+#[test]
+fn vsock_connections_and_bytes_are_the_programs_own() {
+    let g = guest();
+    let truth = g.truth("vsock.out");
+    let r = g.json("vsock.json");
+    let rows = r["vsock"].as_array().expect("vsock rows");
+    let port = truth["port"].as_u64().unwrap();
+    let sum = |direction: &str, op: &str, field: &str| -> u64 {
+        rows.iter()
+            .filter(|x| x["port"] == port && x["peer_cid"] == 1 && x["direction"] == direction && x["op"] == op)
+            .map(|x| x[field].as_u64().unwrap())
+            .sum()
+    };
+    eprintln!("{truth}\n{}", serde_json::to_string_pretty(rows).unwrap());
+    let connections = truth["connections"].as_u64().unwrap();
+    assert_eq!(connections, VSOCK_CONNECTIONS);
+    for direction in ["sent", "received"] {
+        for op in ["request", "response"] {
+            assert_eq!(sum(direction, op, "packets"), connections, "{direction} {op}");
+        }
+        // Out and echoed back: both counted once as sent, once as received.
+        let data = 2 * truth["bytes_each_way"].as_u64().unwrap();
+        assert_eq!(sum(direction, "rw", "bytes"), data, "{direction} data");
+    }
+    // The connections' requests came from vsock-echo's own threads.
+    let requests: Vec<&Value> = rows
+        .iter()
+        .filter(|x| x["direction"] == "sent" && x["op"] == "request")
+        .collect();
+    assert!(requests.iter().all(|x| x["comm"] == "vsock-echo"), "{requests:?}");
+    assert!(
+        requests.iter().all(|x| x["first_ns"].as_u64().unwrap() > 0),
+        "{requests:?}"
+    );
 }

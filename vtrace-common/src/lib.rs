@@ -17,6 +17,7 @@ mod runq;
 mod sample;
 mod tun;
 mod uprobe;
+mod vsock;
 
 pub use block::*;
 pub use config::*;
@@ -30,12 +31,15 @@ pub use runq::*;
 pub use sample::*;
 pub use tun::*;
 pub use uprobe::*;
+pub use vsock::*;
 
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all three are repr(C), Copy, and made only of integers.
     unsafe impl aya::Pod for super::Config {}
     unsafe impl aya::Pod for super::FaultCounts {}
+    unsafe impl aya::Pod for super::VsockKey {}
+    unsafe impl aya::Pod for super::VsockStats {}
     unsafe impl aya::Pod for super::ThreadTimes {}
     unsafe impl aya::Pod for super::ThreadSlot {}
     unsafe impl aya::Pod for super::CpuState {}
@@ -84,7 +88,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 79] = [
+pub const COUNTED_HOOKS: [&str; 81] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exit",
@@ -164,6 +168,8 @@ pub const COUNTED_HOOKS: [&str; 79] = [
     "path_irqfd_wakeup",
     "path_kvm_inj_virq",
     "path_kvm_entry",
+    "virtio_transport_recv_pkt",
+    "virtio_transport_alloc_pkt",
 ];
 
 const fn same(a: &str, b: &str) -> bool {

@@ -30,6 +30,7 @@ mod sched;
 mod syscalls;
 mod tun;
 mod uprobe;
+mod vsock;
 
 #[cfg(not(test))]
 #[panic_handler]

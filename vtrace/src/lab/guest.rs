@@ -25,7 +25,8 @@ use crate::{Error, Result};
 /// (tun and tap, vhost-net, overlayfs, KVM on AMD), and what Kata's shim
 /// needs besides: vhost-vsock to its agent, veth for the netns, tc's
 /// ingress qdisc, filters and mirred action to join eth0 and the tap, and
-/// the XFRM and netfilter netlink families its netlink handles open.
+/// the XFRM and netfilter netlink families its netlink handles open; and
+/// vsock's loopback transport, for the vsock layer's test.
 pub const MODULES: &[&str] = &[
     "virtio_pci",
     "9pnet_virtio",
@@ -44,6 +45,7 @@ pub const MODULES: &[&str] = &[
     "act_mirred",
     "xfrm_user",
     "nfnetlink",
+    "vsock_loopback",
 ];
 
 /// What a guest run left: its console and how long it took.

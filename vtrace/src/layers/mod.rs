@@ -40,6 +40,7 @@ pub mod runq;
 pub mod sample;
 pub mod tun;
 pub mod uprobe;
+pub mod vsock;
 
 /// Every layer, in attach and emit order. The CPU engine comes first: its
 /// probes must attach before any other (see `cpu::probes`), and its thread
@@ -54,6 +55,7 @@ pub const REGISTRY: &[&dyn Layer] = &[
     &block::BlockLayer,
     &fs::FsLayer,
     &faults::FaultsLayer,
+    &vsock::VsockLayer,
     &path::PathLayer,
     &sample::SampleLayer,
 ];

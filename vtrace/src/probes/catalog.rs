@@ -118,20 +118,28 @@ macro_rules! tracepoint_probe {
 }
 pub(crate) use tracepoint_probe;
 
-/// A kvm/* event read through its classic record (fields at offsets from
+/// An event read through its classic record only (fields at offsets from
 /// its format file): rare enough per second that the record costs little.
-macro_rules! kvm_tracepoint {
-    ($id:literal, $what:literal) => {
+macro_rules! classic_tracepoint {
+    ($id:literal, $layer:expr, $what:literal, $category:literal) => {
         $crate::probes::catalog::ProbeSpec {
             id: $id,
-            layer: "kvm",
+            layer: $layer,
             what: $what,
             strategies: &[$crate::probes::catalog::Strategy::Tracepoint {
                 program: concat!("tp_", $id),
-                category: "kvm",
+                category: $category,
                 name: $id,
             }],
         }
+    };
+}
+pub(crate) use classic_tracepoint;
+
+/// A kvm/* event read through its classic record.
+macro_rules! kvm_tracepoint {
+    ($id:literal, $what:literal) => {
+        $crate::probes::catalog::classic_tracepoint!($id, "kvm", $what, "kvm")
     };
 }
 pub(crate) use kvm_tracepoint;

@@ -7,6 +7,9 @@
 //!   instance's roles at its fork (the threads table's `born_ns`: exact);
 //! - the guest's first run: the first interval in which a vCPU thread of the
 //!   instance had guest time (the CPU layer's intervals);
+//! - the guest's first accepted vsock connection, per port (the vsock
+//!   layer: a response from the guest, exact): for Kata, port 1024, its
+//!   agent became reachable;
 //! - the first frame each device the instance owns received (the net
 //!   layer's intervals; for a tap, the first frame its VM sent: a host's
 //!   stack may send into a tap before its VM runs).
@@ -27,6 +30,7 @@ use crate::{
     layers::{
         cpu::{IntervalRow, ThreadIndex, ThreadRow, analysis::StateTimes},
         net::{NetDeviceRow, NetIntervalRow},
+        vsock::VsockRow,
     },
     platforms::ROLES_LEFT_OUT,
     recording::Recording,
@@ -35,6 +39,9 @@ use crate::{
 
 /// CPU of threads outside the instance (vtrace's own and stressors' left out).
 pub const ELSEWHERE: &str = "elsewhere";
+
+/// The vsock port Kata's agent listens on (its `AGENT_VSOCK_PORT`).
+const KATA_AGENT_PORT: u32 = 1024;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Milestone {
@@ -141,6 +148,28 @@ fn milestones(rec: &Recording, threads: &[ThreadRow], intervals: &[IntervalRow],
             what: "guest first ran".into(),
             at_ns: i.end_ns,
             earliest_ns: i.start_ns.max(vcpu_born.unwrap_or(0)).min(i.end_ns),
+        });
+    }
+    // The guest accepting a vsock connection, first per port: a response
+    // its host's vhost-vsock worker (one of the instance's threads) took.
+    let mut accepted: BTreeMap<u32, u64> = BTreeMap::new();
+    for r in rec.rows::<VsockRow>() {
+        if r.instance == instance && r.direction == "received" && r.op == "response" && r.first_ns > 0 {
+            let e = accepted.entry(r.port).or_insert(u64::MAX);
+            *e = (*e).min(r.first_ns);
+        }
+    }
+    let platform = mine.first().map_or("", |t| t.platform.as_str());
+    for (port, at) in accepted {
+        let agent = if platform == "kata" && port == KATA_AGENT_PORT {
+            ": agent reachable"
+        } else {
+            ""
+        };
+        out.push(Milestone {
+            what: format!("guest accepted vsock port {port}{agent}"),
+            at_ns: at,
+            earliest_ns: at,
         });
     }
     // The first frame each device the instance owns received.
@@ -264,8 +293,8 @@ pub fn section(rec: &Recording) -> Option<Section> {
     for st in &starts {
         let mut t = Table::new(
             format!(
-                "Start of {}: milestones (a thread's fork is exact; the guest's first run and a device's first frame \
-                 are known to an interval: by its end, not before its start)",
+                "Start of {}: milestones (a thread's fork and a vsock connection are exact; the guest's first run and \
+                 a device's first frame are known to an interval: by its end, not before its start)",
                 st.instance
             ),
             vec![col("by(s)", 9), col("from(s)", 9), left("milestone", 0).gap(2)],
