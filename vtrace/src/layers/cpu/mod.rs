@@ -219,7 +219,7 @@ impl Collector for CpuRecorder {
         }
         let selection = Selection::new(ctx.opts, ctx.own_threads, ctx.workload, &self.tasks_at_start, snap);
         let threads = rows::thread_rows(
-            snap,
+            &rows::with_idle_instance_threads(snap, ctx.attribution),
             &selection,
             ctx.attribution,
             &self.guest.deltas(),

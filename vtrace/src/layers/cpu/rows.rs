@@ -247,9 +247,56 @@ impl Selection {
     }
 }
 
+/// A thread's name. A kernel thread's longer name (KVM's
+/// `kvm-nx-lpage-recovery-<pid>`, which says whose VM it serves) is cut to
+/// 15 bytes in its task; /proc gives it whole while the thread lives
+/// (Linux 5.18 on).
 pub(crate) fn comm_of(t: &ThreadTimes) -> String {
     let end = t.comm.iter().position(|&b| b == 0).unwrap_or(t.comm.len());
-    String::from_utf8_lossy(&t.comm[..end]).into_owned()
+    let comm = String::from_utf8_lossy(&t.comm[..end]).into_owned();
+    if end + 1 == t.comm.len()
+        && t.flags & thread_flag::KTHREAD != 0
+        && let Ok(full) = std::fs::read_to_string(format!("/proc/{}/comm", t.tgid))
+        && full.trim_end().len() > end
+        && full.starts_with(&comm)
+    {
+        return full.trim_end().to_string();
+    }
+    comm
+}
+
+/// The snapshot with, at no time, each thread of a detected instance that
+/// the engine never saw: it existed and never ran in the window (a thread
+/// that ran, was born or exited was seen). An instance's idle threads still
+/// show in its roles: a VMM's main loop while vhost-net and irqfds carry
+/// the I/O, an I/O thread with nothing to do.
+pub fn with_idle_instance_threads(snap: &CpuSnapshot, attribution: &Attribution) -> CpuSnapshot {
+    let seen: HashSet<u32> = snap.threads.iter().map(|(tid, _)| *tid).collect();
+    let mut out = snap.clone();
+    let mut idle: Vec<(u32, ThreadTimes)> = attribution
+        .instances()
+        .iter()
+        .flat_map(|i| &i.threads)
+        .filter(|t| !seen.contains(&t.tid))
+        .map(|t| {
+            let mut times = ThreadTimes {
+                tgid: t.pid,
+                ..Default::default()
+            };
+            // A vhost worker before Linux 6.4, KVM's per-VM threads: kernel threads.
+            if t.tid == t.pid && crate::platforms::detect::serves_pid(&t.comm).is_some() {
+                times.flags |= thread_flag::KTHREAD;
+            }
+            let name = t.comm.as_bytes();
+            let n = name.len().min(times.comm.len() - 1);
+            times.comm[..n].copy_from_slice(&name[..n]);
+            (t.tid, times)
+        })
+        .collect();
+    idle.sort_by_key(|(tid, _)| *tid);
+    idle.dedup_by_key(|(tid, _)| *tid);
+    out.threads.extend(idle);
+    out
 }
 
 /// How the CPU layer's clocks read: the recording's start (CLOCK_MONOTONIC
