@@ -344,7 +344,8 @@ fn a_noisy_neighbours_writes_are_named_beside_the_victims_reads() {
 /// node process is the instance's (claimed by its cgroup, although it
 /// descends from `runc exec`); and every package's three files
 /// (package.json, index.js, lib.js) are opened: at least 3 openat per module,
-/// counted by the fs layer on the instance's processes.
+/// counted by the fs layer on the instance's processes. Three loaders at
+/// once are three node processes, each counting its own 50.
 #[test]
 fn node_loads_the_generated_modules_and_their_file_calls_are_the_instances() {
     let _down = LabDown::new(&["host", "runc"]);
@@ -358,6 +359,8 @@ fn node_loads_the_generated_modules_and_their_file_calls_are_the_instances() {
         "modules",
         "--modules",
         "50",
+        "--loaders",
+        "1,3",
         "--repeat",
         "1",
         "-o",
@@ -384,14 +387,40 @@ fn node_loads_the_generated_modules_and_their_file_calls_are_the_instances() {
     );
     let o = vtrace(&["report", "--format", "json", out.to_str().unwrap()]);
     let bench: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let calls = bench["bench"]["cells"][0]["file_calls_per_op"].as_array().unwrap();
-    let per_module = |op: &str| {
-        calls
+    let cells = bench["bench"]["cells"].as_array().unwrap();
+    for (param, loaders) in [("50", 1), ("50x3", 3)] {
+        let cell = cells
             .iter()
-            .find(|c| c[0] == op)
-            .and_then(|c| c[1].as_f64())
-            .unwrap_or(0.0)
-    };
-    eprintln!("file calls per module: {calls:?}");
-    assert!(per_module("openat") >= 3.0, "openat per module: {calls:?}");
+            .find(|c| c["param"] == param)
+            .unwrap_or_else(|| panic!("no cell {param}: {cells:?}"));
+        let calls = cell["file_calls_per_op"].as_array().unwrap();
+        let per_module = |op: &str| {
+            calls
+                .iter()
+                .find(|c| c[0] == op)
+                .and_then(|c| c[1].as_f64())
+                .unwrap_or(0.0)
+        };
+        eprintln!("{param}: file calls per module: {calls:?}");
+        assert!(per_module("app:openat") >= 3.0, "{param}: openat per module: {calls:?}");
+        let run = report_json(&out.join(format!("cells/runc/modules-{param}/rep1.vtrace")));
+        let node_processes: std::collections::BTreeSet<u64> = run["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["comm"] == "node")
+            .map(|t| t["pid"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            node_processes.len(),
+            loaders,
+            "{param}: node processes {node_processes:?}"
+        );
+        assert_eq!(
+            run["workload"]["ops"]["count"].as_f64(),
+            Some(50.0 * loaders as f64),
+            "{param}: {}",
+            run["workload"]
+        );
+    }
 }

@@ -25,6 +25,10 @@ const ADDR: &str = "10.99.25.2";
 const HOST_ADDR: &str = "10.99.25.1";
 const PINGS: usize = 30;
 const REDIS_REQUESTS: u64 = 200;
+/// Packages each module-load run requires (seed 002's study), and the
+/// loaders of its concurrent cell.
+const MODULES: u32 = 25;
+const LOADERS: u32 = 4;
 const LAYERS: &str = "cpu,net,tun,kvm,vsock";
 
 /// The reports of one recording (JSON and text).
@@ -37,7 +41,9 @@ fn reports(name: &str) -> String {
 
 /// The sandbox started inside a recording and pinged both ways, then taken
 /// down; then a bench of runc through the same containerd against Kata
-/// (redis GET/SET at 64 B and 16 KiB: seed 000's comparison), each brought
+/// (redis GET/SET at 64 B and 16 KiB: seed 000's comparison; Node.js
+/// loading modules from the shared volume, one loader and four at once:
+/// seed 002's), each brought
 /// up and down by the bench, so neither runs beside the other. The bench's
 /// Kata 64 B run is the recording of a sandbox running when it began.
 fn script() -> String {
@@ -56,11 +62,13 @@ fn script() -> String {
          {}\
          ip -n vtl-kata -s link > netns-links.out 2>&1\n\
          step 120 down.failed 'down kata' vtrace lab down kata > down.out 2>&1\n\
-         step 900 bench.failed bench vtrace bench --platforms containerd-runc,kata --workload redis --sizes 64,16384 \
-           --requests {REDIS_REQUESTS} --repeat 1 --layers {LAYERS} -o bench > bench.out 2>&1\n\
+         step 900 bench.failed bench vtrace bench --platforms containerd-runc,kata --workload redis,modules --sizes 64,16384 \
+           --requests {REDIS_REQUESTS} --modules {MODULES} --loaders 1,{LOADERS} --repeat 1 --layers {LAYERS} -o bench > bench.out 2>&1\n\
          step 90 bench.failed 'report bench' vtrace report bench --format json -o bench.json\n\
          step 90 bench.failed 'text report bench' vtrace report bench > bench.txt 2>&1\n\
          cp -r bench/cells/kata/redis-64/rep1.vtrace redis.vtrace\n\
+         for p in containerd-runc kata; do for c in {MODULES} {MODULES}x{LOADERS}; do \
+           vtrace report bench/cells/$p/modules-$c/rep1.vtrace --format json -o modules-$p-$c.json; done; done\n\
          step 90 bench.failed 'report runc cell' vtrace report bench/cells/containerd-runc/redis-64/rep1.vtrace --format json -o bench-runc.json\n\
          {}\
          (ls /run/netns; ls /run/vtrace-lab; ps -o pid,comm,args) > after-down.out 2>&1\n\
@@ -403,7 +411,8 @@ fn a_bench_of_kata_against_runc_records_every_cell() {
     let bench = g.report("bench");
     eprintln!("{}", g.text("bench.txt"));
     let cells = bench["bench"]["cells"].as_array().expect("bench cells");
-    assert_eq!(cells.len(), 4, "{cells:?}");
+    // Redis at two sizes and the module-load study's two cells, per platform.
+    assert_eq!(cells.len(), 8, "{cells:?}");
     for platform in ["kata", "containerd-runc"] {
         for size in ["64", "16384"] {
             let c = cells
@@ -511,5 +520,63 @@ fn every_frame_is_followed_through_tc_mirred_both_ways() {
     for (from, to) in [("eth0", "tap0_kata"), ("tap0_kata", "eth0")] {
         let e = edge(&format!("{from}:receive"), &format!("{to}:queue"));
         assert_eq!(n(&e["count"]), received(from), "through tc from {from} to {to}: {e}");
+    }
+}
+
+/// Seed 002's study, runc against Kata through the same containerd: node
+/// requires MODULES packages from the lab volume (for Kata shared into the
+/// VM by virtio-fs), one loader and LOADERS at once. Every cell counts
+/// node's own loads; every package's three files (package.json, index.js,
+/// lib.js) are opened at least once per load: by node itself under runc,
+/// by virtiofsd on the host for the guest's FUSE requests under Kata; and
+/// virtiofsd's CPU is part of Kata's cost per module.
+#[test]
+fn the_module_load_study_counts_each_load_and_what_virtio_fs_did_for_it() {
+    let g = guest();
+    let bench = g.report("bench");
+    let cells = bench["bench"]["cells"].as_array().expect("bench cells");
+    for (platform, opener) in [("containerd-runc", "app:openat"), ("kata", "virtiofsd:openat2")] {
+        for loaders in [1, LOADERS] {
+            let param = if loaders == 1 {
+                MODULES.to_string()
+            } else {
+                format!("{MODULES}x{loaders}")
+            };
+            let cell = cells
+                .iter()
+                .find(|c| c["platform"] == platform && c["param"] == param)
+                .unwrap_or_else(|| panic!("no cell {platform} {param}: {cells:?}"));
+            assert_eq!(cell["runs"], 1, "{cell}");
+            assert!(cell["errors"].as_array().unwrap().is_empty(), "{cell}");
+            let run = g.report(&format!("modules-{platform}-{param}"));
+            assert_eq!(
+                run["workload"]["ops"]["count"].as_f64(),
+                Some((MODULES * loaders) as f64),
+                "{platform} {param}: {}",
+                run["workload"]
+            );
+            let calls = cell["file_calls_per_op"].as_array().unwrap();
+            let opened = calls
+                .iter()
+                .find(|c| c[0] == opener)
+                .and_then(|c| c[1].as_f64())
+                .unwrap_or(0.0);
+            assert!(
+                opened >= 3.0,
+                "{platform} {param}: {opener} per module {opened}: {calls:?}"
+            );
+            let cpu = |role: &str| {
+                cell["cpu_ns_per_op"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|r| r[0] == role)
+                    .and_then(|r| r[1].as_f64())
+                    .unwrap_or(0.0)
+            };
+            if platform == "kata" {
+                assert!(cpu("virtiofsd") > 0.0 && cpu("vcpu") > 0.0, "{cell}");
+            }
+        }
     }
 }

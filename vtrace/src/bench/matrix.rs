@@ -45,6 +45,12 @@ pub struct Matrix {
     #[arg(long, value_delimiter = ',', default_value = "500")]
     #[serde(default = "default_modules")]
     pub modules: Vec<u32>,
+    /// Node.js processes loading the modules at once in the instance, each
+    /// its own `lab exec` (one cell per count): concurrent reads of the one
+    /// shared volume (for Kata, one virtiofsd serving them all).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    #[serde(default = "default_loaders")]
+    pub loaders: Vec<u32>,
     /// fio cells also run beside a noisy neighbour: direct 1 MiB writes to
     /// a large file on the same disk from a cgroup of their own.
     #[arg(long)]
@@ -134,13 +140,22 @@ impl Cell {
                     m.seconds
                 )
             }
-            Workload::Modules => format!(
-                "{} lab exec {} -- node {}/modules-{}/index.js",
-                vtrace(),
-                self.platform,
-                lab::volume_in(&self.platform),
-                self.param
-            ),
+            Workload::Modules => {
+                let (modules, loaders) = modules_param(&self.param);
+                let load = format!(
+                    "{} lab exec {} -- node {}/modules-{modules}/index.js",
+                    vtrace(),
+                    self.platform,
+                    lab::volume_in(&self.platform),
+                );
+                if loaders == 1 {
+                    load
+                } else {
+                    // One shell word: the loaders start together, and the run ends with the last.
+                    let script = format!("for i in $(seq {loaders}); do {load} & done; wait");
+                    return vec!["sh".into(), "-c".into(), script];
+                }
+            }
             Workload::Http => format!(
                 "{} http-load {addr}:{} -n {}",
                 vtrace(),
@@ -162,7 +177,11 @@ impl Matrix {
                     Workload::Iperf3 => self.windows.clone(),
                     Workload::Ping => vec!["rtt".into()],
                     Workload::Fio => vec!["randread-4k".into()],
-                    Workload::Modules => self.modules.iter().map(u32::to_string).collect(),
+                    Workload::Modules => self
+                        .modules
+                        .iter()
+                        .flat_map(|m| self.loaders.iter().map(move |l| modules_name(*m, *l)))
+                        .collect(),
                     Workload::Http => vec!["get".into()],
                 };
                 let neighbours: &[bool] = if workload == Workload::Fio && self.neighbour {
@@ -205,6 +224,25 @@ pub const MATRIX_FILE: &str = "bench.json";
 
 fn default_modules() -> Vec<u32> {
     vec![500]
+}
+
+fn default_loaders() -> Vec<u32> {
+    vec![1]
+}
+
+/// A module-load cell's parameter: `500` (one loader) or `500x4`.
+fn modules_name(modules: u32, loaders: u32) -> String {
+    if loaders == 1 {
+        modules.to_string()
+    } else {
+        format!("{modules}x{loaders}")
+    }
+}
+
+/// (modules, loaders) of a module-load cell's parameter.
+pub fn modules_param(param: &str) -> (u32, u32) {
+    let (m, l) = param.split_once('x').unwrap_or((param, "1"));
+    (m.parse().unwrap_or(0), l.parse().unwrap_or(1))
 }
 
 fn default_http_requests() -> u32 {

@@ -193,7 +193,7 @@ fn record_run(
         ));
     }
     if cell.workload == Workload::Modules {
-        let n = cell.param.parse().map_err(|_| format!("module count {}", cell.param))?;
+        let (n, _) = matrix::modules_param(&cell.param);
         crate::workload::modules::ensure_tree(Path::new(lab::VOLUME_DIR), n).map_err(|e| e.to_string())?;
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;

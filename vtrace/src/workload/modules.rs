@@ -51,12 +51,18 @@ pub fn ensure_tree(root: &Path, n: u32) -> Result<PathBuf> {
     Ok(PathBuf::from(format!("modules-{n}/index.js")))
 }
 
-/// (modules, milliseconds) from the entry script's line.
-pub fn parse(output: &str) -> Option<(f64, f64)> {
-    let line = output.lines().find_map(|l| l.trim().strip_prefix(MARK))?;
-    let (n, rest) = line.split_once(" modules in ")?;
-    let ms = rest.split_whitespace().next()?;
-    Some((n.parse().ok()?, ms.parse().ok()?))
+/// (modules, milliseconds) from each entry script's line (one per loader
+/// run at once).
+pub fn parse(output: &str) -> Vec<(f64, f64)> {
+    output
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(MARK))
+        .filter_map(|line| {
+            let (n, rest) = line.split_once(" modules in ")?;
+            let ms = rest.split_whitespace().next()?;
+            Some((n.parse().ok()?, ms.parse().ok()?))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -65,8 +71,14 @@ mod tests {
     fn reads_the_entry_scripts_line() {
         assert_eq!(
             super::parse("x\nvtrace-modules: loaded 500 modules in 123.456 ms (125250)\n"),
-            Some((500.0, 123.456))
+            vec![(500.0, 123.456)]
         );
-        assert_eq!(super::parse("loaded"), None);
+        assert_eq!(
+            super::parse(
+                "vtrace-modules: loaded 100 modules in 200 ms (5050)\nvtrace-modules: loaded 100 modules in 250 ms (5050)\n"
+            ),
+            vec![(100.0, 200.0), (100.0, 250.0)]
+        );
+        assert!(super::parse("loaded").is_empty());
     }
 }

@@ -202,14 +202,25 @@ fn fio(output: &str) -> Option<Operations> {
     })
 }
 
-/// The module-load workload's entry script (workload/modules.rs).
+/// The module-load workload's entry scripts (workload/modules.rs): every
+/// loader's modules, at the rate of all of them together (each its own
+/// rate, summed: they ran at once).
 fn modules(output: &str) -> Option<Operations> {
-    let (n, ms) = super::modules::parse(output)?;
+    let loads = super::modules::parse(output);
+    if loads.is_empty() {
+        return None;
+    }
+    let count = loads.iter().map(|(n, _)| n).sum();
+    let rate: f64 = loads
+        .iter()
+        .filter(|(_, ms)| *ms > 0.0)
+        .map(|(n, ms)| n / ms * 1e3)
+        .sum();
     Some(Operations {
-        count: n,
+        count,
         unit: "module".into(),
         source: "node".into(),
-        per_second: (ms > 0.0).then(|| n / ms * 1e3),
+        per_second: (rate > 0.0).then_some(rate),
     })
 }
 

@@ -16,7 +16,10 @@ impl WorkloadSection for Modules {
     }
 
     fn param(&self, param: &str) -> String {
-        format!("{param} modules")
+        match crate::bench::matrix::modules_param(param) {
+            (m, 1) => format!("{m} modules"),
+            (m, l) => format!("{m} modules x {l}"),
+        }
     }
 
     fn summarize(&self, runs: &Runs, summary: &mut CellSummary) {
@@ -25,7 +28,7 @@ impl WorkloadSection for Modules {
 
     fn section(&self, s: &mut Section, _m: &Matrix, cells: &[&CellSummary], _labels: &[String]) {
         let mut t = Table::new(
-            "Load time and the file syscalls behind it: per module, by call, with their mean latency (the fs layer; gVisor's are its sandbox's and gofer's host calls)",
+            "Load time per loader and the file syscalls behind it: per module, by role and call, with their mean latency (the fs layer; gVisor's are its sandbox's and gofer's host calls, Kata's its virtiofsd's and shim's)",
             vec![
                 left("platform", 17),
                 left("parameter", 14),
@@ -34,8 +37,10 @@ impl WorkloadSection for Modules {
             ],
         );
         for c in cells {
+            // Each loader's modules at its share of the rate.
+            let (modules, loaders) = crate::bench::matrix::modules_param(&c.param);
             let load_ms = c.ops_per_s.map_or("-".into(), |r| {
-                format!("{:.1}", c.param.parse::<f64>().unwrap_or(0.0) / r.mean * 1e3)
+                format!("{:.1}", (modules * loaders) as f64 / r.mean * 1e3)
             });
             let calls: Vec<String> = c
                 .file_calls_per_op
@@ -49,10 +54,12 @@ impl WorkloadSection for Modules {
     }
 }
 
-/// File syscalls per operation by call over the runs: the instance's
-/// processes (every process on the host platform that is node).
+/// File syscalls per operation by role and call (`role:call`) over the
+/// runs: the instance's processes (every process on the host platform that
+/// is node), as the lab platform is recorded (containerd-runc as runc).
 fn file_calls(recs: &[recording::Recording], platform: &str) -> Vec<(String, f64, f64)> {
     use crate::layers::fs::FsRow;
+    let recorded_as = crate::lab::recorded_as(platform);
     let mut by_op: Vec<(String, u64, u64)> = Vec::new();
     let mut ops = 0.0;
     for r in recs {
@@ -61,15 +68,16 @@ fn file_calls(recs: &[recording::Recording], platform: &str) -> Vec<(String, f64
             if platform == crate::platforms::HOST {
                 f.comm == "node"
             } else {
-                f.platform == platform
+                f.platform == recorded_as
             }
         }) {
-            match by_op.iter_mut().find(|(op, ..)| *op == f.op) {
+            let call = format!("{}:{}", f.role, f.op);
+            match by_op.iter_mut().find(|(op, ..)| *op == call) {
                 Some(e) => {
                     e.1 += f.count;
                     e.2 += f.total_ns;
                 }
-                None => by_op.push((f.op.clone(), f.count, f.total_ns)),
+                None => by_op.push((call, f.count, f.total_ns)),
             }
         }
     }

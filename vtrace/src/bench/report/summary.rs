@@ -73,7 +73,7 @@ pub struct CellSummary {
     pub victim: Option<Victim>,
     /// Module-load cells: file syscalls per module by call (the fs
     /// layer's rows of the instance's processes, or node's on the host),
-    /// with their mean latency: (call, calls per module, mean ns).
+    /// with their mean latency: (`role:call`, calls per module, mean ns).
     pub file_calls_per_op: Vec<(String, f64, f64)>,
 }
 
