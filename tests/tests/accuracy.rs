@@ -89,7 +89,7 @@ fn check_against_schedstat(env: &[(&str, &str)], method: &str, split: &str) {
         assert_eq!(report["mode"], "default");
         assert_eq!(
             report["layers"],
-            serde_json::json!(["cpu", "net", "tun", "kvm", "uprobe"])
+            serde_json::json!(["cpu", "net", "tun", "kvm", "uprobe", "vsock"])
         );
         let attached = |id: &str| {
             report["probes"]
