@@ -295,7 +295,8 @@ pub struct NetEvent {
     pub dev: u64,
     pub len: u32,
     pub hop: u16,
-    /// 1: the skb carried tc's redirect mark (read at queue, rx and receive).
+    /// 1: the skb carried tc's redirect mark, read where the rule asks (a
+    /// queue, rx or receive hop right after a receive on another device).
     pub redirected: u16,
 }
 

@@ -82,12 +82,18 @@ fn forget(skb: u64) {
     }
 }
 
-/// Records the step from the skb's previous hop to this one, and this hop as its last.
+/// Records the step from the skb's previous hop to this one, and this hop
+/// as its last. `redirected` reads tc's redirect mark: only where the rule
+/// asks for it (a hop after a `receive` on another device), so every other
+/// hop costs no read.
 #[inline(always)]
-fn journey(skb: u64, dev: u64, hop_id: u32, len: u32, redirected: bool) {
+fn journey(skb: u64, dev: u64, hop_id: u32, len: u32, redirected: impl FnOnce() -> bool) {
     let Some(mark) = mark_of(skb) else { return };
     let now = account::now();
+    let mut redirected_here = false;
     if mark.skb == skb {
+        let redirected = mark.hop == hop::RECEIVE && mark.dev != dev && redirected();
+        redirected_here = redirected;
         let ns = now.saturating_sub(mark.ts);
         if !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, ns, redirected) {
             let edge = HopEdge {
@@ -103,9 +109,8 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32, redirected: bool) {
             }
         }
     } else {
-        if mark.skb != 0
-            && !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, now.saturating_sub(mark.ts), redirected)
-        {
+        // Another skb's mark: this one's redirect says nothing of it.
+        if mark.skb != 0 && !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, now.saturating_sub(mark.ts), false) {
             lost(net_loss::MARKS_DISPLACED);
         }
         mark.skb = skb;
@@ -122,7 +127,7 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32, redirected: bool) {
                     dev,
                     len,
                     hop: hop_id as u16,
-                    redirected: redirected as u16,
+                    redirected: redirected_here as u16,
                 });
                 e.submit(0);
             }
@@ -252,8 +257,10 @@ fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id:
     if conf!(net_hops_on) != 0 {
         // At net_dev_start_xmit and net_dev_xmit the skb is the driver's
         // (or freed): only the hops a redirect can lead to read the mark.
-        let redirected = matches!(hop_id, hop::QUEUE | hop::RX | hop::RECEIVE) && redirected::<M>(skb);
-        journey(skb_id(), dev_key(netns, ifindex), hop_id, wire as u32, redirected);
+        let redirect_hop = matches!(hop_id, hop::QUEUE | hop::RX | hop::RECEIVE);
+        journey(skb_id(), dev_key(netns, ifindex), hop_id, wire as u32, || {
+            redirect_hop && redirected::<M>(skb)
+        });
     }
     if rc != 0 {
         s.errors += 1;

@@ -33,7 +33,8 @@ fn table_error(e: impl std::fmt::Display) -> Error {
 /// Columns: `ts_ns` (since the recording started), `skb` (kernel address:
 /// the same value across hops is the same packet), `netns`, `ifindex`, `hop`
 /// (name), `len` (bytes with link-layer header), `redirected` (the skb
-/// carried tc's redirect mark at a queue, rx or receive hop; absent in
+/// carried tc's redirect mark, read where the hop rule asks: a queue, rx or
+/// receive hop right after a receive on another device; absent in
 /// recordings made before it: read as false).
 fn frame(events: &[NetEvent], start_mono: u64) -> PolarsResult<DataFrame> {
     DataFrame::new(
