@@ -165,18 +165,37 @@ fn veth_counts_through(env: &[(&str, &str)], method: &str) {
     );
 }
 
-/// A bridge with a veth port into a namespace, traffic from ping.
-struct Bridge;
-
 fn sh(args: &[&str]) {
     let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
     assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
-impl Bridge {
-    fn up() -> Self {
-        let b = Bridge; // torn down on drop even if a step below fails
-        for cmd in [
+/// Links made for a test by `ip`/`tc`/`sysctl` commands, torn down by its
+/// teardown commands on drop, even if a step failed or the test panicked.
+struct Wiring(&'static [&'static str]);
+
+impl Wiring {
+    fn up(setup: &[&str], teardown: &'static [&'static str]) -> Self {
+        let w = Wiring(teardown);
+        for cmd in setup {
+            sh(&cmd.split(' ').collect::<Vec<_>>());
+        }
+        w
+    }
+}
+
+impl Drop for Wiring {
+    fn drop(&mut self) {
+        for cmd in self.0 {
+            let _ = Command::new("sh").arg("-c").arg(format!("{cmd} 2>/dev/null")).status();
+        }
+    }
+}
+
+/// A bridge with a veth port into a namespace, traffic from ping.
+fn bridge() -> Wiring {
+    Wiring::up(
+        &[
             "ip netns add vtt-br",
             "ip link add vtt-br0 type bridge",
             "ip link add vtt-v0 type veth peer name vtt-v1",
@@ -199,25 +218,15 @@ impl Bridge {
             "ip link set vtt-v0 up",
             "ip -n vtt-br addr add 10.99.21.2/24 dev vtt-v1",
             "ip -n vtt-br link set vtt-v1 up",
-        ] {
-            sh(&cmd.split(' ').collect::<Vec<_>>());
-        }
-        b
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        for cmd in ["ip link del vtt-br0", "ip link del vtt-v0", "ip netns del vtt-br"] {
-            let _ = Command::new("sh").arg("-c").arg(format!("{cmd} 2>/dev/null")).status();
-        }
-    }
+        ],
+        &["ip link del vtt-br0", "ip link del vtt-v0", "ip netns del vtt-br"],
+    )
 }
 
 #[test]
 fn bridge_and_veth_counts_match_device_counters() {
     let dir = TempDir::new("net-bridge");
-    let _bridge = Bridge::up();
+    let _bridge = bridge();
     let r = record(
         &dir,
         "bridge.vtrace",
@@ -653,12 +662,9 @@ fn hop_latency_and_per_packet_journeys() {
 /// (vtt-me, Kata's eth0) and a veth to a "guest" namespace (vtt-mt, Kata's
 /// tap0_kata) are joined by tc mirred both ways, as Kata's tcfilter model
 /// joins eth0 and the tap.
-struct Mirred;
-
-impl Mirred {
-    fn up() -> Self {
-        let m = Mirred; // torn down on drop even if a step below fails
-        for cmd in [
+fn mirred() -> Wiring {
+    Wiring::up(
+        &[
             "ip netns add vtt-mr",
             "ip netns add vtt-mg",
             "ip link add vtt-mh type veth peer name vtt-me netns vtt-mr",
@@ -681,19 +687,9 @@ impl Mirred {
             "ip -n vtt-mr link set vtt-me up",
             "ip -n vtt-mr link set vtt-mt up",
             "ip -n vtt-mg link set vtt-mg0 up",
-        ] {
-            sh(&cmd.split(' ').collect::<Vec<_>>());
-        }
-        m
-    }
-}
-
-impl Drop for Mirred {
-    fn drop(&mut self) {
-        for cmd in ["ip link del vtt-mh", "ip netns del vtt-mr", "ip netns del vtt-mg"] {
-            let _ = Command::new("sh").arg("-c").arg(format!("{cmd} 2>/dev/null")).status();
-        }
-    }
+        ],
+        &["ip link del vtt-mh", "ip netns del vtt-mr", "ip netns del vtt-mg"],
+    )
 }
 
 /// Every frame tc redirects is one packet from the device it came in on to
@@ -703,7 +699,7 @@ impl Drop for Mirred {
 #[test]
 fn packets_redirected_by_tc_mirred_are_followed_both_ways() {
     let dir = TempDir::new("net-mirred");
-    let _mirred = Mirred::up();
+    let _mirred = mirred();
     let r = record_with(
         &dir,
         "mirred.vtrace",

@@ -87,8 +87,8 @@ pub fn render(rec: &Recording) -> String {
     // Packets: a span from each hop to the next of the same skb.
     let mut spans = 0usize;
     let mut left_out = 0usize;
-    let mut last_hop: std::collections::HashMap<u64, (u64, &'static str, (u32, u32))> =
-        std::collections::HashMap::new();
+    // Each skb's last hop: (time, hop code, device).
+    let mut last_hop: std::collections::HashMap<u64, (u64, u32, (u32, u32))> = std::collections::HashMap::new();
     // A device is its (netns, ifindex): ifindexes repeat across namespaces.
     let mut devices: Vec<((u32, u32), String)> = rec
         .rows::<crate::layers::net::NetDeviceRow>()
@@ -107,7 +107,7 @@ pub fn render(rec: &Recording) -> String {
         if let Some((ts, hop, from)) = last_hop.get(&e.skb)
             && e.ts_ns >= *ts
             && !hop::is_new_packet(
-                hop::code(hop),
+                *hop,
                 dev_key(from.0, from.1),
                 code,
                 dev_key(e.netns, e.ifindex),
@@ -117,7 +117,13 @@ pub fn render(rec: &Recording) -> String {
         {
             if spans < MAX_PACKET_SPANS {
                 let from = dev_track(&mut devices, *from);
-                let name = format!("{} {hop} -> {} {}", devices[from].1, devices[here].1, e.hop);
+                let name = format!(
+                    "{} {} -> {} {}",
+                    devices[from].1,
+                    hop::name(*hop),
+                    devices[here].1,
+                    e.hop
+                );
                 events.push(json!({"ph": "X", "name": name,
                                    "cat": "packet", "pid": PACKETS_TRACK, "tid": here, "ts": us(*ts),
                                    "dur": us(e.ts_ns - ts), "args": {"skb": format!("{:#x}", e.skb), "len": e.len}}));
@@ -126,7 +132,7 @@ pub fn render(rec: &Recording) -> String {
                 left_out += 1;
             }
         }
-        last_hop.insert(e.skb, (e.ts_ns, hop::name(code), (e.netns, e.ifindex)));
+        last_hop.insert(e.skb, (e.ts_ns, code, (e.netns, e.ifindex)));
     });
     if spans > 0 {
         events.push(
