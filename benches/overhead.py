@@ -21,7 +21,8 @@ hooks (the floor any BPF tool pays for hooking every syscall and softirq),
 without the syscall hooks (the floor of `--cpu-split ticks`), and without
 them but with the net layer's hooks.
 """
-import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, threading, time
+import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VTRACE = os.path.join(ROOT, "target/release/vtrace")
@@ -67,6 +68,8 @@ CONFIGS = {
     "+ block": ("vtrace", ["--layers", "cpu,net,tun,kvm,uprobe,block"]),
     "+ fs": ("vtrace", ["--layers", "cpu,net,tun,kvm,uprobe,fs"]),
     "everything": ("vtrace", ["--cpu-split", "syscalls", "--events", "--sample", "99"]),
+    # `vtrace serve` (the default layers) scraped every second, as Prometheus at scrape_interval 1s.
+    "vtrace serve, scraped 1/s": ("serve", []),
     "bpftrace (same states)": ("background", ["bpftrace", "-e", BPFTRACE_SCRIPT]),
     "empty BPF, same hooks": ("background", ["bpftrace", "-e", EMPTY_SCRIPT]),
     "empty BPF, no syscall hooks": ("background", ["bpftrace", "-e", EMPTY_NO_SYSCALLS]),
@@ -105,10 +108,46 @@ def throughput(load, out):
     return json.loads(out[start:])["end"]["sum_received"]["bits_per_second"]
 
 
+SERVE = "127.0.0.1:9489"
+
+
+def serve_round(load, cmd):
+    """The load beside `vtrace serve`, scraped every second: its throughput,
+    and serve's own CPU seconds while the load ran."""
+    vt = subprocess.Popen([VTRACE, "serve", "--listen", SERVE], stderr=subprocess.PIPE, text=True)
+    line = vt.stderr.readline()
+    if "probes attached" not in line:
+        raise RuntimeError(f"vtrace serve did not start: {line}")
+    done = threading.Event()
+
+    def scrape():
+        while not done.wait(1.0):
+            try:
+                urllib.request.urlopen(f"http://{SERVE}/metrics", timeout=10).read()
+            except OSError:
+                pass
+    t = threading.Thread(target=scrape, daemon=True)
+    t.start()
+    cpu = lambda: sum(int(x) for x in open(f"/proc/{vt.pid}/stat").read().rsplit(")", 1)[1].split()[11:13])
+    before = cpu()
+    try:
+        p = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=True)
+        used = (cpu() - before) / os.sysconf("SC_CLK_TCK")
+    finally:
+        done.set()
+        vt.terminate()
+        vt.wait()
+    return throughput(load, p.stdout), used
+
+
 def run_round(name, load, cmd, tmp, idx, more=()):
     kind, extra = CONFIGS[name]
     extra = list(extra or []) + list(more)
     rec = os.path.join(tmp, f"r{idx}.vtrace")
+    if kind == "serve":
+        tput, used = serve_round(load, cmd)
+        SERVE_CPU.setdefault(load, []).append(used)
+        return tput, None
     if kind == "vtrace":
         full = [VTRACE, "record", "-o", rec, *extra, "--", "sh", "-c", cmd]
         p = subprocess.run(full, capture_output=True, text=True)
@@ -142,6 +181,10 @@ def run_round(name, load, cmd, tmp, idx, more=()):
             except subprocess.TimeoutExpired:
                 os.killpg(bg.pid, signal.SIGKILL)
                 bg.communicate()
+
+
+# load -> serve's CPU seconds per run.
+SERVE_CPU = {}
 
 
 def vtrace_cost(rec):
@@ -236,6 +279,8 @@ def main():
                 line += (f"{med('self_cost_pct'):>10.2f}{'[%.2f, %.2f]' % (min(cost), max(cost)):>16}"
                          f"{med('bpf_cpu_pct'):>10.2f}{med('events_per_s'):>11.0f}{med('vtrace_cpu_s'):>13.2f}"
                          f"{med('peak_rss_mib'):>9.0f}{max(x['lost'] for x in c):>6}")
+            elif CONFIGS[name][0] == "serve" and SERVE_CPU.get(load):
+                line += f"{'':>36}{'':>10}{'':>11}{statistics.median(SERVE_CPU[load]):>13.2f}"
             print(line)
         print(f"\n   ns per event and events/s per program under {load} (one more run with --self-stats always):")
         for name in names:

@@ -13,8 +13,15 @@ its hash maps (entries, read with the bpf syscall: BPF_MAP_GET_NEXT_KEY).
 Memory, fds and maps must stay flat; the output may grow only with the
 run. The recording's own losses (ring-buffer drops, full maps) are printed
 at the end from its overhead.
+
+  sudo benches/soak.py --serve [--minutes 30]
+
+soaks `vtrace serve` instead, under the same load, scraped every second
+(as a Prometheus at scrape_interval 1s would): each sample adds the series
+it holds, the last scrape's duration and the counters' check (no
+vtrace_cpu_seconds_total series fell since the last scrape).
 """
-import argparse, ctypes, json, os, subprocess, sys, time
+import argparse, ctypes, json, os, subprocess, sys, threading, time, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VTRACE = os.path.join(ROOT, "target/release/vtrace")
@@ -113,20 +120,100 @@ def checkpoint_kib(staging):
         return 0
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=30)
-    ap.add_argument("--every", type=float, default=60, help="seconds between samples")
-    ap.add_argument("-o", "--output", default="soak.vtrace")
-    a = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("run as root")
-    out = os.path.abspath(a.output)
+SERVE = "127.0.0.1:9488"
+
+
+def footprint(pid, start):
+    """The sample's first columns: minutes, RSS MiB, open fds, CPU seconds."""
+    return (f"{(time.time() - start) / 60:5.1f} {status(pid, 'VmRSS') / 1024:8.1f} "
+            f"{len(os.listdir(f'/proc/{pid}/fd')):5d} {cpu_s(pid):7.1f}")
+
+
+def maps_shown(pid):
+    """The fullest hash maps of `pid`: name entries/max."""
+    maps = [m for m in (occupancy(i) for i in sorted(map_ids(pid))) if m and m[2] > 0]
+    maps.sort(key=lambda m: -m[2])
+    return ", ".join(f"{n} {e}/{mx}" for n, _, e, mx in maps[:6])
+
+
+def start_load():
+    """A local redis-server and redis-benchmark looping GET/SET against it."""
     redis = subprocess.Popen(["redis-server", "--port", str(PORT), "--save", "", "--appendonly", "no"],
                              stdout=subprocess.DEVNULL)
     time.sleep(0.5)
     load = subprocess.Popen(["redis-benchmark", "-p", str(PORT), "-t", "get,set", "-d", "64", "-c", "20",
                              "-n", "1000000000", "-l", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return redis, load
+
+
+class Scraper(threading.Thread):
+    """GET /metrics every second; keeps the last scrape's series and whether any counter fell."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.scrapes = self.failed = self.fell = 0
+        self.series = self.took = 0.0
+        self.last = {}
+
+    def run(self):
+        while not self.stop.wait(1.0):
+            try:
+                body = urllib.request.urlopen(f"http://{SERVE}/metrics", timeout=10).read().decode()
+            except OSError:
+                self.failed += 1
+                continue
+            self.scrapes += 1
+            now = {}
+            for line in body.splitlines():
+                if line.startswith("vtrace_cpu_seconds_total{"):
+                    key, value = line.rsplit(" ", 1)
+                    now[key] = float(value)
+                elif line.startswith("vtrace_series "):
+                    self.series = float(line.split()[1])
+                elif line.startswith("vtrace_scrape_duration_seconds "):
+                    self.took = float(line.split()[1])
+            self.fell += sum(1 for k, v in now.items() if v < self.last.get(k, 0))
+            self.last = now
+
+
+def soak_serve(a):
+    redis, load = start_load()
+    vt = subprocess.Popen([VTRACE, "serve", "--listen", SERVE])
+    time.sleep(8)
+    scraper = Scraper()
+    scraper.start()
+    print(f"{'min':>5} {'rss MiB':>8} {'fds':>5} {'cpu s':>7} {'series':>7} {'scrape ms':>9} {'scrapes':>8} "
+          f"{'fell':>5}  hash maps (entries/max)", flush=True)
+    start = time.time()
+    try:
+        while time.time() - start < a.minutes * 60 and vt.poll() is None:
+            time.sleep(a.every - (time.time() - start) % a.every)
+            print(f"{footprint(vt.pid, start)} {scraper.series:7.0f} "
+                  f"{scraper.took * 1e3:9.1f} {scraper.scrapes:8d} {scraper.fell:5d}  {maps_shown(vt.pid)}", flush=True)
+    finally:
+        scraper.stop.set()
+        vt.terminate()
+        code = vt.wait()
+        load.terminate()
+        redis.terminate()
+    print(f"serve: {scraper.scrapes} scrapes, {scraper.failed} failed, {scraper.fell} counters fell; "
+          f"exit {code} after SIGTERM")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=30)
+    ap.add_argument("--every", type=float, default=60, help="seconds between samples")
+    ap.add_argument("-o", "--output", default="soak.vtrace")
+    ap.add_argument("--serve", action="store_true", help="soak vtrace serve, scraped every second")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    if a.serve:
+        return soak_serve(a)
+    out = os.path.abspath(a.output)
+    redis, load = start_load()
     vt = subprocess.Popen([VTRACE, "record", "--force", "--interval", "1s", "--duration", f"{int(a.minutes * 60)}s",
                            "-o", out])
     staging = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp.{vt.pid}")
@@ -139,12 +226,8 @@ def main():
             if vt.poll() is not None or not os.path.exists(f"/proc/{vt.pid}"):
                 break
             try:
-                maps = [m for m in (occupancy(i) for i in sorted(map_ids(vt.pid))) if m and m[2] > 0]
-                maps.sort(key=lambda m: -m[2])
-                shown = ", ".join(f"{n} {e}/{mx}" for n, _, e, mx in maps[:6])
-                print(f"{(time.time() - start) / 60:5.1f} {status(vt.pid, 'VmRSS') / 1024:8.1f} "
-                      f"{len(os.listdir(f'/proc/{vt.pid}/fd')):5d} {cpu_s(vt.pid):7.1f} "
-                      f"{du(staging) / 2**20:12.2f} {checkpoint_kib(staging):9.0f}  {shown}", flush=True)
+                print(f"{footprint(vt.pid, start)} "
+                      f"{du(staging) / 2**20:12.2f} {checkpoint_kib(staging):9.0f}  {maps_shown(vt.pid)}", flush=True)
             except (OSError, ValueError):
                 break
         vt.wait()
@@ -154,8 +237,8 @@ def main():
     meta = json.load(open(os.path.join(out, "meta.json")))
     ov = meta["overhead"]
     print(f"recording: {du(out) / 2**20:.2f} MiB in {out}; peak RSS {ov['vtrace_peak_rss_kib'] / 1024:.1f} MiB; "
-          f"lost: thread map overflows {ov['thread_map_overflows']}, net event drops {ov['net_event_drops']}, "
-          f"untraced switches {ov['untraced_switches']}; checkpoints {ov.get('checkpoints', 0)}, "
+          f"losses: {', '.join(f'{k} {v}' for k, v in sorted(ov.get('losses', {}).items())) or 'none'}; "
+          f"checkpoints {ov.get('checkpoints', 0)}, "
           f"{ov.get('checkpoint_ns', 0) / max(ov.get('checkpoints', 0), 1) / 1e6:.1f} ms each on average")
 
 

@@ -18,11 +18,13 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 # Lowest first. A module may use any module on a lower level, or on its own.
 LEVELS = [
-    ["error", "ebpf", "privileges", "analysis", "workload", "probes", "platforms", "collectors", "report_model"],
+    ["error", "ebpf", "privileges", "analysis", "workload", "probes", "platforms", "collectors", "report_model",
+     "exposition"],
     ["recording"],
     ["layers"],
     ["report", "compare"],
     ["record", "lab", "bench", "demo"],
+    ["serve"],
 ]
 LEVEL = {m: i for i, names in enumerate(LEVELS) for m in names}
 BASE_LAYER = "cpu"

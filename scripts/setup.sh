@@ -31,6 +31,7 @@ if [ "$PROFILE" = all ]; then
     docker.io lxc liblwip-dev                                                  # vtrace lab docker, lxc, lwip
     nodejs                                                                     # the module-load workload
     chromium fonts-dejavu-core                                                 # the HTML report's browser test
+    prometheus python3-venv                                                    # vtrace serve's tests: Prometheus, promtool, DuckDB's venv
   )
 fi
 missing=()
@@ -89,6 +90,36 @@ if [ "$PROFILE" = all ] && ! ls "$GUEST_KERNEL_DIR"/boot/vmlinuz-* >/dev/null 2>
   tmp=$(mktemp -d)
   (cd "$tmp" && apt-get download -qq "$pkg" >/dev/null)
   dpkg -x "$tmp"/*.deb "$GUEST_KERNEL_DIR"
+  rm -rf "$tmp"
+fi
+# An SR-IOV NIC for the `sriov` platform one level down (tests/tests/sriov.rs):
+# QEMU >= 8 emulates one (`-device igb`, an 82576 with 7 VFs); Debian 12's
+# QEMU is 7.2. QEMU 10 from bookworm-backports is unpacked into a private
+# prefix (the host's QEMU stays); it runs on bookworm's libraries. Pinned;
+# when the mirror no longer has the pin, the backports index names the
+# current version.
+SRIOV_QEMU_DIR=/var/lib/vtrace-lab/qemu-sriov
+SRIOV_QEMU_VERSION=1:10.0.2+ds-2+deb13u1~bpo12+1
+MIRROR=http://deb.debian.org/debian
+if [ "$PROFILE" = all ] && ! [ -x "$SRIOV_QEMU_DIR/usr/bin/qemu-system-x86_64" ]; then
+  tmp=$(mktemp -d)
+  fetch_qemu() {  # $1: version
+    local v=${1#*:} ok=1
+    for pkg in qemu-system-x86_"$v"_amd64 qemu-system-common_"$v"_amd64 qemu-system-data_"$v"_all; do
+      curl -fsSL -o "$tmp/$pkg.deb" "$MIRROR/pool/main/q/qemu/$pkg.deb" || ok=0
+    done
+    [ $ok = 1 ]
+  }
+  if ! fetch_qemu "$SRIOV_QEMU_VERSION"; then
+    v=$(curl -fsSL "$MIRROR/dists/bookworm-backports/main/binary-amd64/Packages.xz" | xz -dc \
+        | awk '/^Package: qemu-system-x86$/{p=1} p&&/^Version:/{print $2; exit}')
+    log "SR-IOV QEMU: $SRIOV_QEMU_VERSION no longer on the mirror; taking ${v:-nothing}"
+    rm -f "$tmp"/*.deb
+    [ -n "$v" ] && fetch_qemu "$v" || { log "SR-IOV QEMU: no qemu-system-x86 in bookworm-backports"; exit 1; }
+  fi
+  log "SR-IOV QEMU: $(ls "$tmp" | tr '\n' ' ')into $SRIOV_QEMU_DIR"
+  mkdir -p "$SRIOV_QEMU_DIR"
+  for d in "$tmp"/*.deb; do dpkg -x "$d" "$SRIOV_QEMU_DIR"; done
   rm -rf "$tmp"
 fi
 log "ok: nightly LLVM ${LLVM_MAJOR}, bpf-linker $(bpf-linker --version | awk '{print $2}')"

@@ -52,6 +52,19 @@ pub fn report_json(recording: &Path) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("report JSON parses")
 }
 
+/// Run time (ns) of every thread of process `pid` now, from
+/// /proc/<pid>/task/*/schedstat; None once the process is gone.
+pub fn schedstat_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    Some(
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .sum(),
+    )
+}
+
 /// Every thread cpu-mix reports in its ground truth (`--out FILE`: each
 /// thread's own /proc schedstat run time) has a total in `report` within 2 %
 /// of it. `label` names the recording in failures.
@@ -160,6 +173,149 @@ step() {
 }
 "#;
 
+// The block layer's ground truth: what a lab container's blkio cgroup read.
+
+/// cgroup v1's blkio counts a cgroup's bios only while it has a throttle
+/// limit: an unreachable one on the lab's disk, removed when dropped. A
+/// million reads a second: fio does some thousands. (At a billion,
+/// blk-throttle's allowance, a signed int of limit x slice, overflows once
+/// a slice of steady I/O passes about 2 s, 1e9 x 2.15 s > 2^31: it starts
+/// queueing the cgroup's bios for its own worker, which submits them as the
+/// host's. CI's fio under a writer ran that long.)
+pub struct BlkioCounting(std::path::PathBuf, String);
+
+impl BlkioCounting {
+    pub fn on(platform: &str) -> BlkioCounting {
+        let (major, minor) = lab_disk_dev();
+        let path = std::path::Path::new(&blkio_root())
+            .join(format!("vtrace-lab-{platform}"))
+            .join("blkio.throttle.read_iops_device");
+        std::fs::write(&path, format!("{major}:{minor} 1000000")).unwrap();
+        BlkioCounting(path, format!("{major}:{minor} 0"))
+    }
+}
+
+impl Drop for BlkioCounting {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, &self.1);
+    }
+}
+
+pub fn blkio_root() -> String {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(4).is_some_and(|m| m.ends_with("/blkio"))).then(|| f[4].to_string())
+        })
+        .expect("a cgroup v1 blkio hierarchy (this test's ground truth)")
+}
+
+/// (major, minor) of the disk under the lab's directory.
+pub fn lab_disk_dev() -> (u32, u32) {
+    let dev = std::os::unix::fs::MetadataExt::dev(&std::fs::metadata("/var/lib/vtrace-lab").unwrap());
+    (libc::major(dev), libc::minor(dev))
+}
+
+/// (the lab's disk, e.g. "vda"; bytes its container's blkio cgroup had
+/// read from it so far), from cgroup v1's blkio.throttle.io_service_bytes.
+pub fn cgroup_reads(platform: &str) -> (String, u64) {
+    let root = blkio_root();
+    let (major, minor) = lab_disk_dev();
+    let disk = std::fs::read_dir("/sys/block")
+        .unwrap()
+        .flatten()
+        .find(|e| std::fs::read_to_string(e.path().join("dev")).is_ok_and(|d| d.trim() == format!("{major}:{minor}")))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .expect("the lab's disk in /sys/block");
+    let stat =
+        std::fs::read_to_string(format!("{root}/vtrace-lab-{platform}/blkio.throttle.io_service_bytes")).unwrap();
+    let reads = stat
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 3 && f[0] == format!("{major}:{minor}") && f[1] == "Read").then(|| f[2].parse().unwrap())
+        })
+        .unwrap_or(0);
+    (disk, reads)
+}
+
+/// fio's 512 direct random 4 KiB reads of a lab instance's /fio.dat (laid
+/// out beforehand), as `lab exec` runs them; the output format follows.
+pub const FIO_DIRECT_READS: [&str; 8] = [
+    "fio",
+    "--name=in-container",
+    "--filename=/fio.dat",
+    "--rw=randread",
+    "--bs=4k",
+    "--size=8M",
+    "--io_size=2M",
+    "--direct=1",
+];
+
+/// Runs `sql` in DuckDB from PyPI, in the tests' own virtual environment
+/// (target/<profile>/duckdb-venv, made with Debian's python3-venv and kept
+/// for the next run), in the directory `cwd`: its rows as JSON objects.
+pub fn duckdb(cwd: &Path, sql: &str) -> Vec<serde_json::Value> {
+    let venv = target_dir().join("duckdb-venv");
+    let python = venv.join("bin/python3");
+    let has_duckdb = |p: &Path| {
+        Command::new(p)
+            .args(["-c", "import duckdb"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !has_duckdb(&python) {
+        let made = Command::new("/usr/bin/python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .output()
+            .expect("run python3");
+        assert!(
+            made.status.success(),
+            "python3 -m venv (scripts/setup.sh installs python3-venv): {}",
+            stderr(&made)
+        );
+        let pip = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "duckdb"])
+            .output()
+            .expect("run pip");
+        assert!(pip.status.success(), "pip install duckdb (from PyPI): {}", stderr(&pip));
+    }
+    const RUN: &str = "import duckdb, json, sys\n\
+        cur = duckdb.connect().execute(sys.stdin.read())\n\
+        names = [d[0] for d in cur.description]\n\
+        print(json.dumps([dict(zip(names, row)) for row in cur.fetchall()], default=str))\n";
+    let mut child = Command::new(&python)
+        .args(["-c", RUN])
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run DuckDB's python");
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "DuckDB: {}\n{sql}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("DuckDB's rows as JSON")
+}
+
+/// The first ```sql block after the heading `heading` in docs/`file`: the
+/// documented query, run as it is written.
+pub fn documented_sql(file: &str, heading: &str) -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/").to_string() + file;
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let (_, after) = text
+        .split_once(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("{path}: no ## {heading}"));
+    let (_, block) = after
+        .split_once("```sql\n")
+        .unwrap_or_else(|| panic!("{path}: no sql block under {heading}"));
+    block.split_once("```").expect("the block ends").0.to_string()
+}
+
 /// ../shared/vmm (or `$VTRACE_VMM_DIR`): Firecracker, the Unikraft image
 /// and Kata, built from upstream (each folder's PROVENANCE.md).
 pub fn vmm_dir() -> PathBuf {
@@ -224,4 +380,45 @@ impl GuestFiles {
         }
         serde_json::from_str(self.text(&format!("{name}.json"))).unwrap_or_else(|e| panic!("{name}: {e}"))
     }
+}
+
+/// A guest run's files and its wall time.
+pub struct GuestRun {
+    pub out: GuestFiles,
+    pub wall: std::time::Duration,
+}
+
+/// Boots the stock-kernel guest (`name` in what it prints) on `board`,
+/// runs `script` with `binaries` and `files` there, and reads back what the
+/// script wrote; prints how long it took and its steps. Err: a guest that
+/// could not run or whose script failed, with its console.
+pub fn run_guest(
+    name: &str,
+    board: ::vtrace::lab::guest::Board,
+    binaries: &[PathBuf],
+    files: &[(PathBuf, PathBuf)],
+    script: &str,
+    out: &Path,
+    timeout: std::time::Duration,
+) -> Result<GuestRun, String> {
+    let start = std::time::Instant::now();
+    let run = ::vtrace::lab::guest::run_on(board, binaries, files, script, out, timeout);
+    let files = GuestFiles::read(out)?;
+    let run = run.map_err(|e| format!("guest: {e}"))?;
+    eprintln!(
+        "{name} guest: {:.1} s over {} boot(s); its steps:\n{}",
+        start.elapsed().as_secs_f64(),
+        run.boots,
+        files.files.get("steps.log").map_or("", |s| s)
+    );
+    if run.status != 0 {
+        return Err(format!(
+            "the guest's script failed ({}); console:\n{}",
+            run.status, run.console
+        ));
+    }
+    Ok(GuestRun {
+        out: files,
+        wall: run.wall,
+    })
 }

@@ -145,6 +145,51 @@ fn a_small_matrix_records_every_cell_reports_their_numbers_and_resumes() {
         );
     }
 
+    // The same figure from SQL alone: the bench's runs table joined to its
+    // cells' thread tables, by docs/sql.md's query as written, in DuckDB.
+    let runs = vtrace_tests::duckdb(
+        out.parent().unwrap(),
+        "SELECT platform, recorded, error, ops FROM 'bench/runs.parquet' ORDER BY ALL",
+    );
+    assert_eq!(runs.len(), 12, "{runs:?}");
+    for r in &runs {
+        let recorded = r["platform"] != "firecracker";
+        assert_eq!(r["recorded"], recorded, "{r}");
+        assert_eq!(r["error"].as_str().unwrap().contains("firecracker"), !recorded, "{r}");
+        assert_eq!(
+            r["ops"].as_f64().unwrap(),
+            if recorded { 2.0 * REQUESTS as f64 } else { 0.0 },
+            "{r}"
+        );
+    }
+    let query = vtrace_tests::documented_sql("sql.md", "CPU µs per request by platform and role");
+    let by_sql = vtrace_tests::duckdb(out.parent().unwrap(), &query);
+    for c in cells.iter().filter(|c| c["platform"] != "firecracker") {
+        let mine: Vec<&Value> = by_sql
+            .iter()
+            .filter(|r| r["platform"] == c["platform"] && r["param"] == c["param"])
+            .collect();
+        let roles = c["cpu_ns_per_op"].as_array().unwrap();
+        eprintln!("{} {}: report {roles:?}, DuckDB {mine:?}", c["platform"], c["param"]);
+        assert_eq!(
+            mine.len(),
+            roles.len(),
+            "{} {}: {mine:?} vs {roles:?}",
+            c["platform"],
+            c["param"]
+        );
+        for pair in roles {
+            let (role, ns) = (pair[0].as_str().unwrap(), pair[1].as_f64().unwrap());
+            let us = mine
+                .iter()
+                .find(|r| r["role"] == role)
+                .unwrap_or_else(|| panic!("{role} not in {mine:?}"))["cpu_us_per_op"]
+                .as_f64()
+                .unwrap();
+            assert!((us * 1e3 - ns).abs() <= 1e-9 * ns, "{role}: {us} µs vs {ns} ns");
+        }
+    }
+
     // Again: nothing done twice, the failed runs tried again.
     let before = std::fs::metadata(run_dir(&out, "host", 64, 1).join("meta.json"))
         .unwrap()

@@ -11,14 +11,11 @@
 //! upstream (its PROVENANCE.md); containerd and QEMU from this machine.
 //! One guest boot serves every test in this file.
 
-use std::{
-    path::PathBuf,
-    sync::OnceLock,
-    time::{Duration, Instant},
-};
+use std::{path::PathBuf, sync::OnceLock, time::Duration};
 
 use serde_json::Value;
-use vtrace_tests::{GUEST_STEPS, GuestFiles, TempDir, bin, system_tool, vmm_dir};
+use vtrace::lab::guest::Board;
+use vtrace_tests::{GUEST_STEPS, GuestFiles, TempDir, bin, run_guest, system_tool, vmm_dir};
 
 /// The lab's address of the sandbox, and the host's end of its veth.
 const ADDR: &str = "10.99.25.2";
@@ -141,23 +138,16 @@ fn boot() -> Result<Guest, String> {
     let rootfs = vtrace::lab::rootfs::ensure().map_err(|e| format!("the lab rootfs: {e}"))?;
     files.push((rootfs.clone(), rootfs));
     files.push((kata, "/vmm/kata".into()));
-    let start = Instant::now();
-    let run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(900));
-    let files = GuestFiles::read(&out.0)?;
-    let run = run.map_err(|e| format!("guest: {e}"))?;
-    eprintln!(
-        "Kata guest: {:.1} s over {} boot(s); its steps:\n{}",
-        start.elapsed().as_secs_f64(),
-        run.boots,
-        files.files.get("steps.log").map_or("", |s| s)
-    );
-    if run.status != 0 {
-        return Err(format!(
-            "the guest's script failed ({}); console:\n{}",
-            run.status, run.console
-        ));
-    }
-    Ok(Guest(files))
+    let run = run_guest(
+        "Kata",
+        Board::Plain,
+        &binaries,
+        &files,
+        &script(),
+        &out.0,
+        Duration::from_secs(900),
+    )?;
+    Ok(Guest(run.out))
 }
 
 fn rows<'a>(r: &'a Value, table: &str) -> &'a [Value] {

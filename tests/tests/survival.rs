@@ -81,16 +81,6 @@ fn workload_pid(staging: &Path) -> u32 {
     meta["workload"]["pid"].as_u64().expect("workload pid") as u32
 }
 
-/// Run time (ns) of every thread of `pid` now, from /proc/<pid>/task/*/schedstat.
-fn schedstat_ns(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 /// Gone, or a zombie waiting for its new parent.
 fn is_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -146,7 +136,7 @@ fn sigkill_leaves_a_journal_that_recovers_up_to_the_last_interval() {
     );
     let pid = workload_pid(&staging);
     let before_kill = journaled_intervals(&staging);
-    let truth = schedstat_ns(pid);
+    let truth = vtrace_tests::schedstat_ns(pid).expect("the workload's schedstat");
     vt.kill().unwrap(); // SIGKILL
     vt.wait().unwrap();
 

@@ -10,15 +10,11 @@
 //! $VTRACE_VMM_DIR), QEMU and its firmware from this machine. One guest boot
 //! serves every test in this file.
 
-use std::{
-    collections::HashMap,
-    path::PathBuf,
-    sync::OnceLock,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, path::PathBuf, sync::OnceLock, time::Duration};
 
 use serde_json::Value;
-use vtrace_tests::{GUEST_STEPS, GuestFiles, TempDir, bin, system_tool, vmm_dir};
+use vtrace::lab::guest::Board;
+use vtrace_tests::{GUEST_STEPS, GuestFiles, TempDir, bin, run_guest, system_tool, vmm_dir};
 
 /// redis-benchmark requests per test (GET and SET) against the Linux guests.
 const REDIS_REQUESTS: u64 = 200;
@@ -209,24 +205,17 @@ fn boot() -> Result<Guest, String> {
     }
     let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
     files.push((unikraft, "/vmm/httpreply_qemu-x86_64".into()));
-    let start = Instant::now();
-    let run = vtrace::lab::guest::run(&binaries, &files, &script(), &out.0, Duration::from_secs(840));
-    let files = GuestFiles::read(&out.0)?;
-    let run = run.map_err(|e| format!("guest: {e}"))?;
-    eprintln!(
-        "VM platforms guest: {:.1} s over {} boot(s); its steps:\n{}",
-        start.elapsed().as_secs_f64(),
-        run.boots,
-        files.files.get("steps.log").map_or("", |s| s)
-    );
-    if run.status != 0 {
-        return Err(format!(
-            "the guest's script failed ({}); console:\n{}",
-            run.status, run.console
-        ));
-    }
+    let run = run_guest(
+        "VM platforms",
+        Board::Plain,
+        &binaries,
+        &files,
+        &script(),
+        &out.0,
+        Duration::from_secs(840),
+    )?;
     Ok(Guest {
-        out: files,
+        out: run.out,
         wall: run.wall,
     })
 }
@@ -417,22 +406,37 @@ fn kvm_exits_by_reason_add_up_to_kvms_own_count() {
     }
 }
 
+/// The requests http-load sent, as the recording counts them: those
+/// answered (the operations) and those that were not add up to all sent,
+/// and some were answered. (The Unikraft image under nested KVM leaves a
+/// SYN unanswered for seconds now and then, bare or recorded alike: a
+/// finding about the platform, which the recording keeps and the bench
+/// report names, not a failed run.)
+fn assert_requests_add_up(ops: &Value, sent: u64, what: &str) {
+    let (answered, failed) = (ops["count"].as_f64().unwrap(), ops["failed"].as_f64().unwrap());
+    assert_eq!(ops["source"], "http-load", "{what}: {ops}");
+    assert_eq!(answered + failed, sent as f64, "{what}: {ops}");
+    assert!(answered > 0.0, "{what}: nothing answered: {ops}");
+    if failed > 0.0 {
+        eprintln!("{what}: {failed} of {sent} requests unanswered");
+    }
+}
+
 #[test]
 fn the_workloads_own_count_is_the_recordings_operations() {
     let g = guest();
     for (p, _) in PLATFORMS {
         let r = g.report(p);
         let ops = &r["workload"]["ops"];
-        let (count, source) = if is_unikraft(p) {
-            (HTTP_REQUESTS, "http-load")
+        if is_unikraft(p) {
+            assert_requests_add_up(ops, HTTP_REQUESTS, p);
         } else {
-            (2 * REDIS_REQUESTS, "redis-benchmark")
-        };
-        assert_eq!(
-            (ops["count"].as_f64(), ops["source"].as_str()),
-            (Some(count as f64), Some(source)),
-            "{p}"
-        );
+            assert_eq!(
+                (ops["count"].as_f64(), ops["source"].as_str()),
+                (Some((2 * REDIS_REQUESTS) as f64), Some("redis-benchmark")),
+                "{p}"
+            );
+        }
     }
 }
 
@@ -462,7 +466,7 @@ fn a_vm_the_recorded_command_starts_is_an_instance_of_its_platform() {
     // KVM's statistics went with the VM: the report says when they end.
     let text = g.text("cmdvm.txt");
     assert!(text.contains("the VM exited and its statistics went with it"), "{text}");
-    assert_eq!(r["workload"]["ops"]["count"].as_f64(), Some(20.0));
+    assert_requests_add_up(&r["workload"]["ops"], 20, "cmdvm");
 }
 
 #[test]
@@ -480,13 +484,14 @@ fn a_bench_over_the_five_vm_platforms_records_every_cell() {
         assert_eq!(c["runs"], 1, "{p}: {c}");
         assert!(c["ops_per_s"]["mean"].as_f64().unwrap() > 0.0, "{p}: {c}");
         assert!(c["cpu_ns_per_op_total"].as_f64().unwrap() > 0.0, "{p}: {c}");
-        // The run's own count: every request answered.
+        // The run's own count; unanswered requests are named in the report.
         let run: Value = serde_json::from_str(g.text(&format!("bench-{p}.json"))).unwrap();
-        assert_eq!(
-            run["workload"]["ops"]["count"].as_f64(),
-            Some(BENCH_REQUESTS as f64),
-            "{p}"
-        );
+        let ops = &run["workload"]["ops"];
+        assert_requests_add_up(ops, BENCH_REQUESTS, &format!("bench {p}"));
+        if ops["failed"].as_f64() > Some(0.0) {
+            let named = format!("recorded with failures: {p} ");
+            assert!(g.text("bench.txt").contains(&named), "{named} not in the bench report");
+        }
     }
 }
 
@@ -520,9 +525,33 @@ fn every_frame_to_the_vm_has_its_tap_queue_time_and_the_path_its_stages() {
         let queue = st.get("rx_tap_queue").copied().unwrap_or_default();
         assert_eq!(queue.0, n(&tap["tx_packets"]), "{p}: rx_tap_queue timings");
         // The interrupts that followed cover those frames (raised by the
-        // thread that took them, or for vhost-net's INTx by QEMU's).
+        // thread that took them, or for vhost-net's INTx by QEMU's): all
+        // but those still unsignalled at the end, with those taken before
+        // the start and signalled in the window.
         let signal = st.get("rx_signal").copied().unwrap_or_default();
-        assert!(signal.0 > 0 && signal.1 <= queue.0, "{p}: rx_signal {signal:?}");
+        let losses = &r["overhead"]["losses"];
+        let (untimed, at_start, at_end) = (
+            n(&losses["path.untimed"]),
+            n(&losses["path.unsignalled_at_start"]),
+            n(&losses["path.unsignalled_at_end"]),
+        );
+        eprintln!("{p}: untimed {untimed}, unsignalled at the start {at_start}, at the end {at_end}");
+        // (a full stage map would leave frames out of one stage or another)
+        assert_eq!(n(&losses["path.stats_full"]), 0, "{p}: path.stats_full");
+        assert!(signal.0 > 0, "{p}: rx_signal {signal:?}");
+        let unsteady = r["notes"].as_array().unwrap().iter().find(|n| {
+            n.as_str()
+                .is_some_and(|n| n.contains("while the path layer read its stages"))
+        });
+        match unsteady {
+            // (an edge where frames never stood still for 5 readings is named)
+            Some(note) => eprintln!("{p}: not checked: {note}"),
+            None => assert_eq!(
+                signal.1 + at_end,
+                queue.1 + untimed + at_start,
+                "{p}: rx_signal's frames + unsignalled at the end = frames taken + unsignalled at the start"
+            ),
+        }
         // Their injection and the vCPU's entry: MSIs (QEMU's Linux guest)
         // and IOAPIC lines (Firecracker's virtio-mmio) are paired.
         if !is_unikraft(p) {

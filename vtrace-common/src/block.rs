@@ -56,12 +56,26 @@ impl Default for BlockStats {
 pub struct BlockPending {
     pub insert_ns: u64,
     pub issue_ns: u64,
+    /// request.start_time_ns when it came into view: set once per request
+    /// (at its allocation or its first bio), so it tells a request met again
+    /// (requeued) from a new one at a reused address. 0 where the kernel
+    /// keeps no time stamps (no I/O statistics, no scheduler).
+    pub start_ns: u64,
     /// The cgroup of the task that inserted (or, without an insert, issued) it.
     pub cgroup_id: u64,
     /// Its device (dev_t), whose in-flight count it is part of.
     pub dev: u32,
     /// The process that inserted (or issued) it.
     pub pid: u32,
+    /// 1 once the driver gave it back (block_rq_requeue): its next insert
+    /// or issue is the same request again, still its submitter's.
+    pub requeued: u32,
+    /// Its operation (cmd_flags & REQ_OP_MASK) and bytes at its last
+    /// issue: what userspace counts for a completion the programs did not
+    /// see (vtrace/src/layers/block/collector.rs, `recover_unseen`).
+    pub op: u32,
+    pub bytes: u32,
+    pub _pad: u32,
 }
 
 /// Requests of one device between insert (or issue) and completion, now

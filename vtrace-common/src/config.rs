@@ -44,6 +44,10 @@ pub struct Config {
     pub tp_wakeup_pid: u32,
     /// irq/irq_handler_entry and _exit records: offset of `irq`.
     pub tp_irq_irq: u32,
+    /// irq/irq_handler_entry records: offset of the `name` __data_loc word.
+    pub tp_irq_name: u32,
+    /// `struct irqaction`: offset of `name` (raw irq_handler_entry's action).
+    pub irqaction_name: u32,
     /// irq/softirq_entry and _exit records: offset of `vec`.
     pub tp_softirq_vec: u32,
     /// struct sk_buff: `len`, `dev`, `head`, `data`, `end`, `mac_header`,
@@ -108,10 +112,13 @@ pub struct Config {
     /// struct net_device: `mtu` and `hard_header_len` (the size histograms' MTU edge).
     pub dev_mtu: u32,
     pub dev_hard_header_len: u32,
-    /// struct request: `cmd_flags`, `part` (its block_device); struct
-    /// block_device: `bd_dev` (the block layer).
+    /// struct request: `cmd_flags`, `part` (its block_device), `__data_len`
+    /// (its bytes), `start_time_ns`; struct block_device: `bd_dev` (the
+    /// block layer).
     pub request_cmd_flags: u32,
     pub request_part: u32,
+    pub request_data_len: u32,
+    pub request_start_time_ns: u32,
     pub bdev_dev: u32,
     /// The fs layer's walk from the current task to a superblock:
     /// task_struct `files`, `fs`; files_struct `fdt`; fdtable `max_fds`,

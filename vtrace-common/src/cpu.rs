@@ -50,6 +50,11 @@ pub mod irq_vector {
 }
 pub const IRQ_SLOTS: u32 = 264;
 
+/// Bytes of a device IRQ's name kept as the kernel gave it at its handler
+/// (`IRQ_NAMES`): an IRQ freed before the recording ends (vfio's, when its
+/// VMM exits) keeps the name it had, which /proc/interrupts no longer shows.
+pub const IRQ_NAME_LEN: usize = 32;
+
 /// Bits of [`ThreadTimes::flags`].
 pub mod thread_flag {
     /// The thread was inside a syscall when it was switched out.
@@ -99,6 +104,10 @@ pub struct ThreadTimes {
     /// hash-map entry holds them (fork and exit write nothing else).
     pub born_ns: u64,
     pub exited_ns: u64,
+    /// CLOCK_MONOTONIC ns of the last switch-out that added to this entry:
+    /// a snapshot that read a CPU's pending time before the entry knows
+    /// from it whether that time was flushed in meanwhile.
+    pub flushed_ns: u64,
     pub tgid: u32,
     /// tgid of the process that forked this thread's process (0 if unknown).
     pub parent_tgid: u32,

@@ -163,4 +163,7 @@ pub struct VcpuPending {
     /// in one lookup beside KVM's own `exits` statistic, so both cover the
     /// same moments.
     pub exits: u64,
+    /// The interrupts KVM injected into this vCPU so far (kvm_inj_virq),
+    /// read beside KVM's `irq_injections` the same way.
+    pub injections: u64,
 }

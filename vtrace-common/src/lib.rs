@@ -81,6 +81,7 @@ mod pod {
     unsafe impl aya::Pod for super::PathRxBatch {}
     unsafe impl aya::Pod for super::PathTxFrame {}
     unsafe impl aya::Pod for super::PathPacket {}
+    unsafe impl aya::Pod for super::PathPtIrq {}
 }
 
 /// Hooks whose programs count their own runs in the `HOOK_RUNS` per-CPU
@@ -88,7 +89,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 81] = [
+pub const COUNTED_HOOKS: [&str; 84] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exit",
@@ -146,6 +147,7 @@ pub const COUNTED_HOOKS: [&str; 81] = [
     "runq_wakeup_new",
     "block_rq_insert",
     "block_rq_issue",
+    "block_rq_requeue",
     "block_rq_complete",
     "fs_sys_enter",
     "fs_sys_exit",
@@ -168,6 +170,8 @@ pub const COUNTED_HOOKS: [&str; 81] = [
     "path_irqfd_wakeup",
     "path_kvm_inj_virq",
     "path_kvm_entry",
+    "path_irq_handler_entry",
+    "path_irq_handler_exit",
     "virtio_transport_recv_pkt",
     "virtio_transport_alloc_pkt",
 ];

@@ -33,7 +33,21 @@ pub mod path_stage {
     /// host's stack (the call returns; the stack runs inline there unless
     /// the tap uses NAPI). Per call; `frames`: the frames.
     pub const TX_TAP: u32 = 6;
-    pub const COUNT: usize = 7;
+    /// The passthrough path (a VF's interrupt, vfio-pci): the host takes the
+    /// VF's MSI (irq_handler_entry of a `vfio-*` IRQ) -> vfio's handler
+    /// signals the VM's irqfd and KVM sets the MSI (kvm_msi_set_irq), in
+    /// that hardirq. Per interrupt, keyed by its host IRQ.
+    pub const PT_SIGNAL: u32 = 7;
+    /// That MSI -> KVM injects its vector into a vCPU (kvm_inj_virq): the
+    /// vCPU woken (or kicked out of the guest), waiting for a CPU, and
+    /// back in KVM's run loop.
+    pub const PT_INJECT: u32 = 8;
+    /// The injection -> the vCPU thread's next guest entry (kvm_entry).
+    pub const PT_ENTRY: u32 = 9;
+    /// The VF's host hardirq itself (irq_handler_entry -> _exit), beside
+    /// the chain above (PT_SIGNAL ends inside it).
+    pub const PT_HARDIRQ: u32 = 10;
+    pub const COUNT: usize = 11;
     pub const NAMES: [&str; COUNT] = [
         "rx_tap_queue",
         "rx_signal",
@@ -42,9 +56,15 @@ pub mod path_stage {
         "tx_kick",
         "tx_serve",
         "tx_tap",
+        "pt_signal",
+        "pt_inject",
+        "pt_entry",
+        "pt_hardirq",
     ];
-    /// Each stage's direction: rx (host -> guest) or tx (guest -> host).
-    pub const DIRECTIONS: [&str; COUNT] = ["rx", "rx", "rx", "rx", "tx", "tx", "tx"];
+    /// Each stage's direction: rx (host -> guest), tx (guest -> host), or
+    /// passthrough (a VF's interrupt into its guest: `pt` in sequence,
+    /// `pt_irq` the hardirq beside them).
+    pub const DIRECTIONS: [&str; COUNT] = ["rx", "rx", "rx", "rx", "tx", "tx", "tx", "pt", "pt", "pt", "pt_irq"];
 }
 
 /// One stage's latencies, ended by one process (the thread that ended it:
@@ -55,6 +75,9 @@ pub struct PathKey {
     pub tgid: u32,
     /// [`path_stage`].
     pub stage: u32,
+    /// The passthrough stages' host IRQ (the VF's vector); 0 for virtio's.
+    pub irq: u32,
+    pub _pad: u32,
 }
 
 /// A stage's latencies ([`LatencyHist`]) and the frames (or kicks) they
@@ -145,6 +168,22 @@ pub struct PathTxFrame {
 pub mod path_dir {
     pub const RX: u32 = 0;
     pub const TX: u32 = 1;
+    /// A VF's interrupt: ts are its host IRQ's entry, KVM's MSI, the
+    /// injection, the guest entry, 0.
+    pub const PASSTHROUGH: u32 = 2;
+}
+
+/// A VF interrupt in its host handler on this CPU (`PT_IRQ`), then waiting
+/// for its vector's injection (`PT_VECTORS`) and the vCPU's entry
+/// (`PT_INJECTED`): the times of its stage ends so far (0: not reached).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathPtIrq {
+    pub entry_ns: u64,
+    pub signal_ns: u64,
+    pub inject_ns: u64,
+    pub irq: u32,
+    pub _pad: u32,
 }
 
 /// One packet followed along a VM's path (`record --events`): the first
@@ -169,6 +208,9 @@ pub struct PathPacket {
     pub dir: u32,
     /// rx: the frames its interrupt covered; tx: the kicks served.
     pub frames: u32,
+    /// Passthrough: the host IRQ; else 0.
+    pub irq: u32,
+    pub _pad: u32,
 }
 
 /// The path layer's loss counters (`PATH_LOSSES` slots).
@@ -176,11 +218,12 @@ pub mod path_loss {
     /// Latencies not counted: PATH_STATS was full.
     pub const STATS_FULL: u32 = 0;
     /// Frames taken from a tap with no queue time: queued before the layer
-    /// started, or evicted from the LRU of queued frames.
+    /// started, evicted from the LRU of queued frames, or an XDP frame.
     pub const UNTIMED: u32 = 1;
     /// A path MSI whose injection was not seen before the same VM raised
     /// the same vector again (posted interrupts, APICv/AVIC, inject without
-    /// kvm_inj_virq; or interrupts coalesced).
+    /// kvm_inj_virq; or interrupts coalesced). A VF's MSI raised while its
+    /// vector still waits is coalesced into the waiting one, timed from it.
     pub const UNINJECTED: u32 = 2;
     /// Followed packets (`--events`) not recorded: their ring buffer was full.
     pub const PACKETS_DROPPED: u32 = 3;

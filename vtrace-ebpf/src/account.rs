@@ -328,6 +328,7 @@ fn match_scheduler(st: &mut CpuState, sched_ns: u64) -> i64 {
     }
 }
 
+/// Flushes the CPU's slice into `t`, noting when (see `ThreadTimes::flushed_ns`).
 #[inline(always)]
 fn add_times(t: &mut ThreadTimes, st: &CpuState) {
     t.ns[state::USER] += st.acc[state::USER];
@@ -337,6 +338,7 @@ fn add_times(t: &mut ThreadTimes, st: &CpuState) {
     t.ns[state::GUEST] += st.acc[state::GUEST];
     t.ns[state::IDLE] += st.acc[state::IDLE];
     t.unsplit_ns += st.acc[state::UNRESOLVED];
+    t.flushed_ns = st.last_ts;
 }
 
 const NET_RX: u32 = 3;

@@ -2,10 +2,29 @@
 //! x86 system vectors (local timer, IPIs, irq work) have their own
 //! tracepoints in irq_vectors and are kept in their own slots.
 
-use crate::runs::hook_programs;
-use vtrace_common::{IRQ_DEVICE_SLOTS, NO_SOFTIRQ, SOFTIRQ_VECTORS, irq_vector, state};
+use aya_ebpf::{EbpfContext, helpers::bpf_probe_read_kernel_str_bytes, macros::map, maps::Array};
 
-use crate::{account, config::conf};
+use crate::runs::hook_programs;
+use vtrace_common::{IRQ_DEVICE_SLOTS, IRQ_NAME_LEN, NO_SOFTIRQ, SOFTIRQ_VECTORS, irq_vector, state};
+
+use crate::{account, config::conf, kmem::read_or_zero};
+
+/// Each device IRQ slot's name, as its handler last ran (the last slot:
+/// whichever IRQ above it ran last).
+#[map]
+pub static IRQ_NAMES: Array<[u8; IRQ_NAME_LEN]> = Array::with_max_entries(IRQ_DEVICE_SLOTS, 0);
+
+/// Keeps the name at `name` (a kernel string) for `slot`: one string read
+/// a device interrupt.
+#[inline(always)]
+fn keep_name(slot: u32, name: *const u8) {
+    if name.is_null() {
+        return;
+    }
+    if let Some(buf) = IRQ_NAMES.get_ptr_mut(slot) {
+        let _ = unsafe { bpf_probe_read_kernel_str_bytes(name, &mut *buf) };
+    }
+}
 
 #[inline(always)]
 fn on_hardirq_entry(slot: u32) {
@@ -78,11 +97,25 @@ hook_programs! {
     "irq_handler_entry", "irq";
     raw raw_irq_handler_entry(ctx) => {
         let irq: u64 = ctx.arg(0);
-        on_hardirq_entry(device_slot(irq as u32));
+        let slot = device_slot(irq as u32);
+        let at = conf!(irqaction_name);
+        if at != 0 {
+            let action: u64 = ctx.arg(1);
+            let name: u64 = read_or_zero(action, at);
+            keep_name(slot, name as *const u8);
+        }
+        on_hardirq_entry(slot);
     }
     tp tp_irq_handler_entry(ctx) => {
         let irq: i32 = unsafe { ctx.read_at(conf!(tp_irq_irq) as usize) }.unwrap_or(0);
-        on_hardirq_entry(device_slot(irq as u32));
+        let slot = device_slot(irq as u32);
+        // __data_loc: the string's offset in the record in the low 16 bits.
+        let at = conf!(tp_irq_name);
+        if at != 0 {
+            let loc: u32 = unsafe { ctx.read_at(at as usize) }.unwrap_or(0);
+            keep_name(slot, unsafe { (ctx.as_ptr() as *const u8).add((loc & 0xffff) as usize) });
+        }
+        on_hardirq_entry(slot);
     }
 }
 

@@ -241,6 +241,9 @@ hook_programs! {
         let vector: u32 = tp_field(&ctx, conf!(tp_kvm_inj_virq_vector));
         let soft: u8 = tp_field(&ctx, conf!(tp_kvm_inj_virq_soft));
         count_event(kvm_event::INJ_VIRQ, vector as u64, soft as u32, 0, 0);
+        if let Some(p) = pending(account::current_tid()) {
+            p.injections += 1;
+        }
     }
 }
 

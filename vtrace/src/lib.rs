@@ -20,6 +20,7 @@ pub mod compare;
 pub mod demo;
 pub mod ebpf;
 pub mod error;
+pub mod exposition;
 pub mod lab;
 pub mod layers;
 pub mod platforms;
@@ -29,6 +30,7 @@ pub mod record;
 pub mod recording;
 pub mod report;
 pub mod report_model;
+pub mod serve;
 pub mod workload;
 
 pub use error::{Error, Result};

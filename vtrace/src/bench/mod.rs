@@ -3,7 +3,9 @@
 //! stopped by the bench, or one already up), every run kept with its
 //! workload's output. `report/` (one file per workload) draws the studies' figures from it.
 //!
-//! On disk (`-o DIR`): `bench.json` (the matrix), and per cell
+//! On disk (`-o DIR`): `bench.json` (the matrix), `runs.parquet` (every
+//! run with its cell's platform, workload and parameters, for SQL engines
+//! to join to the recordings' tables: runs.rs), and per cell
 //! `cells/<platform>/<workload>-<param>/rep<N>.vtrace` (a recording) or
 //! `rep<N>.error` (why it failed; the recording of a workload that failed
 //! is kept as `rep<N>.failed`). A cell with a recording is done: running
@@ -13,6 +15,7 @@
 mod load;
 mod matrix;
 pub mod report;
+pub mod runs;
 
 pub use load::NEIGHBOUR_CGROUP;
 use load::{Neighbour, Stressors};
@@ -142,6 +145,7 @@ pub fn run(m: &Matrix, root: &Path, opts: &RecordOptions) -> Result<Outcome> {
         }
     }
     bar.finish_and_clear();
+    runs::write(m, root)?;
     out.interrupted = INTERRUPTED.load(Ordering::SeqCst);
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_DFL);

@@ -1,7 +1,10 @@
 //! One way to take a map out of the loaded object, and one way to sum a
 //! per-CPU map over CPUs and to take the difference of two readings.
 
-use std::{borrow::Borrow, collections::BTreeMap};
+use std::{
+    borrow::Borrow,
+    collections::{BTreeMap, HashSet},
+};
 
 use aya::{
     Ebpf, Pod,
@@ -117,6 +120,47 @@ pub fn sum_per_cpu<T: Borrow<MapData>, K: Pod + Ord, V: Pod + Counters>(
         }
     }
     Ok(out)
+}
+
+/// `vtrace serve`'s bound on a per-CPU map keyed by process (block
+/// requests, file calls): a process that ended keeps its entries until the
+/// map is full, and then no new process is counted (a serve that had seen
+/// about a thousand processes do block I/O counted no more). The processes
+/// gone before a read ([`EndedProcesses::note`]) have all of their counts
+/// in it: their entries go once it is emitted ([`EndedProcesses::forget`]).
+#[derive(Debug, Default)]
+pub struct EndedProcesses {
+    gone_before_read: HashSet<u32>,
+}
+
+impl EndedProcesses {
+    /// Before a read of `map`: notes the processes of its entries that are
+    /// gone. Process 0 (work done in interrupts) never ends; the processes
+    /// in `held` (with work the kernel may still count for them) are kept.
+    pub fn note<K: Pod + Ord, V: Pod>(
+        &mut self,
+        map: &PerCpuHashMap<MapData, K, V>,
+        pid_of: impl Fn(&K) -> u32,
+        held: &HashSet<u32>,
+    ) {
+        let pids: HashSet<u32> = map.keys().flatten().map(|k| pid_of(&k)).collect();
+        self.gone_before_read = pids
+            .into_iter()
+            .filter(|&pid| pid != 0 && !held.contains(&pid) && !crate::collectors::procfs::exists(pid))
+            .collect();
+    }
+
+    /// After the read was emitted: removes the noted processes' entries
+    /// from `map`, and returns their keys (for the caller's baselines).
+    pub fn forget<K: Pod + Ord, V: Pod>(
+        &mut self,
+        map: &mut PerCpuHashMap<MapData, K, V>,
+        pid_of: impl Fn(&K) -> u32,
+    ) -> Vec<K> {
+        let gone = std::mem::take(&mut self.gone_before_read);
+        let keys: Vec<K> = map.keys().flatten().filter(|k| gone.contains(&pid_of(k))).collect();
+        keys.into_iter().filter(|k| map.remove(k).is_ok()).collect()
+    }
 }
 
 /// What each key gained from `base` to `now`, for the keys `keep` accepts.

@@ -82,6 +82,11 @@ pub fn cgroup_ids_under(path: &Path) -> Vec<u64> {
     ids
 }
 
+/// Whether process (or thread) `pid` exists now (a zombie still does).
+pub fn exists(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
 /// The cgroup v2 mount point (unified hierarchy), pure or hybrid setups.
 pub fn cgroup2_root() -> Option<String> {
     let mounts = fs::read_to_string("/proc/self/mounts").ok()?;

@@ -336,6 +336,7 @@ mod tests {
                 unit: "request".into(),
                 source: "--ops".into(),
                 per_second: None,
+                failed: None,
             }),
             metrics: metrics
                 .iter()

@@ -100,6 +100,7 @@ impl Subject {
             unit: o[0].unit.clone(),
             source: o[0].source.clone(),
             per_second: o.iter().map(|x| x.per_second).sum::<Option<f64>>().map(|s| s / n),
+            failed: None,
         });
         let mut platforms: Vec<&str> = recs.iter().map(|r| r.meta.selectors.platform.as_str()).collect();
         platforms.dedup();

@@ -48,6 +48,129 @@ pub const MODULES: &[&str] = &[
     "vsock_loopback",
 ];
 
+/// Modules the SR-IOV board's guest loads besides [`MODULES`]: the igb PF
+/// driver, the VF driver (igbvf), and vfio-pci to pass a VF through.
+pub const SRIOV_MODULES: &[&str] = &["igb", "igbvf", "vfio_pci", "vfio_iommu_type1"];
+
+/// Names a QEMU >= 8 (one that emulates `-device igb`) for the SR-IOV board.
+pub const SRIOV_QEMU_ENV: &str = "VTRACE_SRIOV_QEMU";
+/// Where scripts/setup.sh unpacks QEMU 10 from bookworm-backports.
+pub const SRIOV_QEMU_DIR: &str = "/var/lib/vtrace-lab/qemu-sriov";
+
+/// The machine the guest boots on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Board {
+    /// The host's QEMU, q35, no NIC.
+    Plain,
+    /// QEMU >= 8 with an emulated SR-IOV NIC (igb: an 82576 with 7 VFs)
+    /// behind an emulated IOMMU (intel-iommu with interrupt remapping), so
+    /// the guest can pass a VF through to a nested KVM guest with vfio-pci.
+    SriovNic,
+}
+
+/// The SR-IOV board's QEMU: `$VTRACE_SRIOV_QEMU`, else setup.sh's under
+/// [`SRIOV_QEMU_DIR`]; it must be QEMU 8 or later (igb came in 8.0).
+pub fn sriov_qemu() -> Result<PathBuf> {
+    let (qemu, named) = match std::env::var_os(SRIOV_QEMU_ENV) {
+        Some(p) => (PathBuf::from(p), true),
+        None => (Path::new(SRIOV_QEMU_DIR).join("usr/bin/qemu-system-x86_64"), false),
+    };
+    let whence = if named {
+        format!("{SRIOV_QEMU_ENV}={}", qemu.display())
+    } else {
+        format!(
+            "{} (scripts/setup.sh unpacks QEMU 10 from bookworm-backports there; or name one with {SRIOV_QEMU_ENV}=PATH)",
+            qemu.display()
+        )
+    };
+    let version = Command::new(&qemu)
+        .arg("--version")
+        .env("QEMU_MODULE_DIR", module_dir(&qemu))
+        .output()
+        .map_err(|e| unavailable(format!("the SR-IOV board needs QEMU >= 8 (-device igb): {whence}: {e}")))?;
+    let text = String::from_utf8_lossy(&version.stdout);
+    let major: u32 = text
+        .split("version ")
+        .nth(1)
+        .and_then(|v| v.split('.').next())
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(0);
+    if major < 8 {
+        return Err(unavailable(format!(
+            "the SR-IOV board needs QEMU >= 8 (-device igb), but {whence} is {}",
+            text.lines().next().unwrap_or("no QEMU")
+        )));
+    }
+    Ok(qemu)
+}
+
+/// A QEMU's module directory, beside its prefix (a private prefix's QEMU
+/// would load the host's modules of another version otherwise).
+fn module_dir(qemu: &Path) -> PathBuf {
+    let prefix = qemu.parent().and_then(Path::parent).unwrap_or(Path::new("/usr"));
+    prefix.join("lib/x86_64-linux-gnu/qemu")
+}
+
+impl Board {
+    /// The QEMU it runs on, and its machine's arguments.
+    fn qemu(self) -> Result<(PathBuf, Vec<String>)> {
+        let base = ["-accel", "tcg", "-cpu", "EPYC", "-smp", "1", "-m", "4096"];
+        let mut args: Vec<String> = Vec::new();
+        let qemu = match self {
+            Board::Plain => {
+                args.extend(["-machine", "q35"].map(String::from));
+                PathBuf::from("qemu-system-x86_64")
+            }
+            Board::SriovNic => {
+                let qemu = sriov_qemu()?;
+                let prefix = qemu.parent().and_then(Path::parent).unwrap_or(Path::new("/usr"));
+                args.extend([
+                    "-L".to_string(),
+                    prefix.join("share/qemu").display().to_string(),
+                    "-L".to_string(),
+                    "/usr/share/seabios".to_string(),
+                    // Interrupt remapping needs the split irqchip.
+                    "-machine".into(),
+                    "q35,kernel-irqchip=split".into(),
+                    "-device".into(),
+                    "intel-iommu,intremap=on,caching-mode=on".into(),
+                    // QEMU 10.0.2 maps a 64-bit VF BAR placed above 4 GiB at
+                    // an address cut to 32 bits: the VF's registers go
+                    // nowhere (igbvf: "PF still in reset state"). Fixed
+                    // upstream after 10.0.2; without a 64-bit PCI hole the
+                    // guest places the VF BARs below 4 GiB.
+                    "-global".into(),
+                    "q35-pcihost.pci-hole64-size=0".into(),
+                    // The NIC's wire: a hub port with nothing else on the
+                    // hub (igb switches VF <-> PF frames inside the NIC).
+                    "-netdev".into(),
+                    "hubport,id=wire,hubid=0".into(),
+                    "-device".into(),
+                    "igb,netdev=wire".into(),
+                ]);
+                qemu
+            }
+        };
+        args.extend(base.map(String::from));
+        Ok((qemu, args))
+    }
+
+    fn append(self) -> &'static str {
+        match self {
+            Board::Plain => "console=ttyS0 panic=-1 quiet",
+            Board::SriovNic => "console=ttyS0 panic=-1 quiet intel_iommu=on",
+        }
+    }
+
+    fn modules(self) -> Vec<&'static str> {
+        let mut m = MODULES.to_vec();
+        if self == Board::SriovNic {
+            m.extend(SRIOV_MODULES);
+        }
+        m
+    }
+}
+
 /// What a guest run left: its console and how long it took.
 #[derive(Debug)]
 pub struct GuestRun {
@@ -109,7 +232,20 @@ pub fn run(
     out: &Path,
     timeout: Duration,
 ) -> Result<GuestRun> {
+    run_on(Board::Plain, binaries, files, script, out, timeout)
+}
+
+/// [`run`] on `board`.
+pub fn run_on(
+    board: Board,
+    binaries: &[PathBuf],
+    files: &[(PathBuf, PathBuf)],
+    script: &str,
+    out: &Path,
+    timeout: Duration,
+) -> Result<GuestRun> {
     can_run()?;
+    let (qemu_binary, machine) = board.qemu()?;
     let (vmlinuz, modules) = linuxvm::kernel()?;
     let work = Path::new(DATA_DIR).join(format!("guest-{}", std::process::id()));
     let _ = fs::remove_dir_all(&work);
@@ -136,7 +272,7 @@ pub fn run(
             }
             crate::workload::netns::sh(&["cp", "-a", &here.display().to_string(), &dest.display().to_string()])?;
         }
-        let insmods = linuxvm::install_modules(&tree, &modules, MODULES)?;
+        let insmods = linuxvm::install_modules(&tree, &modules, &board.modules())?;
         let init = format!(
             "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nexport PATH=/usr/bin:/bin\n\
              mount -t proc proc /proc\nmount -t sysfs sys /sys\nmount -t devtmpfs dev /dev\n\
@@ -168,15 +304,14 @@ pub fn run(
                 let _ = fs::remove_file(out.join("script.rc"));
                 let console = work.join("console.log");
                 let start = Instant::now();
-                let mut qemu = Command::new("qemu-system-x86_64")
-                    .args([
-                        "-machine", "q35", "-accel", "tcg", "-cpu", "EPYC", "-smp", "1", "-m", "4096",
-                    ])
+                let mut qemu = Command::new(&qemu_binary)
+                    .env("QEMU_MODULE_DIR", module_dir(&qemu_binary))
+                    .args(&machine)
                     .arg("-kernel")
                     .arg(&vmlinuz)
                     .arg("-initrd")
                     .arg(&initrd)
-                    .args(["-append", "console=ttyS0 panic=-1 quiet"])
+                    .args(["-append", board.append()])
                     .arg("-virtfs")
                     .arg(format!(
                         "local,path={},mount_tag=out,security_model=none",

@@ -1,16 +1,15 @@
-//! The lab's platforms: one table of those it can start (name, network,
-//! what it needs, and the file that implements it) and the list of those it
-//! cannot, with how their absence is detected. What a platform's runtime
+//! The lab's platforms: one table (name, network, what it needs, and the
+//! file that implements it). What a platform's runtime
 //! does sits in its own file (containers.rs, docker.rs, lxc.rs, linuxvm.rs,
-//! lwip.rs, vms.rs, containerd.rs), behind [`Runtime`] and, for what a ledger's containers need,
+//! lwip.rs, vms.rs, containerd.rs, sriov.rs), behind [`Runtime`] and, for what a ledger's containers need,
 //! [`ContainerRuntime`].
 
-use std::{fs, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use super::{
     Ledger,
     containerd::{Containerd, Shim},
-    containers, docker, linuxvm, lwip, lxc, vms,
+    containers, docker, linuxvm, lwip, lxc, sriov, vms,
 };
 use crate::{Error, Result};
 
@@ -216,33 +215,13 @@ pub const RUNNABLE: &[LabPlatform] = &[
         binaries: &["containerd", "ctr", "containerd-shim-runc-v2", "runc"],
         runtime: &Containerd { shim: Shim::Runc },
     },
+    LabPlatform {
+        name: "sriov",
+        net: 27,
+        binaries: &["qemu-system-x86_64"],
+        runtime: &sriov::Sriov,
+    },
 ];
-
-/// A platform this lab cannot start: what it needs, and why not.
-pub struct NotRunnable {
-    pub name: &'static str,
-    pub binaries: &'static [&'static str],
-    pub why: &'static str,
-    /// What is said instead when the hardware it needs is here after all.
-    pub present: Option<Present>,
-}
-
-/// Whether the hardware a platform needs is here, and what is said then.
-pub type Present = (fn() -> bool, &'static str);
-
-/// Platforms this lab cannot start, and how their absence is detected.
-pub const NOT_RUNNABLE: &[NotRunnable] = &[NotRunnable {
-    name: "sriov",
-    binaries: &[],
-    why: "needs an SR-IOV capable NIC (no /sys/class/net/*/device/sriov_totalvfs here) and vfio-pci",
-    present: Some((has_sriov_vf, "SR-IOV NIC present, but the lab does not configure VFs")),
-}];
-
-fn has_sriov_vf() -> bool {
-    fs::read_dir("/sys/class/net")
-        .map(|d| d.flatten().any(|e| e.path().join("device/sriov_totalvfs").exists()))
-        .unwrap_or(false)
-}
 
 pub fn which(binary: &str) -> bool {
     find_binary(binary, &["/usr/sbin", "/sbin"]).is_some()
@@ -259,25 +238,11 @@ pub(super) fn find_binary(binary: &str, also: &[&str]) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-pub(super) fn not_runnable(name: &str) -> Option<&'static NotRunnable> {
-    NOT_RUNNABLE.iter().find(|n| n.name == name)
-}
-
 pub(super) fn lab_platform(name: &str) -> Result<&'static LabPlatform> {
     if let Some(p) = RUNNABLE.iter().find(|p| p.name == name) {
         return Ok(p);
     }
-    if let Some(n) = not_runnable(name) {
-        return Err(Error::LabUnavailable {
-            platform: name.into(),
-            reason: availability(name).unwrap_or_else(|| n.why.to_string()),
-        });
-    }
-    let known: Vec<&str> = RUNNABLE
-        .iter()
-        .map(|p| p.name)
-        .chain(NOT_RUNNABLE.iter().map(|n| n.name))
-        .collect();
+    let known: Vec<&str> = RUNNABLE.iter().map(|p| p.name).collect();
     Err(Error::UnknownPlatform {
         name: name.into(),
         known: known.join(", "),
@@ -287,18 +252,10 @@ pub(super) fn lab_platform(name: &str) -> Result<&'static LabPlatform> {
 
 /// What is missing for a platform the lab cannot start (None if nothing is).
 pub fn availability(name: &str) -> Option<String> {
-    if let Some(p) = RUNNABLE.iter().find(|p| p.name == name) {
-        let missing: Vec<&str> = p.binaries.iter().copied().filter(|b| !which(b)).collect();
-        if !missing.is_empty() {
-            return Some(format!("missing {} (run scripts/setup.sh)", missing.join(", ")));
-        }
-        return p.runtime.missing();
+    let p = RUNNABLE.iter().find(|p| p.name == name)?;
+    let missing: Vec<&str> = p.binaries.iter().copied().filter(|b| !which(b)).collect();
+    if !missing.is_empty() {
+        return Some(format!("missing {} (run scripts/setup.sh)", missing.join(", ")));
     }
-    let n = not_runnable(name)?;
-    let missing: Vec<&str> = n.binaries.iter().copied().filter(|b| !which(b)).collect();
-    Some(match n.present {
-        Some((found, what)) if found() => format!("{}: {what}", n.why),
-        _ if missing.is_empty() => n.why.to_string(),
-        _ => format!("{}: {} not found", n.why, missing.join(", ")),
-    })
+    p.runtime.missing()
 }

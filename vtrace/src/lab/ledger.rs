@@ -11,7 +11,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{kinds::container_runtime, quiet};
+use super::{kinds::container_runtime, quiet, sriov};
 use crate::{
     Result,
     workload::netns::{NETNS_DIR, is_mount_point, netns_dir_unused},
@@ -50,6 +50,18 @@ pub enum Resource {
     /// /run/netns made a mount point by the first `ip netns add`: unmounted
     /// again once no named namespace is left in it.
     NetnsMount,
+    /// An address added to a host device the lab did not make (an SR-IOV PF).
+    Address {
+        dev: String,
+        addr: String,
+    },
+    /// The VFs of an SR-IOV PF as `up` found them: their count, and whether
+    /// new VFs were probed by the host's drivers.
+    SriovVfs {
+        pf: String,
+        numvfs: u32,
+        autoprobe: bool,
+    },
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -126,6 +138,10 @@ impl Ledger {
                 Resource::Netns { name } => {
                     quiet(&["ip", "netns", "del", name]);
                 }
+                Resource::Address { dev, addr } => {
+                    quiet(&["ip", "addr", "del", addr, "dev", dev]);
+                }
+                Resource::SriovVfs { pf, numvfs, autoprobe } => sriov::restore_vfs(pf, *numvfs, *autoprobe),
                 Resource::Dir { path } => {
                     // Runtimes leave mounts under their directories (runsc's null-netns).
                     let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
@@ -201,6 +217,13 @@ pub fn leftovers(ledger: &Ledger) -> Vec<String> {
             Resource::NetnsMount => {
                 (netns_dir_unused() && is_mount_point(NETNS_DIR)).then(|| format!("mount {NETNS_DIR}"))
             }
+            Resource::Address { dev, addr } => std::process::Command::new("ip")
+                .args(["-o", "addr", "show", "dev", dev])
+                .output()
+                .ok()
+                .filter(|o| String::from_utf8_lossy(&o.stdout).contains(&format!(" {addr} ")))
+                .map(|_| format!("address {addr} on {dev}")),
+            Resource::SriovVfs { pf, numvfs, .. } => sriov::vfs_left(pf, *numvfs),
         })
         .collect()
 }

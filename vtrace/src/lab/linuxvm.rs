@@ -26,7 +26,7 @@ pub(super) const LINUX_GUEST_PORTS: &[u16] = &[6379, 5201, super::HTTP_PORT];
 /// What the Linux guests run (with their shared libraries).
 const GUEST_BINARIES: &[&str] = &["busybox", "redis-server", "iperf3"];
 /// Bumped when the initramfs contents change.
-const INITRD_VERSION: &str = "4";
+const INITRD_VERSION: &str = "5";
 
 fn dir() -> PathBuf {
     Path::new(DATA_DIR).join("linuxvm")
@@ -200,7 +200,7 @@ pub(super) fn initramfs() -> Result<PathBuf> {
             super::rootfs::copy_into(&tree, &lib)?;
         }
     }
-    let insmods = install_modules(&tree, &modules, &["virtio_pci", "virtio_mmio", "virtio_net"])?;
+    let insmods = install_modules(&tree, &modules, &["virtio_pci", "virtio_mmio", "virtio_net", "igbvf"])?;
     let init = format!(
         "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nmount -t proc proc /proc\nmount -t sysfs sys /sys\n\
          mount -t devtmpfs dev /dev\n{insmods}\
@@ -321,57 +321,36 @@ fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
         path: run.display().to_string(),
     })?;
     fs::create_dir_all(&run).map_err(crate::error::io("create run dir"))?;
-    let pidfile = run.join("qemu.pid");
     let accel = accelerator();
-    let status = Command::new("qemu-system-x86_64")
-        .args([
-            "-name",
-            "vtrace-linuxvm,debug-threads=on",
-            "-machine",
-            "q35",
-            "-accel",
-            accel,
-            "-m",
-            "512",
-            "-smp",
-            "1",
-        ])
-        .args([
-            "-kernel",
-            &vmlinuz.display().to_string(),
-            "-initrd",
-            &initrd.display().to_string(),
-        ])
-        .args([
-            "-append",
-            &format!("console=ttyS0 quiet panic=-1 {}", address_arg(&guest_addr)),
-        ])
-        .args([
-            "-netdev",
-            &format!("tap,id=n0,ifname={TAP},script=no,downscript=no,vhost=off"),
-        ])
-        .args(["-device", "virtio-net-pci,netdev=n0"])
-        .args(["-display", "none", "-monitor", "none", "-no-reboot"])
-        .args(["-serial", &format!("file:{}", run.join("console.log").display())])
-        .args(["-daemonize", "-pidfile", &pidfile.display().to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(crate::error::io("start qemu-system-x86_64"))?;
-    let pid: Option<u32> = fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok());
-    if let Some(pid) = pid {
-        ledger.add(Resource::Process {
-            pid,
-            comm: "qemu-system-x86".into(),
-        })?;
-    }
-    if !status.success() || pid.is_none() {
-        return Err(Error::Io {
-            context: "qemu-system-x86_64".into(),
-            source: std::io::Error::other("did not start"),
-        });
-    }
+    let mut qemu = Command::new("qemu-system-x86_64");
+    qemu.args([
+        "-name",
+        "vtrace-linuxvm,debug-threads=on",
+        "-machine",
+        "q35",
+        "-accel",
+        accel,
+        "-m",
+        "512",
+        "-smp",
+        "1",
+    ])
+    .args([
+        "-kernel",
+        &vmlinuz.display().to_string(),
+        "-initrd",
+        &initrd.display().to_string(),
+    ])
+    .args([
+        "-append",
+        &format!("console=ttyS0 quiet panic=-1 {}", address_arg(&guest_addr)),
+    ])
+    .args([
+        "-netdev",
+        &format!("tap,id=n0,ifname={TAP},script=no,downscript=no,vhost=off"),
+    ])
+    .args(["-device", "virtio-net-pci,netdev=n0"]);
+    super::vms::start_daemon(qemu, &run, ledger).map_err(unavailable)?;
     ledger.note = format!(
         "accelerator: {accel}{}",
         if accel == "tcg" {

@@ -24,6 +24,7 @@ mod lwip;
 mod lxc;
 mod net;
 pub mod rootfs;
+mod sriov;
 mod vms;
 
 use std::{
@@ -33,13 +34,14 @@ use std::{
 };
 
 pub use self::{
-    kinds::{ContainerRuntime, LabPlatform, NOT_RUNNABLE, NotRunnable, RUNNABLE, Runtime, availability, which},
+    kinds::{ContainerRuntime, LabPlatform, RUNNABLE, Runtime, availability, which},
     ledger::{LEDGER_DIR, Ledger, Resource, leftovers},
     net::{address, ipv4_only, veth_netns, wait_listening},
+    sriov::SRIOV_PF_ENV,
     vms::{FIRECRACKER_ENV, HTTP_PORT, UNIKRAFT_IMAGE_ENV, kvm_cannot_boot_guests},
 };
 use self::{
-    kinds::{container_runtime, lab_platform, not_runnable},
+    kinds::{container_runtime, lab_platform},
     lock::PlatformLock,
 };
 use crate::{Error, Result};
@@ -152,9 +154,7 @@ pub fn up(name: &str) -> Result<Ledger> {
 /// False when nothing was up.
 pub fn down(name: &str) -> Result<bool> {
     crate::privileges::check_root()?;
-    if not_runnable(name).is_none() {
-        lab_platform(name)?; // an unknown name is an error, not "nothing was up"
-    }
+    lab_platform(name)?; // an unknown name is an error, not "nothing was up"
     let _lock = PlatformLock::take(name)?;
     down_locked(name)
 }
@@ -269,12 +269,6 @@ pub fn status() -> Vec<(String, String)> {
             },
         };
         out.push((p.name.to_string(), state));
-    }
-    for n in NOT_RUNNABLE {
-        out.push((
-            n.name.to_string(),
-            format!("not runnable here: {}", availability(n.name).unwrap_or_default()),
-        ));
     }
     out
 }

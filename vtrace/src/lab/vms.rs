@@ -115,6 +115,38 @@ pub struct Firecracker {
     pub tap: &'static str,
 }
 
+/// Starts `qemu` (its machine and devices given) as a daemon with its
+/// console in `run`/console.log, recording its process in the ledger; Err:
+/// why it did not start (its own words), or a ledger error.
+pub(super) fn start_daemon(mut qemu: Command, run: &Path, ledger: &mut Ledger) -> std::result::Result<(), String> {
+    let pidfile = run.join("qemu.pid");
+    let status = qemu
+        .args(["-display", "none", "-monitor", "none", "-no-reboot"])
+        .args(["-serial", &format!("file:{}", run.join("console.log").display())])
+        .args(["-daemonize", "-pidfile", &pidfile.display().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run qemu-system-x86_64: {e}"))?;
+    let pid: Option<u32> = fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok());
+    if let Some(pid) = pid {
+        ledger
+            .add(Resource::Process {
+                pid,
+                comm: "qemu-system-x86".into(),
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    if !status.status.success() || pid.is_none() {
+        return Err(format!(
+            "qemu-system-x86_64 did not start: {}",
+            String::from_utf8_lossy(&status.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn run_dir(ledger: &mut Ledger, platform: &str) -> Result<PathBuf> {
     let run = Path::new(DATA_DIR).join("run").join(platform);
     ledger.add(Resource::Dir {
@@ -142,7 +174,6 @@ impl Runtime for QemuKvm {
         };
         net::tap(ledger, p, self.tap, None)?;
         let run = run_dir(ledger, p.name)?;
-        let pidfile = run.join("qemu.pid");
         let mut qemu = Command::new("qemu-system-x86_64");
         qemu.args(["-name", &format!("vtrace-{},debug-threads=on", p.name)])
             .args(["-accel", "kvm", "-cpu", "host", "-smp", "1", "-m", memory])
@@ -152,38 +183,15 @@ impl Runtime for QemuKvm {
             qemu.arg("-initrd").arg(initrd);
         }
         let vhost = if self.vhost { "on" } else { "off" };
-        let status = qemu
-            .args(["-append", &append])
+        qemu.args(["-append", &append])
             .args([
                 "-netdev",
                 &format!("tap,id=n0,ifname={},script=no,downscript=no,vhost={vhost}", self.tap),
             ])
             // No option ROM: the guests boot from -kernel, not the network.
             .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
-            .args(["-display", "none", "-monitor", "none", "-nodefaults", "-no-reboot"])
-            .args(["-serial", &format!("file:{}", run.join("console.log").display())])
-            .args(["-daemonize", "-pidfile", &pidfile.display().to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .map_err(crate::error::io("start qemu-system-x86_64"))?;
-        let pid: Option<u32> = fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok());
-        if let Some(pid) = pid {
-            ledger.add(Resource::Process {
-                pid,
-                comm: "qemu-system-x86".into(),
-            })?;
-        }
-        if !status.status.success() || pid.is_none() {
-            return Err(unavailable(
-                p.name,
-                format!(
-                    "qemu-system-x86_64 did not start: {}",
-                    String::from_utf8_lossy(&status.stderr).trim()
-                ),
-            ));
-        }
+            .arg("-nodefaults");
+        start_daemon(qemu, &run, ledger).map_err(|why| unavailable(p.name, why))?;
         ledger.note = format!(
             "QEMU/KVM, virtio-net-pci on tap {}, vhost-net {vhost}; {}",
             self.tap,

@@ -119,6 +119,9 @@ pub trait Layer: Sync {
     fn thread_columns(&self, _rec: &Recording) -> Option<ThreadColumns> {
         None
     }
+    /// Its Prometheus series (`vtrace serve`), read from the tables it just
+    /// emitted: each a cumulative value per source (its `metrics.rs`).
+    fn metrics(&self, _tables: &TableSet, _out: &mut crate::exposition::Samples) {}
 }
 
 /// A counter of what a layer could not count.
@@ -204,7 +207,11 @@ pub trait Collector {
     fn attach(&mut self, _ebpf: &mut Ebpf) -> Result<Vec<ProbeStatus>> {
         Ok(Vec::new())
     }
-    /// Once its probes are attached, before the workload starts.
+    /// Once its probes are attached, before the workload starts: the
+    /// window's opening readings. Repeatable: the recorder takes every
+    /// layer's between two reads of the network devices' counters, again
+    /// while a packet moved or a layer's reading was unsteady
+    /// (record::edge).
     fn baseline(&mut self, _attached: &Attached) -> Result<()> {
         Ok(())
     }
@@ -217,23 +224,41 @@ pub trait Collector {
     fn settle(&self) -> std::time::Duration {
         std::time::Duration::ZERO
     }
-    /// Once the workload stopped, probes still attached: the last readings
-    /// (its final interval ends at its own clock read).
-    fn end(&mut self, ebpf: &Ebpf, end: &End) -> Result<()>;
+    /// Once the workload stopped, probes still attached, after the last
+    /// [`Collector::checkpoint`] (the window's closing readings, taken like
+    /// the baselines): what ends the session (a reader stopped, the final
+    /// interval closed at its own clock read).
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        Ok(())
+    }
     /// Then, with the recording's end time: readings that define the window
     /// (the CPU layer's final snapshot).
     fn close(&mut self, _end_mono: u64) -> Result<()> {
         Ok(())
     }
-    /// Mid-run, every checkpoint: bring the readings [`Collector::emit`]
-    /// uses up to now without ending anything, so that a killed vtrace
-    /// leaves this layer's tables as they stood (recording::journal). False
-    /// where its tables cannot be had before the end.
+    /// Mid-run, every checkpoint, and once at the end before
+    /// [`Collector::end`]: bring the readings [`Collector::emit`] uses up to
+    /// now without ending anything, so that a killed vtrace leaves this
+    /// layer's tables as they stood (recording::journal). Repeatable, like
+    /// the baselines. False where its tables cannot be had before the end.
     fn checkpoint(&mut self, _now: &End) -> Result<bool> {
         Ok(false)
     }
+    /// After its last reading (a baseline or a checkpoint): what moved in
+    /// its probes' state while it read (a frame taken between its reads of
+    /// two maps), so that the reading may not agree with itself. The
+    /// recorder reads again at the window's edges (record::edge).
+    fn unsteady(&self) -> Option<&'static str> {
+        None
+    }
     /// Facts other layers need (see [`Facts`]).
     fn facts(&self, _facts: &mut Facts) {}
+    /// `vtrace serve` (`RecordOptions::live`), right after an emit that was
+    /// read: drop the history kept for a recording (time series, threads
+    /// that exited), so that a session that never ends stays the same size.
+    fn forget(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Its tables, notes and loss counts ([`LayerOutput`]). Called at the
     /// end and, after [`Collector::checkpoint`], at each checkpoint.
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()>;

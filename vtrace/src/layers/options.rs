@@ -92,6 +92,11 @@ pub struct RecordOptions {
     /// recording either way); `vtrace bench` keeps it only.
     #[arg(skip = true)]
     pub pass_output: bool,
+    /// `vtrace serve`: a session read at every scrape that writes nothing
+    /// (no journal, no recording) and keeps no history: after each read its
+    /// collectors forget what it emitted ([`crate::layers::Collector::forget`]).
+    #[arg(skip)]
+    pub live: bool,
     /// Command to run and record; recording stops when it exits, and vtrace exits with its status.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -116,6 +121,7 @@ impl Default for RecordOptions {
             output: PathBuf::from("run.vtrace"),
             force: false,
             pass_output: true,
+            live: false,
             command: Vec::new(),
         }
     }
@@ -223,7 +229,7 @@ impl RecordOptions {
     /// --cgroup that does not exist, a --uprobe binary that is not there.
     pub(crate) fn check_selectors(&self) -> Result<()> {
         for pid in &self.pids {
-            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            if !crate::collectors::procfs::exists(*pid) {
                 return Err(Error::BadArgument(format!("--pid {pid}: no such process")));
             }
         }

@@ -103,7 +103,7 @@ impl Attribution {
 }
 
 /// A later sighting of `known` adds what had not appeared yet: processes,
-/// threads and devices (a VM's tap and vhost worker come after its VMM
+/// threads, devices and passed-through functions (a VM's tap and vhost worker come after its VMM
 /// starts); its variant is the later one's, which saw more (vhost in use).
 fn merge(known: &mut Instance, later: &Instance) {
     for p in &later.processes {
@@ -123,6 +123,11 @@ fn merge(known: &mut Instance, later: &Instance) {
             .any(|k| k.netns == d.netns && k.ifindex == d.ifindex)
         {
             known.devices.push(d.clone());
+        }
+    }
+    for d in &later.passthrough {
+        if !known.passthrough.iter().any(|k| k.pci == d.pci) {
+            known.passthrough.push(d.clone());
         }
     }
     known.variant = later.variant.clone();

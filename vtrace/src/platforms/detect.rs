@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{
     profile::{Profile, RoleRule, RootRule, any_glob, glob},
-    snapshot::{ProcInfo, SystemSnapshot},
+    snapshot::{ProcInfo, SystemSnapshot, VfioDevice},
 };
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -24,7 +24,7 @@ pub struct DeviceRole {
     pub ifindex: u32,
     pub netns: u64,
     pub kind: String,
-    /// tap, veth, veth-peer, bridge, vf.
+    /// tap, veth, veth-peer, bridge, vf, pf.
     pub role: String,
 }
 
@@ -39,6 +39,8 @@ pub struct Instance {
     pub processes: Vec<u32>,
     pub threads: Vec<ThreadRole>,
     pub devices: Vec<DeviceRole>,
+    /// The PCI functions its processes pass through (vfio): SR-IOV VFs.
+    pub passthrough: Vec<VfioDevice>,
 }
 
 impl Instance {
@@ -208,6 +210,12 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
                 _ => profile.name.clone(),
             };
             let devices = devices_of(snap, &procs, &by_pid);
+            let passthrough: Vec<VfioDevice> = snap
+                .vfio_devices
+                .iter()
+                .filter(|d| procs.iter().any(|p| by_pid[p].vfio_groups.contains(&d.group)))
+                .cloned()
+                .collect();
             instances.push(Instance {
                 id: format!("{}:{key}", profile.name),
                 platform: profile.name.clone(),
@@ -216,6 +224,7 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
                 processes: procs,
                 threads,
                 devices,
+                passthrough,
             });
         }
     }
@@ -237,7 +246,8 @@ fn arg_value(cmdline: &str, arg: &str) -> Option<String> {
 }
 
 /// Devices an instance owns: taps its processes opened, the host end of veth
-/// pairs into its network namespaces, and the bridges these are enslaved to.
+/// pairs into its network namespaces, the bridges these are enslaved to, and
+/// the PFs of the VFs it passes through.
 fn devices_of(snap: &SystemSnapshot, procs: &[u32], by_pid: &HashMap<u32, &ProcInfo>) -> Vec<DeviceRole> {
     let mut out: BTreeMap<(u64, u32), DeviceRole> = BTreeMap::new();
     let host = snap.host_netns;
@@ -260,8 +270,18 @@ fn devices_of(snap: &SystemSnapshot, procs: &[u32], by_pid: &HashMap<u32, &ProcI
         .map(|p| by_pid[p].netns)
         .filter(|&n| n != 0 && n != host)
         .collect();
+    // The PF of each VF they pass through: the instance's device on the host.
+    let pfs: HashSet<&str> = snap
+        .vfio_devices
+        .iter()
+        .filter(|d| procs.iter().any(|p| by_pid[p].vfio_groups.contains(&d.group)))
+        .filter_map(|d| d.pf.as_deref())
+        .collect();
     let mut masters = HashSet::new();
     for d in &snap.netdevs {
+        if d.netns == host && pfs.contains(d.name.as_str()) {
+            add(d, "pf");
+        }
         if taps.contains(&(d.netns, d.name.as_str())) || (d.netns == host && taps.contains(&(0, d.name.as_str()))) {
             add(d, "tap");
             masters.extend(d.master.clone());

@@ -39,6 +39,9 @@ pub struct ProcInfo {
     /// Holds a KVM vCPU fd (`anon_inode:kvm-vcpu:N`): runs a virtual machine.
     #[serde(default)]
     pub kvm_vcpus: bool,
+    /// IOMMU groups of its /dev/vfio/N fds: the devices it passes through.
+    #[serde(default)]
+    pub vfio_groups: Vec<u32>,
     /// Network namespace inode.
     #[serde(default)]
     pub netns: u64,
@@ -74,6 +77,72 @@ pub struct SystemSnapshot {
     /// Network namespace of the host (the reader's).
     #[serde(default)]
     pub host_netns: u64,
+    /// The PCI functions in the IOMMU groups processes hold (vfio).
+    #[serde(default)]
+    pub vfio_devices: Vec<VfioDevice>,
+}
+
+/// A PCI function a process holds through vfio, and where it is an SR-IOV
+/// VF, its PF's network device, its index there and its MAC.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VfioDevice {
+    pub group: u32,
+    /// `0000:00:12.0`.
+    pub pci: String,
+    #[serde(default)]
+    pub pf: Option<String>,
+    #[serde(default)]
+    pub vf_index: Option<u32>,
+    #[serde(default)]
+    pub mac: Option<String>,
+}
+
+/// The PCI functions of IOMMU group `group`, with what SR-IOV says of each.
+fn read_vfio_group(group: u32) -> Vec<VfioDevice> {
+    let devices = fs::read_dir(format!("/sys/kernel/iommu_groups/{group}/devices"));
+    let mut out: Vec<VfioDevice> = devices
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| {
+            let pci = e.file_name().to_string_lossy().into_owned();
+            let mut dev = VfioDevice {
+                group,
+                pci: pci.clone(),
+                ..Default::default()
+            };
+            let physfn = Path::new("/sys/bus/pci/devices").join(&pci).join("physfn");
+            if let Ok(pf_dir) = fs::canonicalize(&physfn) {
+                dev.pf = fs::read_dir(pf_dir.join("net"))
+                    .ok()
+                    .and_then(|mut d| d.next())
+                    .and_then(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned());
+                dev.vf_index = fs::read_dir(&pf_dir).into_iter().flatten().flatten().find_map(|e| {
+                    let index = e.file_name().to_str()?.strip_prefix("virtfn")?.parse().ok()?;
+                    (fs::read_link(e.path()).ok()?.file_name()?.to_str()? == pci).then_some(index)
+                });
+                if let (Some(pf), Some(index)) = (&dev.pf, dev.vf_index) {
+                    dev.mac = vf_mac(pf, index);
+                }
+            }
+            dev
+        })
+        .collect();
+    out.sort_by(|a, b| a.pci.cmp(&b.pci));
+    out
+}
+
+/// The MAC of VF `index` of `pf`, as `ip link show` lists it
+/// ("vf 0     link/ether 52:54:00:99:1b:02 ...").
+fn vf_mac(pf: &str, index: u32) -> Option<String> {
+    let out = Command::new("ip").args(["link", "show", "dev", pf]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().find_map(|l| {
+        let mut words = l.split_whitespace();
+        (words.next() == Some("vf") && words.next()?.parse::<u32>().ok()? == index)
+            .then(|| words.skip_while(|w| *w != "link/ether").nth(1).map(str::to_string))?
+    })
 }
 
 fn netns_of(pid: &str) -> u64 {
@@ -116,6 +185,7 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
     }
     threads.sort_by_key(|t| t.tid);
     let (mut tun_ifaces, mut tun_fds, mut vhost_fds, mut kvm_vcpus) = (Vec::new(), Vec::new(), false, false);
+    let mut vfio_groups = Vec::new();
     if let Ok(fds) = fs::read_dir(format!("{dir}/fd")) {
         for fd in fds.flatten() {
             let Ok(target) = fs::read_link(fd.path()) else { continue };
@@ -133,6 +203,8 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
                 vhost_fds = true;
             } else if target.starts_with("anon_inode:kvm-vcpu") {
                 kvm_vcpus = true;
+            } else if let Some(group) = target.strip_prefix("/dev/vfio/").and_then(|g| g.parse().ok()) {
+                vfio_groups.push(group);
             }
         }
     }
@@ -155,6 +227,7 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
         tun_fds,
         vhost_fds,
         kvm_vcpus,
+        vfio_groups,
         netns: netns_of(&pid.to_string()),
         cgroup,
     })
@@ -271,11 +344,15 @@ impl SystemSnapshot {
         processes.sort_by_key(|p| p.pid);
         let host_netns = netns_of("self");
         let netdevs = NetNamespaces::open().in_each(read_netdevs).concat();
+        let mut groups: Vec<u32> = processes.iter().flat_map(|p| p.vfio_groups.iter().copied()).collect();
+        groups.sort_unstable();
+        groups.dedup();
         SystemSnapshot {
             processes,
             netdevs,
             state_files: read_state_files(),
             host_netns,
+            vfio_devices: groups.into_iter().flat_map(read_vfio_group).collect(),
         }
     }
 }

@@ -7,7 +7,7 @@ use super::{emit_all, programs, self_usage};
 use crate::{
     Result,
     layers::{Collector, Emit, End},
-    recording::{self, Metadata, Overhead, Recording},
+    recording::{self, Metadata, Overhead, Recording, TableSet},
 };
 
 /// Writes the recording as it stands into the journal (see
@@ -21,23 +21,13 @@ pub(super) fn checkpoint(
     (start_mono, tick_mono, usage_at_start): (u64, u64, &Overhead),
     staging: &std::path::Path,
 ) -> Result<()> {
-    let now = End { system: parts.system };
-    let mut ready = Vec::with_capacity(collectors.len());
-    for c in collectors.iter_mut() {
-        ready.push(c.checkpoint(&now)?);
-    }
+    let Emitted {
+        tables,
+        overhead,
+        mut notes,
+        ready,
+    } = emit_now(collectors, ebpf, parts, usage_at_start)?;
     let mut meta = started.clone();
-    let usage = self_usage();
-    let mut overhead = Overhead {
-        vtrace_user_ns: usage.vtrace_user_ns.saturating_sub(usage_at_start.vtrace_user_ns),
-        vtrace_system_ns: usage.vtrace_system_ns.saturating_sub(usage_at_start.vtrace_system_ns),
-        vtrace_peak_rss_kib: usage.vtrace_peak_rss_kib,
-        ..Default::default()
-    };
-    let mut notes = Vec::new();
-    let ready_ones = collectors.iter().zip(&ready).filter(|(_, r)| **r).map(|(c, _)| c);
-    let mut tables = emit_all(ready_ones, parts, &mut overhead, &mut notes)?;
-    tables.put(programs::read(ebpf, parts.probes));
     let left_out: Vec<&str> = meta
         .layers
         .iter()
@@ -64,6 +54,49 @@ pub(super) fn checkpoint(
         read_notes: Vec::new(),
     };
     recording::journal::checkpoint(staging, &mut rec)
+}
+
+/// What every collector brought up to now emitted.
+pub(super) struct Emitted {
+    pub tables: TableSet,
+    /// vtrace's own CPU since the probes attached (the rest is filled at the end).
+    pub overhead: Overhead,
+    pub notes: Vec<String>,
+    /// Per collector, whether its tables could be had before the end.
+    pub ready: Vec<bool>,
+}
+
+/// Every collector's readings brought up to now (`Collector::checkpoint`)
+/// and the tables of those that could, with the programs' costs: what a
+/// checkpoint journals and a live session's read exports.
+pub(super) fn emit_now(
+    collectors: &mut [Box<dyn Collector>],
+    ebpf: &aya::Ebpf,
+    parts: &Emit,
+    usage_at_start: &Overhead,
+) -> Result<Emitted> {
+    let now = End { system: parts.system };
+    let mut ready = Vec::with_capacity(collectors.len());
+    for c in collectors.iter_mut() {
+        ready.push(c.checkpoint(&now)?);
+    }
+    let usage = self_usage();
+    let mut overhead = Overhead {
+        vtrace_user_ns: usage.vtrace_user_ns.saturating_sub(usage_at_start.vtrace_user_ns),
+        vtrace_system_ns: usage.vtrace_system_ns.saturating_sub(usage_at_start.vtrace_system_ns),
+        vtrace_peak_rss_kib: usage.vtrace_peak_rss_kib,
+        ..Default::default()
+    };
+    let mut notes = Vec::new();
+    let ready_ones = collectors.iter().zip(&ready).filter(|(_, r)| **r).map(|(c, _)| c);
+    let mut tables = emit_all(ready_ones, parts, &mut overhead, &mut notes)?;
+    tables.put(programs::read(ebpf, parts.probes));
+    Ok(Emitted {
+        tables,
+        overhead,
+        notes,
+        ready,
+    })
 }
 
 /// When the next checkpoint is due: every `every`, and never sooner than a

@@ -6,6 +6,7 @@
 //! the workload fails or the user interrupts. Nothing here knows a layer.
 
 mod checkpoint;
+mod edge;
 mod preflight;
 mod programs;
 mod recorder;
@@ -37,12 +38,47 @@ use crate::{
     workload::ops::Operations,
 };
 
+/// `vtrace serve` asks a live session ([`RecordOptions::live`]) for its
+/// readings: every layer read now, its tables emitted as for a recording.
+pub struct Scrape {
+    pub reply: tokio::sync::oneshot::Sender<Result<Scraped>>,
+}
+
+/// What one read of a live session gave.
+pub struct Scraped {
+    /// Every layer's tables, cumulative since the probes attached; threads
+    /// that exited since the last read are in them once more, then forgotten.
+    pub tables: TableSet,
+    /// The platform instances running now, each with its threads and devices.
+    pub instances: Vec<platforms::Instance>,
+    /// vtrace's own CPU since the probes attached, and the BPF programs' cost.
+    pub overhead: Overhead,
+    pub notes: Vec<String>,
+}
+
 #[derive(Debug)]
 pub struct RecordOutcome {
     pub path: PathBuf,
     /// The command's exit status as a shell reports it (128+signal when killed), 0 without a command.
     pub exit_code: i32,
     pub recording: Recording,
+}
+
+/// A live session for `vtrace serve`: probes attached until SIGINT/SIGTERM,
+/// read at each [`Scrape`] that `scrapes` brings; `attached` is told once
+/// they are. Writes nothing.
+pub fn live(
+    opts: &RecordOptions,
+    scrapes: tokio::sync::mpsc::Receiver<Scrape>,
+    attached: std::sync::mpsc::Sender<()>,
+) -> Result<()> {
+    let prepared = preflight(opts)?;
+    runtime()?.block_on(async {
+        let mut control = Control::command_line()?;
+        control.scrapes = Some(scrapes);
+        control.attached = Some(attached);
+        run(opts, prepared, control).await.map(|_| ())
+    })
 }
 
 /// Records until the command exits, the duration passes, or SIGINT/SIGTERM.
@@ -134,9 +170,7 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         probes.extend(c.attach(&mut ebpf)?);
     }
     let attached = Attached { probes: &probes };
-    for c in &mut collectors {
-        c.baseline(&attached)?;
-    }
+    notes.extend(edge::read_edge(&mut collectors, "start", |c| c.baseline(&attached))?);
     if let Some(tx) = control.attached.take() {
         let _ = tx.send(());
     }
@@ -186,7 +220,9 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         notes: notes.clone(),
         incomplete: None,
     };
-    recording::journal::start(slot.staging(), &meta)?;
+    if !opts.live {
+        recording::journal::start(slot.staging(), &meta)?;
+    }
     // Checkpoints see the platform's instances as they were at the start.
     let attribution_at_start = Attribution::new(profiles.clone(), vec![instances_at_start.clone()]);
     let mut checkpoints = Checkpoints::new(opts.checkpoint);
@@ -203,6 +239,16 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
             _ = async { tokio::time::sleep_until(deadline.unwrap()).await }, if deadline.is_some() => stop = Some(Stop::Duration),
             name = Signals::next(&mut control.signals) => stop = Some(Stop::Signal(name)),
             _ = async { control.stop.as_mut().unwrap().await }, if control.stop.is_some() => stop = Some(Stop::Requested),
+            scrape = async { control.scrapes.as_mut().unwrap().recv().await }, if control.scrapes.is_some() => {
+                match scrape {
+                    Some(s) => {
+                        let read = read_live(&mut collectors, &ebpf, &probes, opts, &caps, &profiles, &usage_at_start);
+                        let _ = s.reply.send(read);
+                    }
+                    // The exporter is gone: so is the session.
+                    None => stop = Some(Stop::Requested),
+                }
+            }
             _ = async { tokio::time::sleep_until(stats_close.unwrap()).await }, if stats_close.is_some() => {
                 stats.close();
             }
@@ -212,7 +258,10 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
                     c.tick(now)?;
                 }
                 stats.tick();
-                watch.tick();
+                // A live session looks for instances at each read instead.
+                if !opts.live {
+                    watch.tick();
+                }
                 if checkpoints.due() {
                     let parts = Emit {
                         opts,
@@ -234,6 +283,14 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
         }
     }
     let stop = stop.expect("the loop ends with a stop");
+    if opts.live {
+        // Nothing to write: the programs detach as `ebpf` drops.
+        return Ok(RecordOutcome {
+            path: PathBuf::new(),
+            exit_code: 0,
+            recording: Recording::default(),
+        });
+    }
     let bpf_stats_coverage = stats.finish();
     let exit_code = child.finish(&stop, &mut control.signals).await;
     let output = child.output(slot.staging()).await;
@@ -254,6 +311,9 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     // counters, and the platform's processes and threads started meanwhile.
     let system_at_end = SystemSnapshot::live();
     let end = End { system: &system_at_end };
+    notes.extend(edge::read_edge(&mut collectors, "end", |c| {
+        c.checkpoint(&end).map(drop)
+    })?);
     for c in &mut collectors {
         c.end(&ebpf, &end)?;
     }
@@ -358,6 +418,60 @@ async fn run(opts: &RecordOptions, prepared: Prepared, mut control: Control) -> 
     })
 }
 
+/// One read of a live session: every collector brought up to now, the
+/// instances running now, every layer's tables; then each collector forgets
+/// what it kept only for a recording.
+fn read_live(
+    collectors: &mut [Box<dyn Collector>],
+    ebpf: &aya::Ebpf,
+    probes: &[ProbeStatus],
+    opts: &RecordOptions,
+    caps: &Capabilities,
+    profiles: &[platforms::Profile],
+    usage_at_start: &Overhead,
+) -> Result<Scraped> {
+    let now = monotonic_ns();
+    for c in collectors.iter_mut() {
+        c.tick(now)?;
+    }
+    let system = SystemSnapshot::live();
+    let all = platforms::detect(profiles, &system);
+    // `host` (serve's default): every platform's instances.
+    let instances = if opts.platform == platforms::HOST {
+        all
+    } else {
+        platforms::select(profiles, all, &opts.platform, opts.instance.as_deref()).unwrap_or_default()
+    };
+    let attribution = Attribution::new(profiles.to_vec(), vec![instances.clone()]);
+    let parts = Emit {
+        opts,
+        caps,
+        system: &system,
+        attribution: &attribution,
+        probes,
+        workload: None,
+        own_threads: None,
+        facts: &Facts::default(),
+        tables: &TableSet::default(),
+        checkpoint: true,
+    };
+    let checkpoint::Emitted {
+        tables,
+        overhead,
+        notes,
+        ..
+    } = checkpoint::emit_now(collectors, ebpf, &parts, usage_at_start)?;
+    for c in collectors.iter_mut() {
+        c.forget()?;
+    }
+    Ok(Scraped {
+        tables,
+        instances,
+        overhead,
+        notes,
+    })
+}
+
 /// Every layer's tables and notes, in registry order: each sees the tables
 /// of those before it (the CPU layer's threads first) and the facts of all.
 /// `parts`: the context but for those two.
@@ -396,8 +510,21 @@ fn instance_notes(attribution: &Attribution) -> Vec<String> {
         .iter()
         .map(|i| {
             let devices: Vec<String> = i.devices.iter().map(|d| format!("{} ({})", d.name, d.role)).collect();
+            let passthrough: String = i
+                .passthrough
+                .iter()
+                .map(|d| match (&d.pf, d.vf_index) {
+                    (Some(pf), Some(vf)) => format!(
+                        "; passes through VF {} (vf {vf} of {pf}, MAC {}, IOMMU group {})",
+                        d.pci,
+                        d.mac.as_deref().unwrap_or("unknown"),
+                        d.group
+                    ),
+                    _ => format!("; passes through PCI {} (IOMMU group {})", d.pci, d.group),
+                })
+                .collect();
             format!(
-                "instance {} ({}): {} processes, {} threads, devices: {}",
+                "instance {} ({}): {} processes, {} threads, devices: {}{passthrough}",
                 i.id,
                 i.variant,
                 i.processes.len(),

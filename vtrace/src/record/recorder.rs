@@ -18,6 +18,8 @@ pub(super) struct Control {
     pub(super) signals: Option<Signals>,
     pub(super) stop: Option<tokio::sync::oneshot::Receiver<()>>,
     pub(super) attached: Option<std::sync::mpsc::Sender<()>>,
+    /// `vtrace serve`: the exporter's reads of a live session.
+    pub(super) scrapes: Option<tokio::sync::mpsc::Receiver<super::Scrape>>,
     /// Embedded: the name of the recorder's threads (see [`Emit::own_threads`]).
     pub(super) own_threads: Option<&'static str>,
 }
@@ -28,6 +30,7 @@ impl Control {
             signals: Some(Signals::install()?),
             stop: None,
             attached: None,
+            scrapes: None,
             own_threads: None,
         })
     }
@@ -70,6 +73,7 @@ impl Recorder {
                     signals: None,
                     stop: Some(stop_rx),
                     attached: Some(attached_tx),
+                    scrapes: None,
                     // Threads this one starts (the event reader) inherit its name.
                     own_threads,
                 };

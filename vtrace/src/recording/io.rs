@@ -112,7 +112,7 @@ fn remove_dead_stagings(parent: &Path, name: &str) {
         let Some(pid) = file_name.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        if Path::new(&format!("/proc/{pid}")).exists() {
+        if crate::collectors::procfs::exists(pid) {
             continue;
         }
         let path = entry.path();

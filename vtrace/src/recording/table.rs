@@ -23,6 +23,10 @@ pub trait StoredTable: Any + Send + Sync {
     fn frame(&self) -> PolarsResult<DataFrame>;
     /// Its rows as a JSON array.
     fn json(&self) -> serde_json::Value;
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     fn as_any(&self) -> &dyn Any;
 }
 
@@ -38,6 +42,9 @@ impl<T: Table> StoredTable for Vec<T> {
     }
     fn json(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("rows serialize")
+    }
+    fn len(&self) -> usize {
+        Vec::len(self)
     }
     fn as_any(&self) -> &dyn Any {
         self

@@ -34,8 +34,13 @@ pub fn header(rec: &Recording) -> Section {
         ));
         if let Some(ops) = rec.ops() {
             let rate = ops.per_second.map_or(String::new(), |r| format!(", {r:.0}/s"));
+            // Operations the workload itself counted as failed are not in the count: said beside it.
+            let failed = ops
+                .failed
+                .filter(|f| *f > 0.0)
+                .map_or(String::new(), |f| format!("; {f:.0} more failed"));
             second.push_str(&format!(
-                " | work: {:.0} {} ({}{rate})",
+                " | work: {:.0} {} ({}{rate}{failed})",
                 ops.count,
                 ops.units(),
                 ops.source

@@ -228,7 +228,9 @@ fn phases(
         .collect();
     let index = ThreadIndex::new(threads);
     for i in intervals {
-        let Some(t) = index.thread(i.tid) else { continue };
+        let Some(t) = index.interval_thread(i.tid, i.born_ns) else {
+            continue;
+        };
         let key = if t.instance == instance {
             t.role.as_str()
         } else if ROLES_LEFT_OUT.contains(&t.role.as_str()) {

@@ -13,7 +13,7 @@ use vtrace_common::{dev_key, hop};
 
 use crate::{
     layers::{
-        cpu::{IntervalRow, ThreadRow},
+        cpu::{IntervalRow, ThreadIndex, ThreadRow},
         kvm::KvmLatencyRow,
     },
     recording::Recording,
@@ -33,10 +33,17 @@ fn us(ns: u64) -> f64 {
 }
 
 pub fn render(rec: &Recording) -> String {
-    let threads: BTreeMap<u32, &ThreadRow> = rec.rows::<ThreadRow>().iter().map(|t| (t.tid, t)).collect();
-    let role_of = |tid: u32| {
-        threads
-            .get(&tid)
+    // A thread is its tid and its fork: a tid reused while recording is two.
+    let threads: BTreeMap<(u32, u64), &ThreadRow> = rec
+        .rows::<ThreadRow>()
+        .iter()
+        .map(|t| ((t.tid, t.born_ns), t))
+        .collect();
+    // By tid alone for intervals written before they carried the fork.
+    let index = ThreadIndex::new(rec.rows::<ThreadRow>());
+    let role_of = |tid: u32, born_ns: u64| {
+        index
+            .interval_thread(tid, born_ns)
             .map_or_else(|| "host/other".to_string(), |t| format!("{}/{}", t.platform, t.role))
     };
     let mut roles: Vec<String> = threads.values().map(|t| format!("{}/{}", t.platform, t.role)).collect();
@@ -58,7 +65,7 @@ pub fn render(rec: &Recording) -> String {
     // CPU ns per role, state and interval: a counter sample at each interval's start.
     let mut per_interval: BTreeMap<(String, u64), ([u64; 5], u64)> = BTreeMap::new();
     for r in rec.rows::<IntervalRow>() {
-        let e = per_interval.entry((role_of(r.tid), r.start_ns)).or_default();
+        let e = per_interval.entry((role_of(r.tid, r.born_ns), r.start_ns)).or_default();
         for (sum, v) in
             e.0.iter_mut()
                 .zip([r.user_ns, r.system_ns, r.softirq_ns, r.hardirq_ns, r.guest_ns])

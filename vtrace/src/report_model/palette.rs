@@ -75,8 +75,9 @@ pub(crate) const PLATFORM_COLORS: [(&str, RGBColor); 16] = [
     ("unikraft-virtio", RGBColor(0xdb, 0xdb, 0x8d)),
 ];
 
-/// The virtio path's stages (vtrace_common::path_stage::NAMES), each its
-/// own colour in every report: host -> guest warm, guest -> host cool.
+/// The data path's stages (vtrace_common::path_stage::NAMES), each its
+/// own colour in every report: host -> guest warm, guest -> host cool,
+/// passthrough (pt) apart.
 pub(crate) const STAGE_COLORS: [(&str, RGBColor); vtrace_common::path_stage::COUNT] = [
     ("rx_tap_queue", RGBColor(0xff, 0x7f, 0x0e)),
     ("rx_signal", RGBColor(0xd6, 0x27, 0x28)),
@@ -85,6 +86,10 @@ pub(crate) const STAGE_COLORS: [(&str, RGBColor); vtrace_common::path_stage::COU
     ("tx_kick", RGBColor(0x1f, 0x77, 0xb4)),
     ("tx_serve", RGBColor(0x17, 0xbe, 0xcf)),
     ("tx_tap", RGBColor(0x2c, 0xa0, 0x2c)),
+    ("pt_signal", RGBColor(0x94, 0x67, 0xbd)),
+    ("pt_inject", RGBColor(0xbc, 0xbd, 0x22)),
+    ("pt_entry", RGBColor(0x39, 0x3b, 0x79)),
+    ("pt_hardirq", RGBColor(0x7f, 0x7f, 0x7f)),
 ];
 
 /// The colour of a state, role ("platform/role" too) or platform; any other

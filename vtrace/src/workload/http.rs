@@ -5,9 +5,13 @@
 //! is what `ops` reads.
 
 use std::{
-    io::{Read, Write},
+    collections::BTreeMap,
+    io::{ErrorKind, Read, Write},
     net::{SocketAddr, TcpStream},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -21,66 +25,105 @@ pub struct HttpLoad {
     pub ok: u64,
     /// Requests that failed (connection error, timeout, other status).
     pub failed: u64,
+    /// The failures by what went wrong, e.g. "no reply in 5s": 2.
+    pub why: BTreeMap<String, u64>,
     pub elapsed: Duration,
 }
 
 impl HttpLoad {
-    /// `vtrace http-load: 200 requests completed in 1.234 seconds (200 ok, 0 failed)`.
+    /// `vtrace http-load: 200 requests completed in 1.234 seconds (198 ok, 2 failed: 2 no reply in 5s)`.
     pub fn summary(&self) -> String {
+        let why: Vec<String> = self.why.iter().map(|(what, n)| format!("{n} {what}")).collect();
         format!(
-            "{SUMMARY} {} requests completed in {:.3} seconds ({} ok, {} failed)",
+            "{SUMMARY} {} requests completed in {:.3} seconds ({} ok, {} failed{})",
             self.ok + self.failed,
             self.elapsed.as_secs_f64(),
             self.ok,
-            self.failed
+            self.failed,
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", why.join(", "))
+            }
         )
     }
 }
 
-/// One GET; true when the status line says 2xx.
-fn get(addr: SocketAddr, timeout: Duration) -> bool {
-    let attempt = || -> std::io::Result<bool> {
-        let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-        s.set_read_timeout(Some(timeout))?;
-        s.write_all(format!("GET / HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())?;
-        let mut reply = Vec::new();
-        s.read_to_end(&mut reply)?;
-        Ok(reply.starts_with(b"HTTP/1.") && reply.get(9) == Some(&b'2'))
-    };
-    attempt().unwrap_or(false)
+/// What went wrong at one step of a GET, e.g. "reply: nothing in 5s".
+fn failure(step: &str, e: std::io::Error, timeout: Duration) -> String {
+    match e.kind() {
+        ErrorKind::TimedOut | ErrorKind::WouldBlock => {
+            format!("{step}: nothing in {}", humantime::format_duration(timeout))
+        }
+        kind => format!("{step}: {kind}"),
+    }
+}
+
+/// One GET: Ok when the status line says 2xx, else what went wrong.
+fn get(addr: SocketAddr, timeout: Duration) -> Result<(), String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| failure("connect", e, timeout))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| failure("connect", e, timeout))?;
+    s.write_all(format!("GET / HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .map_err(|e| failure("send", e, timeout))?;
+    let mut reply = Vec::new();
+    if let Err(e) = s.read_to_end(&mut reply) {
+        // Whether any of the reply came says which side stalled.
+        return Err(failure(
+            if reply.is_empty() { "reply" } else { "reply's end" },
+            e,
+            timeout,
+        ));
+    }
+    if reply.starts_with(b"HTTP/1.") && reply.get(9) == Some(&b'2') {
+        Ok(())
+    } else if reply.is_empty() {
+        Err("reply: closed with no answer".into())
+    } else {
+        let status = String::from_utf8_lossy(&reply[..reply.len().min(12)]).into_owned();
+        Err(format!("reply: status {status:?}"))
+    }
 }
 
 /// Sends `requests` GETs to `addr`, `concurrency` at a time.
 pub fn run(addr: SocketAddr, requests: u64, concurrency: u32, timeout: Duration) -> HttpLoad {
     let next = AtomicU64::new(0);
     let ok = AtomicU64::new(0);
-    let failed = AtomicU64::new(0);
+    let why = Mutex::new(BTreeMap::<String, u64>::new());
     let start = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..concurrency.max(1) {
             s.spawn(|| {
                 while next.fetch_add(1, Ordering::Relaxed) < requests {
-                    let counter = if get(addr, timeout) { &ok } else { &failed };
-                    counter.fetch_add(1, Ordering::Relaxed);
+                    match get(addr, timeout) {
+                        Ok(()) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(what) => *why.lock().unwrap().entry(what).or_default() += 1,
+                    }
                 }
             });
         }
     });
+    let why = why.into_inner().unwrap();
     HttpLoad {
         ok: ok.into_inner(),
-        failed: failed.into_inner(),
+        failed: why.values().sum(),
+        why,
         elapsed: start.elapsed(),
     }
 }
 
-/// The answered requests of a summary line in `output`, and their seconds.
-pub fn parse(output: &str) -> Option<(f64, f64)> {
+/// The answered and failed requests of a summary line in `output`, and their seconds.
+pub fn parse(output: &str) -> Option<(f64, f64, f64)> {
     let line = output.lines().find_map(|l| l.trim().strip_prefix(SUMMARY))?;
-    let (_, ok) = line.split_once('(')?;
-    let ok: f64 = ok.split_whitespace().next()?.parse().ok()?;
+    let (_, counts) = line.split_once('(')?;
+    let mut words = counts.split_whitespace();
+    let ok: f64 = words.next()?.parse().ok()?;
+    let failed: f64 = words.nth(1)?.parse().ok()?;
     let (_, rest) = line.split_once(" completed in ")?;
     let seconds: f64 = rest.split_whitespace().next()?.parse().ok()?;
-    Some((ok, seconds))
+    Some((ok, failed, seconds))
 }
 
 #[cfg(test)]
@@ -102,10 +145,27 @@ mod tests {
         let load = run(addr, 20, 2, Duration::from_secs(5));
         server.join().unwrap();
         assert_eq!((load.ok, load.failed), (20, 0));
-        assert_eq!(parse(&load.summary()).map(|(n, _)| n), Some(20.0));
+        assert_eq!(
+            parse(&load.summary()).map(|(n, failed, _)| (n, failed)),
+            Some((20.0, 0.0))
+        );
         // Nothing listens there any more: every request fails, and is said.
         let refused = run(addr, 3, 1, Duration::from_secs(1));
         assert_eq!((refused.ok, refused.failed), (0, 3));
-        assert_eq!(parse(&refused.summary()).map(|(n, _)| n), Some(0.0));
+        assert_eq!(
+            refused.why.get("connect: connection refused"),
+            Some(&3),
+            "{:?}",
+            refused.why
+        );
+        assert!(
+            refused
+                .summary()
+                .ends_with("(0 ok, 3 failed: 3 connect: connection refused)")
+        );
+        assert_eq!(
+            parse(&refused.summary()).map(|(n, failed, _)| (n, failed)),
+            Some((0.0, 3.0))
+        );
     }
 }

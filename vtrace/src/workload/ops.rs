@@ -18,6 +18,10 @@ pub struct Operations {
     /// Operations per second as the workload itself measured them, when it says.
     #[serde(default)]
     pub per_second: Option<f64>,
+    /// Operations the workload itself counted as failed (not in `count`),
+    /// where it says: http-load's requests that got no answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<f64>,
 }
 
 impl Operations {
@@ -28,6 +32,7 @@ impl Operations {
             unit: "op".into(),
             source: "--ops".into(),
             per_second: None,
+            failed: None,
         }
     }
 
@@ -82,6 +87,7 @@ fn redis_benchmark(command: &[String], output: &str) -> Option<Operations> {
             unit: "request".into(),
             source: "redis-benchmark".into(),
             per_second: (seconds > 0.0).then(|| count / seconds),
+            failed: None,
         });
     }
     // -q: `SET: 81234.00 requests per second, p50=0.303 msec`; --csv:
@@ -111,17 +117,19 @@ fn redis_benchmark(command: &[String], output: &str) -> Option<Operations> {
         unit: "request".into(),
         source: "redis-benchmark".into(),
         per_second: (seconds > 0.0).then(|| count / seconds),
+        failed: None,
     })
 }
 
-/// `vtrace http-load`: the requests answered.
+/// `vtrace http-load`: the requests answered, and those that were not.
 fn http_load(output: &str) -> Option<Operations> {
-    let (count, seconds) = super::http::parse(output)?;
+    let (count, failed, seconds) = super::http::parse(output)?;
     Some(Operations {
         count,
         unit: "request".into(),
         source: "http-load".into(),
         per_second: (seconds > 0.0).then(|| count / seconds),
+        failed: Some(failed),
     })
 }
 
@@ -156,6 +164,7 @@ fn mib(bytes: f64, seconds: f64) -> Operations {
         unit: "MiB".into(),
         source: "iperf3".into(),
         per_second: (seconds > 0.0).then(|| count / seconds),
+        failed: None,
     }
 }
 
@@ -181,6 +190,7 @@ fn fio(output: &str) -> Option<Operations> {
             unit: "I/O".into(),
             source: "fio".into(),
             per_second: Some(jobs.iter().map(|j| j.iops).sum()),
+            failed: None,
         });
     }
     let mut count = 0.0;
@@ -199,6 +209,7 @@ fn fio(output: &str) -> Option<Operations> {
         unit: "I/O".into(),
         source: "fio".into(),
         per_second: (iops > 0.0).then_some(iops),
+        failed: None,
     })
 }
 
@@ -221,6 +232,7 @@ fn modules(output: &str) -> Option<Operations> {
         unit: "module".into(),
         source: "node".into(),
         per_second: (rate > 0.0).then_some(rate),
+        failed: None,
     })
 }
 
@@ -254,6 +266,7 @@ fn ping(output: &str) -> Option<Operations> {
         unit: "reply".into(),
         source: "ping".into(),
         per_second: ms.filter(|ms| *ms > 0.0).map(|ms| received / (ms / 1e3)),
+        failed: None,
     })
 }
 

@@ -108,6 +108,11 @@ pub fn sections(root: &Path, m: &Matrix, cells: &[CellSummary]) -> Vec<Section> 
             .into(),
     ];
     lines.extend(failed.iter().map(|f| format!("failed: {f}")));
+    lines.extend(cells.iter().flat_map(|c| {
+        c.workload_failures
+            .iter()
+            .map(move |f| format!("recorded with failures: {} {}: {f}", c.platform, label(c)))
+    }));
     head.lines(lines);
     head.json(
         "bench",

@@ -65,6 +65,47 @@ impl WorkloadSection for Ping {
             }
         }
         s.table(t);
+        // Where each reply's time went: the path's stages (virtio:
+        // vhost-net's queue and signal; SR-IOV: the VF interrupt's
+        // delivery and the vCPU's wake-up) and who waited for a CPU.
+        let stages: Vec<String> = vtrace_common::path_stage::NAMES
+            .iter()
+            .filter(|st| cells.iter().any(|c| c.path_stage_mean_us.iter().any(|(n, _)| n == *st)))
+            .map(|st| st.to_string())
+            .collect();
+        if !stages.is_empty() {
+            let mut cols = vec![left("platform", 17), left("parameter", 24), col("rtt mean", 10)];
+            cols.extend(stages.iter().map(|st| col(st.clone(), 11)));
+            cols.push(left("run-queue wait per reply (µs), by role", 40).gap(2));
+            let mut t = Table::new(
+                "Where the replies' time went: each data path stage's mean (µs; the path layer) and the \
+                 run-queue wait per reply by role (the runq layer)",
+                cols,
+            );
+            for c in cells.iter().filter(|c| c.rtt_us.is_some()) {
+                let mut row = vec![
+                    c.platform.clone(),
+                    label(c),
+                    format!("{:.1}", c.rtt_us.map_or(0.0, |r| r.mean)),
+                ];
+                row.extend(stages.iter().map(|st| {
+                    c.path_stage_mean_us
+                        .iter()
+                        .find(|(n, _)| n == st)
+                        .map_or("-".to_string(), |(_, us)| format!("{us:.1}"))
+                }));
+                row.push(
+                    c.runq_ns_per_op
+                        .iter()
+                        .take(3)
+                        .map(|(role, ns)| format!("{role} {:.1}", ns / 1e3))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                );
+                t.row(row);
+            }
+            s.table(t);
+        }
         s.figure(Figure {
             title: "Round-trip time by platform (bars: p50; whiskers: p50..p99)".into(),
             value_label: "round-trip time (µs)".into(),

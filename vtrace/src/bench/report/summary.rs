@@ -55,6 +55,9 @@ pub struct CellSummary {
     pub neighbour: bool,
     pub runs: usize,
     pub errors: Vec<String>,
+    /// Recorded runs whose workload counted some operations failed (a
+    /// server that let requests go unanswered): what it said.
+    pub workload_failures: Vec<String>,
     /// What one operation is (request, MiB, reply).
     pub unit: Option<String>,
     /// Operations per second as the workload measured them.
@@ -68,6 +71,9 @@ pub struct CellSummary {
     /// Run-queue wait per operation by role (ns; the run-queue layer's,
     /// stressors and vtrace left out), largest first; empty without it.
     pub runq_ns_per_op: Vec<(String, f64)>,
+    /// The data path's stages (the path layer's, when recorded): mean µs
+    /// of each, the instance's processes pooled, in path order.
+    pub path_stage_mean_us: Vec<(String, f64)>,
     /// fio cells: the victim's latency as fio measured it, and who else
     /// had requests on its disk meanwhile.
     pub victim: Option<Victim>,
@@ -99,6 +105,26 @@ pub struct Rtt {
     pub max: f64,
 }
 
+/// Each data path stage's mean over the cell's runs (path_sum_ns over
+/// path_events), in path order.
+fn path_stages(subject: &Subject) -> Vec<(String, f64)> {
+    vtrace_common::path_stage::NAMES
+        .iter()
+        .filter_map(|stage| {
+            let total = |key: &str| -> f64 {
+                subject
+                    .metrics
+                    .iter()
+                    .filter(|((k, dims), _)| k == key && dims.iter().any(|(d, v)| d == "stage" && v == stage))
+                    .map(|(_, v)| v.value)
+                    .sum()
+            };
+            let events = total("path_events");
+            (events > 0.0).then(|| (stage.to_string(), total("path_sum_ns") / events / 1e3))
+        })
+        .collect()
+}
+
 /// Reads every cell of the bench under `root`.
 pub fn summarize(root: &Path) -> Result<(Matrix, Vec<CellSummary>)> {
     let m = Matrix::load(root)?;
@@ -113,16 +139,39 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
     let dir = cell.dir(root);
     let mut recs = Vec::new();
     let mut outputs = Vec::new();
+    let mut reps = Vec::new();
     let mut errors = Vec::new();
     for rep in 1..=m.repeat {
         let path = run_path(&dir, rep);
         if path.join(recording::META).is_file() {
+            reps.push(rep);
             outputs.push(std::fs::read_to_string(path.join("workload.out")).unwrap_or_default());
             recs.push(crate::layers::read(&path)?);
         } else if let Ok(why) = std::fs::read_to_string(error_path(&dir, rep)) {
             errors.push(format!("rep {rep}: {}", why.trim()));
         }
     }
+    let workload_failures: Vec<String> = recs
+        .iter()
+        .zip(outputs.iter().zip(&reps))
+        .filter_map(|(r, (out, rep))| {
+            let ops = r.ops()?;
+            let failed = ops.failed.filter(|f| *f > 0.0)?;
+            // What the workload said of them, e.g. "2 connect: nothing in 5s".
+            let why = out
+                .lines()
+                .find_map(|l| {
+                    l.split_once(" failed: ")
+                        .map(|(_, why)| why.trim_end_matches(')').to_string())
+                })
+                .unwrap_or_default();
+            Some(format!(
+                "rep {rep}: {failed} of {} {} failed ({why})",
+                failed + ops.count,
+                ops.units()
+            ))
+        })
+        .collect();
     let subject = Subject::of(cell.name(), &recs);
     let rates: Vec<f64> = recs.iter().filter_map(|r| r.ops()?.per_second).collect();
     let per_op = |id: &MetricId| subject.metrics.get(id).and_then(|v| v.per_op).unwrap_or(0.0);
@@ -173,6 +222,7 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
         neighbour: cell.neighbour,
         runs: recs.len(),
         errors,
+        workload_failures,
         unit: subject.ops.as_ref().map(|o| o.unit.clone()),
         ops_per_s: Spread::of(&rates),
         // + 0.0: an empty sum is -0.0.
@@ -181,6 +231,7 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
         hops,
         rtt_us: None,
         runq_ns_per_op: by_role("runq_delay_ns"),
+        path_stage_mean_us: path_stages(&subject),
         file_calls_per_op: Vec::new(),
         victim: None,
     };

@@ -5,6 +5,7 @@
 //! counters over the same window (vtrace-ebpf/src/block.rs).
 
 pub mod collector;
+pub mod metrics;
 pub mod probes;
 pub mod summary;
 pub mod tables;
@@ -40,6 +41,8 @@ impl Layer for BlockLayer {
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
         o.request_cmd_flags = k.member("request", "cmd_flags");
         o.request_part = k.member("request", "part");
+        o.request_data_len = k.member("request", "__data_len");
+        o.request_start_time_ns = k.member("request", "start_time_ns");
         o.bdev_dev = k.member("block_device", "bd_dev");
     }
     fn tables(&self) -> Vec<TableKind> {
@@ -50,13 +53,22 @@ impl Layer for BlockLayer {
         ]
     }
     fn losses(&self) -> &'static [super::Loss] {
-        &[super::Loss {
-            key: "block.unpaired",
-            meaning: "block completions not counted: the request was inserted before the layer started, or a block map was full",
-        }]
+        &[
+            super::Loss {
+                key: "block.unpaired",
+                meaning: "block completions not counted: the request was inserted before the layer started, or a block map was full",
+            },
+            super::Loss {
+                key: "block.unseen_completions",
+                meaning: "block requests whose completion no program saw (the kernel runs none in some contexts): counted, with their bytes, when a later request took their address or their device had nothing in flight, but without their queue and device times",
+            },
+        ]
     }
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
+    }
+    fn metrics(&self, tables: &crate::recording::TableSet, out: &mut crate::exposition::Samples) {
+        metrics::metrics(tables, out);
     }
     fn start(&self, ebpf: &mut Ebpf, _setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         Ok(Box::new(BlockRecorder {
@@ -87,15 +99,19 @@ impl Collector for BlockRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
-        self.checkpoint(end).map(drop)
-    }
-
     fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        self.maps.note_ended();
         self.end = self.maps.snapshot()?;
         self.devices_end = collector::device_stats();
         self.inflight_peaks = self.maps.inflight_peaks();
         Ok(true)
+    }
+
+    fn forget(&mut self) -> Result<()> {
+        for k in self.maps.forget_ended() {
+            self.start.remove(&k);
+        }
+        Ok(())
     }
 
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
@@ -108,6 +124,7 @@ impl Collector for BlockRecorder {
             ctx.tables.rows::<ThreadRow>(),
         );
         out.losses.push(("block.unpaired", self.maps.drops()));
+        out.losses.push(("block.unseen_completions", self.maps.unseen()));
         out.tables.put(rows);
         out.tables.put(hists);
         out.tables.put(devices);

@@ -30,6 +30,10 @@ pub const BLOCK: &[ProbeSpec] = &[
     block_probe!("block_rq_insert", "request enters the I/O scheduler: queue time starts"),
     block_probe!("block_rq_issue", "request sent to the driver: device time starts"),
     block_probe!(
+        "block_rq_requeue",
+        "the driver gave the request back: its next insert (a kworker's) stays its submitter's"
+    ),
+    block_probe!(
         "block_rq_complete",
         "request done: counted per device, operation and cgroup"
     ),

@@ -97,6 +97,8 @@ pub struct IrqTime {
     pub name: String,
     pub ns: u64,
     pub count: u64,
+    /// The instance whose passed-through device raised it (empty: none).
+    pub instance: String,
 }
 
 #[derive(Clone, Debug)]
@@ -198,6 +200,7 @@ impl CpuBreakdown {
                 name: r.name.clone(),
                 ns: 0,
                 count: 0,
+                instance: r.instance.clone(),
             });
             e.ns += r.ns;
             e.count += r.count;

@@ -12,10 +12,11 @@ use std::collections::{BTreeMap, HashMap as StdHashMap, HashSet};
 
 use aya::{
     Ebpf,
-    maps::{HashMap, MapData, PerCpuArray},
+    maps::{Array, HashMap, MapData, PerCpuArray},
 };
 use vtrace_common::{
-    CpuState, IRQ_SLOTS, IrqStat, NO_SOFTIRQ, OVERFLOW_TID, THREAD_SLOTS, ThreadSlot, ThreadTimes, state, thread_flag,
+    CpuState, IRQ_DEVICE_SLOTS, IRQ_NAME_LEN, IRQ_SLOTS, IrqStat, NO_SOFTIRQ, OVERFLOW_TID, THREAD_SLOTS, ThreadSlot,
+    ThreadTimes, state, thread_flag, thread_slot,
 };
 
 use super::ticks::{cpu_user_system_ticks, split_by_ticks, split_cpus_by_ticks};
@@ -33,6 +34,8 @@ pub struct CpuSnapshot {
     pub cpus: Vec<CpuState>,
     /// Per CPU, per IRQ slot.
     pub irqs: Vec<Vec<IrqStat>>,
+    /// Device IRQ names as their handlers ran (kept for IRQs freed since).
+    pub irq_names: BTreeMap<u32, String>,
 }
 
 /// How each thread's process-context time is split into user and system
@@ -64,6 +67,7 @@ pub struct CpuCollector {
     thread_slots: PerCpuArray<MapData, ThreadSlot>,
     cpu_state: PerCpuArray<MapData, CpuState>,
     irqs: PerCpuArray<MapData, IrqStat>,
+    irq_names: Array<MapData, [u8; IRQ_NAME_LEN]>,
     /// Totals of exited threads removed from the kernel map to keep it small.
     retired: Vec<(u32, ThreadTimes)>,
     /// Exited threads seen in the previous snapshot: removed at the next one,
@@ -91,6 +95,7 @@ impl CpuCollector {
             thread_slots: take(ebpf, "THREAD_SLOT_TIMES")?,
             cpu_state: take(ebpf, "CPU_STATE")?,
             irqs: take(ebpf, "IRQS")?,
+            irq_names: take(ebpf, "IRQ_NAMES")?,
             retired: Vec::new(),
             exited_last_time: HashSet::new(),
             split,
@@ -100,7 +105,14 @@ impl CpuCollector {
 
     /// Reads the maps. With `gc`, threads that exited before the previous
     /// snapshot are moved out of the kernel map into `retired`.
+    ///
+    /// The CPUs' states are read first, the threads' entries after, the
+    /// states again last: time a CPU held that a switch flushed into an
+    /// entry during the read is not added again (see [`flushed_during_read`]). (Read the other way round, slots
+    /// after states, a busy loop's slice counted twice whenever its CPU
+    /// switched during the read: 0.96 s of one busy loop in a 0.91 s window.)
     pub fn snapshot(&mut self, now_ns: u64, gc: bool) -> Result<CpuSnapshot> {
+        let per_cpu = self.cpu_state.get(&0, 0).map_err(map_err)?;
         let mut live: BTreeMap<u32, ThreadTimes> = BTreeMap::new();
         for entry in self.threads.iter() {
             let (tid, t) = entry.map_err(map_err)?;
@@ -123,11 +135,15 @@ impl CpuCollector {
             }
             self.exited_last_time = exited_now;
         }
+        let slots = self.read_slots()?;
+        let after_read = self.cpu_state.get(&0, 0).map_err(map_err)?;
 
-        let per_cpu = self.cpu_state.get(&0, 0).map_err(map_err)?;
         let mut cpus = Vec::with_capacity(per_cpu.len());
-        for st in per_cpu.iter() {
+        for (cpu, st) in per_cpu.iter().enumerate() {
             let mut st = *st;
+            let pending_flushed = after_read
+                .get(cpu)
+                .is_some_and(|later| flushed_during_read(&st, later, live.get(&st.tid), slots.get(cpu)));
             charge_pending(&mut st, now_ns, self.split);
             // A thread that exited is not running, whatever the CPU's state
             // says (its switch-out can go unreported on some kernels): its
@@ -147,7 +163,7 @@ impl CpuCollector {
                 // The idle task is in the root cgroup (cgroup v2: id 1).
                 idle.cgroup_id = 1;
             }
-            if st.initialized != 0 && !exited {
+            if st.initialized != 0 && !exited && !pending_flushed {
                 let t = live.entry(st.tid).or_default();
                 for s in 0..state::REPORTED {
                     t.ns[s] += st.acc[s];
@@ -168,9 +184,16 @@ impl CpuCollector {
                 }
             }
         }
+        let irq_names = (0..IRQ_DEVICE_SLOTS)
+            .filter_map(|slot| {
+                let raw = self.irq_names.get(&slot, 0).ok()?;
+                let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+                (end > 0).then(|| (slot, String::from_utf8_lossy(&raw[..end]).into_owned()))
+            })
+            .collect();
         let mut threads: Vec<(u32, ThreadTimes)> = self.retired.clone();
         threads.extend(live);
-        self.add_slots(&mut threads)?;
+        merge_slots(&mut threads, slots.iter().flatten().filter(|s| s.tid != 0));
         threads.retain(|(_, t)| t.ns.iter().any(|&n| n > 0) || t.unsplit_ns > 0 || t.switches > 0);
         if self.split == CpuSplit::Ticks {
             split_by_ticks(&mut threads);
@@ -180,26 +203,87 @@ impl CpuCollector {
             threads,
             cpus,
             irqs,
+            irq_names,
         })
     }
 }
 
 impl CpuCollector {
-    /// Adds the per-CPU thread slots to the threads.
-    fn add_slots(&self, threads: &mut Vec<(u32, ThreadTimes)>) -> Result<()> {
-        let mut slots = Vec::new();
-        for index in 0..THREAD_SLOTS {
-            let per_cpu = self.thread_slots.get(&index, 0).map_err(map_err)?;
-            slots.extend(per_cpu.iter().filter(|s| s.tid != 0).copied());
+    /// Drops the totals of threads that exited (`vtrace serve`, once a
+    /// snapshot that held them was read): their kernel entries are gone already.
+    /// Their per-CPU slots (`--cpu-split ticks`) are freed too: a slot is
+    /// its thread's until cleared, and the slots of ended threads came back
+    /// at every read as threads of their own, up to one per slot index (a
+    /// process a second added 1 MiB a minute to `vtrace serve`). A thread
+    /// that takes a free slot in the microseconds between this read and
+    /// write loses that slot's time so far.
+    pub fn forget_retired(&mut self) -> Result<()> {
+        let ended: HashSet<u32> = self.retired.iter().map(|(tid, _)| *tid).collect();
+        self.retired.clear();
+        let indexes: std::collections::BTreeSet<u32> = ended.iter().map(|&tid| thread_slot(tid)).collect();
+        for index in indexes {
+            let mut slots = self.thread_slots.get(&index, 0).map_err(map_err)?.to_vec();
+            let mut freed = false;
+            for slot in slots.iter_mut().filter(|s| s.tid != 0 && ended.contains(&s.tid)) {
+                slot.tid = 0;
+                slot.start_time = 0;
+                freed = true;
+            }
+            if freed {
+                let values = aya::maps::PerCpuValues::try_from(slots).map_err(map_err)?;
+                self.thread_slots.set(index, values, 0).map_err(map_err)?;
+            }
         }
-        merge_slots(threads, &slots);
         Ok(())
     }
+
+    /// The per-CPU thread slots, per CPU (index: the slot).
+    fn read_slots(&self) -> Result<Vec<Vec<ThreadSlot>>> {
+        let mut per_cpu: Vec<Vec<ThreadSlot>> = Vec::new();
+        for index in 0..THREAD_SLOTS {
+            let values = self.thread_slots.get(&index, 0).map_err(map_err)?;
+            per_cpu.resize_with(values.len(), || Vec::with_capacity(THREAD_SLOTS as usize));
+            for (cpu, slot) in values.iter().enumerate() {
+                per_cpu[cpu].push(*slot);
+            }
+        }
+        Ok(per_cpu)
+    }
+}
+
+/// Whether the time `st` (a CPU's state, read before the threads' entries;
+/// `later`: read again after them) held for its thread was flushed during
+/// the read, into an entry that may have been read after the flush: then it
+/// is not added again. Its thread's hash entry or its slot on that CPU tell
+/// by their flush time (the hash map is read before the slots, so a later
+/// flush elsewhere into the hash entry cannot stand for one into the slot
+/// missed). A switch the kernel did not report flushes into the thread that
+/// ran instead, and a full map into the overflow bucket: either during the
+/// read, and the time is left to the next snapshot (as it is when the entry
+/// was read before the flush) rather than risk counting it twice.
+fn flushed_during_read(
+    st: &CpuState,
+    later: &CpuState,
+    hash_entry: Option<&ThreadTimes>,
+    slots_of_cpu: Option<&Vec<ThreadSlot>>,
+) -> bool {
+    // (`>=`: a state copied in the middle of a switch has the flush's time
+    // as its last event's)
+    let after = |t: &ThreadTimes| t.flushed_ns >= st.last_ts;
+    let elsewhere =
+        later.untraced_switches != st.untraced_switches || later.thread_map_overflows != st.thread_map_overflows;
+    // (the idle task's time stays in the CPU's state)
+    st.tid != 0
+        && (elsewhere
+            || hash_entry.is_some_and(after)
+            || slots_of_cpu
+                .and_then(|slots| slots.get(thread_slot(st.tid) as usize))
+                .is_some_and(|slot| slot.tid == st.tid && after(&slot.times)))
 }
 
 /// Adds each slot to its thread's entry (the last one of that tid: a live
 /// thread comes after the retired ones), or to a new one.
-fn merge_slots(threads: &mut Vec<(u32, ThreadTimes)>, slots: &[ThreadSlot]) {
+fn merge_slots<'a>(threads: &mut Vec<(u32, ThreadTimes)>, slots: impl IntoIterator<Item = &'a ThreadSlot>) {
     let mut by_tid: StdHashMap<u32, usize> = StdHashMap::new();
     for (i, (tid, _)) in threads.iter().enumerate() {
         by_tid.insert(*tid, i);
@@ -237,6 +321,7 @@ fn add_thread_times(total: &mut ThreadTimes, part: &ThreadTimes) {
     }
     total.born_ns = total.born_ns.max(part.born_ns);
     total.exited_ns = total.exited_ns.max(part.exited_ns);
+    total.flushed_ns = total.flushed_ns.max(part.flushed_ns);
 }
 
 /// Charges time since the CPU's last event to its innermost context, as the
@@ -325,5 +410,50 @@ mod tests {
             "a slot's mode at switch-out is not the thread's"
         );
         assert_eq!((threads[1].0, threads[1].1.ns[state::USER]), (9, 50));
+    }
+
+    /// A CPU read when its last event, at 1000, was thread 7's: an entry of
+    /// 7's flushed since (and read later) holds what the CPU had pending; a
+    /// switch no tracepoint reported, during the read, may have put it in
+    /// another thread's.
+    #[test]
+    fn pending_time_flushed_during_the_read_is_not_added_again() {
+        let st = CpuState {
+            tid: 7,
+            last_ts: 1000,
+            ..CpuState::default()
+        };
+        let flushed = |at: u64| ThreadTimes {
+            flushed_ns: at,
+            ..ThreadTimes::default()
+        };
+        let slots_with = |tid: u32, at: u64| {
+            let mut slots = vec![ThreadSlot::default(); THREAD_SLOTS as usize];
+            slots[thread_slot(7) as usize] = ThreadSlot {
+                tid,
+                times: flushed(at),
+                ..ThreadSlot::default()
+            };
+            slots
+        };
+        let unreported = CpuState {
+            untraced_switches: 1,
+            ..st
+        };
+        let during = |later: &CpuState, hash: Option<&ThreadTimes>, slots: Option<&Vec<ThreadSlot>>| {
+            flushed_during_read(&st, later, hash, slots)
+        };
+        assert!(!during(&st, Some(&flushed(900)), Some(&slots_with(7, 900))));
+        assert!(during(&st, Some(&flushed(1100)), None), "into the hash entry");
+        assert!(during(&st, None, Some(&slots_with(7, 1100))), "into its slot");
+        assert!(during(&st, None, Some(&slots_with(7, 1000))), "copied mid-switch");
+        assert!(
+            !during(&st, None, Some(&slots_with(7 + THREAD_SLOTS, 1100))),
+            "another thread's slot"
+        );
+        assert!(during(&unreported, Some(&flushed(900)), None), "into another thread");
+        let idle = CpuState { tid: 0, ..st };
+        let idle_later = CpuState { tid: 0, ..unreported };
+        assert!(!flushed_during_read(&idle, &idle_later, None, None), "the idle task's");
     }
 }

@@ -31,6 +31,8 @@ pub fn row_owner(row: Option<&ThreadRow>) -> Attributed {
 /// submitted by a container, say).
 pub struct ThreadIndex<'a> {
     by_tid: HashMap<u32, &'a ThreadRow>,
+    /// By tid and fork: each thread of a tid reused while recording.
+    by_incarnation: HashMap<(u32, u64), &'a ThreadRow>,
     by_pid: HashMap<u32, &'a ThreadRow>,
     by_cgroup: HashMap<u64, &'a ThreadRow>,
 }
@@ -55,6 +57,7 @@ impl<'a> ThreadIndex<'a> {
         }
         ThreadIndex {
             by_tid: threads.iter().map(|t| (t.tid, t)).collect(),
+            by_incarnation: threads.iter().map(|t| ((t.tid, t.born_ns), t)).collect(),
             by_pid,
             by_cgroup,
         }
@@ -88,6 +91,16 @@ impl<'a> ThreadIndex<'a> {
 
     pub fn thread(&self, tid: u32) -> Option<&'a ThreadRow> {
         self.by_tid.get(&tid).copied()
+    }
+
+    /// The thread an interval row is of (its tid and fork: a tid reused
+    /// while recording is two threads); by tid alone for intervals written
+    /// before they carried the fork.
+    pub fn interval_thread(&self, tid: u32, born_ns: u64) -> Option<&'a ThreadRow> {
+        self.by_incarnation
+            .get(&(tid, born_ns))
+            .copied()
+            .or_else(|| self.thread(tid))
     }
 
     /// A process's main thread, or another of its threads when the main one was not recorded.

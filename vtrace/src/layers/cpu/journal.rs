@@ -14,7 +14,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 use vtrace_common::state;
 
-use super::{CpuRow, IntervalRow, ThreadRow, analysis::StateTimes};
+use super::{CpuRow, IntervalRow, ThreadRow, analysis::StateTimes, rows::ThreadKey};
 use crate::{
     Error, Result,
     recording::{
@@ -42,7 +42,7 @@ struct IntervalEnd {
     /// What threads' snapshots owe, where it changed since the last end
     /// line (zeros: paid off). Only changes: a thread that exited owing
     /// something would otherwise be repeated on every line after.
-    owed: Vec<(u32, [u64; state::REPORTED])>,
+    owed: Vec<(ThreadKey, [u64; state::REPORTED])>,
     /// Each CPU's time from the start to here.
     #[serde(default)]
     cpus: Vec<CpuRow>,
@@ -62,7 +62,7 @@ pub struct Journal {
     threads: File,
     named: BTreeMap<u32, String>,
     /// What the last end line left owed, per thread.
-    owed: BTreeMap<u32, [u64; state::REPORTED]>,
+    owed: BTreeMap<ThreadKey, [u64; state::REPORTED]>,
     /// Why journaling stopped (a full disk): the recording goes on without it.
     pub failed: Option<String>,
 }
@@ -99,7 +99,7 @@ impl Journal {
         threads: impl IntoIterator<Item = ThreadIdentity>,
         rows: &[IntervalRow],
         end_ns: u64,
-        owed: &[(u32, [u64; state::REPORTED])],
+        owed: &[(ThreadKey, [u64; state::REPORTED])],
         cpus: Vec<CpuRow>,
     ) {
         if self.failed.is_some() {
@@ -115,7 +115,7 @@ impl Journal {
         threads: impl IntoIterator<Item = ThreadIdentity>,
         rows: &[IntervalRow],
         end_ns: u64,
-        owed: &[(u32, [u64; state::REPORTED])],
+        owed: &[(ThreadKey, [u64; state::REPORTED])],
         cpus: Vec<CpuRow>,
     ) -> Result<()> {
         let mut out = Vec::new();
@@ -132,8 +132,8 @@ impl Journal {
             serde_json::to_writer(&mut out, r).expect("row serializes");
             out.push(b'\n');
         }
-        let owed: BTreeMap<u32, [u64; state::REPORTED]> = owed.iter().copied().collect();
-        let mut changed: Vec<(u32, [u64; state::REPORTED])> = owed
+        let owed: BTreeMap<ThreadKey, [u64; state::REPORTED]> = owed.iter().copied().collect();
+        let mut changed: Vec<(ThreadKey, [u64; state::REPORTED])> = owed
             .iter()
             .filter(|(tid, o)| self.owed.get(tid) != Some(o))
             .map(|(tid, o)| (*tid, *o))
@@ -179,7 +179,7 @@ pub fn recover(dir: &Path, kinds: &[TableKind]) -> Result<Recording> {
     let mut pending: Vec<IntervalRow> = Vec::new();
     let mut ends = 0u64;
     let mut covered_ns = 0;
-    let mut owed: BTreeMap<u32, [u64; state::REPORTED]> = BTreeMap::new();
+    let mut owed: BTreeMap<ThreadKey, [u64; state::REPORTED]> = BTreeMap::new();
     let mut cpus = Vec::new();
     for line in lines::<IntervalLine>(&dir.join(DIR).join(INTERVALS))? {
         match line {
@@ -205,11 +205,11 @@ pub fn recover(dir: &Path, kinds: &[TableKind]) -> Result<Recording> {
     };
     let (mut meta, mut tables, mut threads) = match checkpoint {
         Some(rec) => {
-            let threads: BTreeMap<u32, ThreadRow> = rec
+            let threads: BTreeMap<ThreadKey, ThreadRow> = rec
                 .tables
                 .rows::<ThreadRow>()
                 .iter()
-                .map(|t| (t.tid, t.clone()))
+                .map(|t| ((t.tid, t.born_ns), t.clone()))
                 .collect();
             (rec.meta, rec.tables, threads)
         }
@@ -224,11 +224,14 @@ pub fn recover(dir: &Path, kinds: &[TableKind]) -> Result<Recording> {
         .file_name()
         .and_then(|n| n.to_str()?.rsplit('.').next()?.parse::<u32>().ok());
     let workload_pid = meta.workload.as_ref().map(|w| w.pid);
-    let mut times: BTreeMap<u32, StateTimes> = BTreeMap::new();
+    let mut times: BTreeMap<ThreadKey, StateTimes> = BTreeMap::new();
     for r in &intervals {
-        times.entry(r.tid).or_default().add(&StateTimes::of_interval(r));
+        times
+            .entry((r.tid, r.born_ns))
+            .or_default()
+            .add(&StateTimes::of_interval(r));
         // Threads the checkpoint did not know (or all, without one): roles from what the journal says.
-        threads.entry(r.tid).or_insert_with(|| {
+        threads.entry((r.tid, r.born_ns)).or_insert_with(|| {
             let who = names.get(&r.tid);
             let kthread = who.is_some_and(|w| w.kthread);
             let role = if r.tid == 0 {
@@ -251,12 +254,13 @@ pub fn recover(dir: &Path, kinds: &[TableKind]) -> Result<Recording> {
                 selected: Some(r.pid) == workload_pid,
                 kthread,
                 guest_source: "none".into(),
+                born_ns: r.born_ns,
                 ..Default::default()
             }
         });
     }
     for t in threads.values_mut() {
-        times.get(&t.tid).copied().unwrap_or_default().put_into(t);
+        times.get(&(t.tid, t.born_ns)).copied().unwrap_or_default().put_into(t);
     }
     meta.wall_ns = covered_ns;
     meta.end_unix_ns = meta.start_unix_ns + covered_ns;

@@ -7,6 +7,7 @@ pub mod analysis;
 pub mod collector;
 pub mod index;
 pub mod journal;
+pub mod metrics;
 mod ownership;
 pub mod probes;
 pub mod rows;
@@ -65,6 +66,8 @@ impl Layer for CpuLayer {
         o.tp_switch_next_pid = k.tracepoint("sched", "sched_switch", "next_pid");
         o.tp_fork_child_pid = k.tracepoint("sched", "sched_process_fork", "child_pid");
         o.tp_irq_irq = k.tracepoint("irq", "irq_handler_entry", "irq");
+        o.tp_irq_name = k.tracepoint("irq", "irq_handler_entry", "name");
+        o.irqaction_name = k.member("irqaction", "name");
         o.tp_softirq_vec = k.tracepoint("irq", "softirq_entry", "vec");
         // The syscall hooks read a tun fd's number (tun_fds_on).
         offsets::syscall_args(k, o);
@@ -109,12 +112,20 @@ impl Layer for CpuLayer {
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
+    fn metrics(&self, tables: &crate::recording::TableSet, out: &mut crate::exposition::Samples) {
+        metrics::metrics(tables, out);
+    }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, config: &Config) -> Result<Box<dyn Collector>> {
         let split = setup.opts.layer_opts.cpu.cpu_split;
         let engine = CpuCollector::new(ebpf, split)?;
         let tasks_at_start = procfs::scan_tasks();
         Ok(Box::new(CpuRecorder {
-            journal: Journal::create(setup.staging)?,
+            // `vtrace serve` writes nothing, the journal included.
+            journal: if setup.opts.live {
+                None
+            } else {
+                Some(Journal::create(setup.staging)?)
+            },
             engine,
             guest: GuestSampler::new(&tasks_at_start),
             tasks_at_start,
@@ -132,8 +143,9 @@ fn syscall_hooks(config: &Config) -> bool {
 }
 
 struct CpuRecorder {
-    /// Each interval's rows as they come (crash safety: recording::journal).
-    journal: Journal,
+    /// Each interval's rows as they come (crash safety: recording::journal);
+    /// none in `vtrace serve`, which keeps no series either.
+    journal: Option<Journal>,
     engine: CpuCollector,
     tasks_at_start: HashMap<(u32, u32), TaskStat>,
     series: Series,
@@ -158,16 +170,20 @@ impl Collector for CpuRecorder {
 
     fn tick(&mut self, now_mono: u64) -> Result<()> {
         let snap = self.engine.snapshot(now_mono, true)?;
+        self.guest.sample();
+        let Some(journal) = self.journal.as_mut() else {
+            self.last = Some(snap);
+            return Ok(());
+        };
         let journaled = self.series.rows.len();
         self.series.push(&snap, self.start_mono);
-        self.guest.sample();
         let identities = snap.threads.iter().map(|(tid, t)| ThreadIdentity {
             tid: *tid,
             pid: t.tgid,
             comm: rows::comm_of(t),
             kthread: t.flags & thread_flag::KTHREAD != 0,
         });
-        self.journal.append(
+        journal.append(
             identities,
             &self.series.rows[journaled..],
             now_mono.saturating_sub(self.start_mono),
@@ -183,8 +199,8 @@ impl Collector for CpuRecorder {
         Ok(true)
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
-        Ok(())
+    fn forget(&mut self) -> Result<()> {
+        self.engine.forget_retired()
     }
 
     /// The final snapshot, at the recording's end: the window every other
@@ -200,7 +216,7 @@ impl Collector for CpuRecorder {
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()> {
         let none = CpuSnapshot::default();
         let snap = self.last.as_ref().unwrap_or(&none);
-        if let Some(why) = &self.journal.failed {
+        if let Some(why) = self.journal.as_ref().and_then(|j| j.failed.as_ref()) {
             out.notes.push(format!(
                 "the journal stopped ({why}): had vtrace been killed, less of this recording would have survived"
             ));
@@ -247,7 +263,7 @@ impl Collector for CpuRecorder {
         out.tables.put(threads);
         out.tables.put(rows::cpu_rows(snap));
         out.tables.put(rows::softirq_rows(snap));
-        out.tables.put(rows::irq_rows(snap));
+        out.tables.put(rows::irq_rows(snap, ctx.attribution.instances()));
         // At a checkpoint the journal holds the series, line by line.
         if !ctx.checkpoint {
             out.tables.put(self.series.finish());

@@ -209,6 +209,7 @@ mod tests {
                 role: "worker".into(),
             }],
             devices: vec![],
+            passthrough: vec![],
         };
         let profile = Profile {
             name: "docker".into(),

@@ -17,7 +17,7 @@ use super::{
 use crate::{
     collectors::procfs::{self, TaskStat},
     layers::options::RecordOptions,
-    platforms::attribute::Attribution,
+    platforms::{Instance, attribute::Attribution},
     recording::Workload,
 };
 
@@ -27,31 +27,66 @@ use crate::{
 /// shifting): a total can go down between snapshots. What went down is owed
 /// and taken from that thread's next increases (its last rows, if none come),
 /// so each thread's rows sum to its final total, as the threads table says.
+/// A thread's incarnation: its tid and its fork (ns since the start, 0:
+/// before it), so that a tid reused while recording is two threads.
+pub type ThreadKey = (u32, u64);
+
 #[derive(Default)]
 pub struct Series {
     last_at: Option<u64>,
-    last: HashMap<u32, [u64; state::REPORTED]>,
-    owed: HashMap<u32, [u64; state::REPORTED]>,
+    last: HashMap<ThreadKey, [u64; state::REPORTED]>,
+    owed: HashMap<ThreadKey, [u64; state::REPORTED]>,
     pub rows: Vec<IntervalRow>,
+}
+
+/// A CLOCK_MONOTONIC time as ns since the recording started (0 stays 0:
+/// unknown, or before the start).
+fn since(ns: u64, start_mono: u64) -> u64 {
+    if ns == 0 {
+        0
+    } else {
+        ns.saturating_sub(start_mono).max(1)
+    }
 }
 
 impl Series {
     pub fn push(&mut self, snap: &CpuSnapshot, start_mono: u64) {
-        let mut now: HashMap<u32, ([u64; state::REPORTED], u32)> = HashMap::new();
+        let mut now: HashMap<ThreadKey, ([u64; state::REPORTED], u32)> = HashMap::new();
         for (tid, t) in &snap.threads {
-            let e = now.entry(*tid).or_insert(([0; state::REPORTED], t.tgid));
+            let e = now
+                .entry((*tid, since(t.born_ns, start_mono)))
+                .or_insert(([0; state::REPORTED], t.tgid));
             for s in 0..state::REPORTED {
                 e.0[s] += t.ns[s];
             }
         }
+        // A thread first read before its fork time was (its per-CPU slot
+        // read before its map entry, a fork racing the read) is the same
+        // thread once its fork shows: its readings carry over, or its time
+        // so far would count twice.
+        for &(tid, born) in now.keys() {
+            if born != 0
+                && !self.last.contains_key(&(tid, born))
+                && !now.contains_key(&(tid, 0))
+                && let Some(prev) = self.last.remove(&(tid, 0))
+            {
+                self.last.insert((tid, born), prev);
+                if let Some(owed) = self.owed.remove(&(tid, 0)) {
+                    self.owed.insert((tid, born), owed);
+                }
+                for row in self.rows.iter_mut().filter(|r| r.tid == tid && r.born_ns == 0) {
+                    row.born_ns = born;
+                }
+            }
+        }
         let start_ns = self.last_at.unwrap_or(start_mono).saturating_sub(start_mono);
         let end_ns = snap.at_ns.saturating_sub(start_mono);
-        let mut tids: Vec<_> = now.keys().copied().collect();
-        tids.sort_unstable();
-        for tid in tids {
-            let (cur, pid) = now[&tid];
-            let prev = self.last.get(&tid).copied().unwrap_or_default();
-            let owed = self.owed.entry(tid).or_default();
+        let mut keys: Vec<_> = now.keys().copied().collect();
+        keys.sort_unstable();
+        for key in keys {
+            let (cur, pid) = now[&key];
+            let prev = self.last.get(&key).copied().unwrap_or_default();
+            let owed = self.owed.entry(key).or_default();
             let mut d = [0u64; state::REPORTED];
             for s in 0..state::REPORTED {
                 if cur[s] >= prev[s] {
@@ -66,7 +101,7 @@ impl Series {
                 self.rows.push(IntervalRow {
                     start_ns,
                     end_ns,
-                    tid,
+                    tid: key.0,
                     pid,
                     user_ns: d[state::USER],
                     system_ns: d[state::SYSTEM],
@@ -74,21 +109,22 @@ impl Series {
                     hardirq_ns: d[state::HARDIRQ],
                     guest_ns: d[state::GUEST],
                     idle_ns: d[state::IDLE],
+                    born_ns: key.1,
                 });
             }
-            self.last.insert(tid, cur);
+            self.last.insert(key, cur);
         }
         self.last_at = Some(snap.at_ns);
     }
 
     /// What each thread's snapshots gave back and its later intervals have
     /// not yet repaid (non-zero only).
-    pub fn owed(&self) -> Vec<(u32, [u64; state::REPORTED])> {
+    pub fn owed(&self) -> Vec<(ThreadKey, [u64; state::REPORTED])> {
         let mut owed: Vec<_> = self
             .owed
             .iter()
             .filter(|(_, o)| o.iter().any(|&v| v > 0))
-            .map(|(tid, o)| (*tid, *o))
+            .map(|(key, o)| (*key, *o))
             .collect();
         owed.sort_unstable();
         owed
@@ -104,10 +140,10 @@ impl Series {
 /// sum to its last snapshot. (Also how a journal is settled: recording::journal.)
 pub fn settle(
     mut rows: Vec<IntervalRow>,
-    owed: impl IntoIterator<Item = (u32, [u64; state::REPORTED])>,
+    owed: impl IntoIterator<Item = (ThreadKey, [u64; state::REPORTED])>,
 ) -> Vec<IntervalRow> {
-    for (tid, mut owed) in owed {
-        for row in rows.iter_mut().rev().filter(|r| r.tid == tid) {
+    for ((tid, born_ns), mut owed) in owed {
+        for row in rows.iter_mut().rev().filter(|r| r.tid == tid && r.born_ns == born_ns) {
             for (s, value) in [
                 (state::USER, &mut row.user_ns),
                 (state::SYSTEM, &mut row.system_ns),
@@ -323,13 +359,7 @@ pub fn thread_rows(
     } = clocks;
     // A fork or exit before the window (a thread born as recording began)
     // reads as its start.
-    let since_start = |ns: u64| {
-        if ns == 0 {
-            0
-        } else {
-            ns.saturating_sub(start_mono).max(1)
-        }
-    };
+    let since_start = |ns: u64| since(ns, start_mono);
     // Processes that run vCPUs: their other threads are the VMM.
     let vmm_tgids: HashSet<u32> = snap
         .threads
@@ -461,8 +491,18 @@ fn irq_names() -> HashMap<u32, String> {
         .collect()
 }
 
-pub fn irq_rows(snap: &CpuSnapshot) -> Vec<IrqRow> {
-    let names = irq_names();
+/// The instance that passes through the PCI function a vfio IRQ named
+/// `name` belongs to (`vfio-msix[0](0000:00:12.0)`, `vfio-intx(...)`).
+fn irq_instance<'a>(name: &str, instances: &'a [Instance]) -> Option<&'a str> {
+    let pci = name.strip_prefix("vfio-")?.split_once('(')?.1.strip_suffix(')')?;
+    instances
+        .iter()
+        .find(|i| i.passthrough.iter().any(|d| d.pci == pci))
+        .map(|i| i.id.as_str())
+}
+
+pub fn irq_rows(snap: &CpuSnapshot, instances: &[Instance]) -> Vec<IrqRow> {
+    let listed = irq_names();
     let mut rows = Vec::new();
     for (cpu, slots) in snap.irqs.iter().enumerate() {
         for (slot, s) in slots.iter().enumerate() {
@@ -471,7 +511,11 @@ pub fn irq_rows(snap: &CpuSnapshot) -> Vec<IrqRow> {
             }
             let slot = slot as u32;
             let name = if slot < IRQ_DEVICE_SLOTS {
-                names.get(&slot).cloned().unwrap_or_else(|| format!("irq {slot}"))
+                snap.irq_names
+                    .get(&slot)
+                    .or_else(|| listed.get(&slot))
+                    .cloned()
+                    .unwrap_or_else(|| format!("irq {slot}"))
             } else {
                 irq_vector::NAMES
                     .iter()
@@ -482,6 +526,7 @@ pub fn irq_rows(snap: &CpuSnapshot) -> Vec<IrqRow> {
             rows.push(IrqRow {
                 cpu: cpu as u32,
                 irq: slot,
+                instance: irq_instance(&name, instances).unwrap_or_default().to_string(),
                 name,
                 ns: s.ns,
                 count: s.count,
@@ -560,7 +605,7 @@ mod tests {
             interval(10, 1, 10, 4),
             interval(20, 1, 10, 0),
         ];
-        let settled = settle(rows, [(1, owed(15, 3))]);
+        let settled = settle(rows, [((1, 0), owed(15, 3))]);
         // User: 10 off the last row (dropped, empty), 5 off the one before;
         // system: 3 off the latest row that has any.
         assert_eq!(of(&settled, 1), [(0, 10, 4), (10, 5, 1)]);
@@ -572,12 +617,87 @@ mod tests {
     #[test]
     fn settle_never_goes_below_zero() {
         let rows = vec![interval(0, 1, 10, 4), interval(10, 1, 5, 0), interval(0, 2, 3, 0)];
-        let settled = settle(rows, [(1, owed(100, 1)), (3, owed(5, 5))]);
+        let settled = settle(rows, [((1, 0), owed(100, 1)), ((3, 0), owed(5, 5))]);
         // More owed than the rows hold: they go to zero, the empty ones away.
         assert_eq!(of(&settled, 1), [(0, 0, 3)]);
         // Owed by a thread with no rows: nothing to take.
         assert_eq!(of(&settled, 2), [(0, 3, 0)]);
-        assert!(settle(Vec::new(), [(1, owed(1, 1))]).is_empty());
+        assert!(settle(Vec::new(), [((1, 0), owed(1, 1))]).is_empty());
+    }
+
+    #[test]
+    fn a_reused_tid_is_two_threads_with_intervals_of_their_own() {
+        let mut series = Series::default();
+        // Thread 7 (there from the start) ran 10 and exited; at 25 a new
+        // thread took tid 7 and ran 4, then 6: both stay in the snapshots.
+        let first = |user| {
+            let mut ns = [0; state::REPORTED];
+            ns[state::USER] = user;
+            ThreadTimes {
+                ns,
+                tgid: 7,
+                ..Default::default()
+            }
+        };
+        let second = |user| ThreadTimes {
+            born_ns: 25,
+            ..first(user)
+        };
+        let rows = born_start_user(
+            &mut series,
+            [
+                (10, vec![(7, first(10))]),
+                (30, vec![(7, first(10)), (7, second(4))]),
+                (40, vec![(7, first(10)), (7, second(10))]),
+            ],
+        );
+        assert_eq!(rows, [(0, 0, 10), (25, 10, 4), (25, 30, 6)]);
+    }
+
+    /// A thread read once before its fork time showed (born 0, then 8) is
+    /// one thread: its 6 ns are counted once (kata.rs saw a role's
+    /// intervals sum 0.5 ms over its total).
+    #[test]
+    fn a_thread_whose_fork_shows_late_keeps_its_intervals() {
+        let mut series = Series::default();
+        let thread = |born_ns, user| {
+            let mut ns = [0; state::REPORTED];
+            ns[state::USER] = user;
+            ThreadTimes {
+                ns,
+                tgid: 7,
+                born_ns,
+                ..Default::default()
+            }
+        };
+        let rows = born_start_user(
+            &mut series,
+            [(10, vec![(7, thread(0, 2))]), (20, vec![(7, thread(8, 6))])],
+        );
+        assert_eq!(rows, [(8, 0, 2), (8, 10, 4)]);
+    }
+
+    /// Pushes a snapshot per (time, threads) and gives the interval rows
+    /// as (born_ns, start_ns, user_ns).
+    fn born_start_user<const N: usize>(
+        series: &mut Series,
+        snapshots: [(u64, Vec<(u32, ThreadTimes)>); N],
+    ) -> Vec<(u64, u64, u64)> {
+        for (at_ns, threads) in snapshots {
+            series.push(
+                &CpuSnapshot {
+                    at_ns,
+                    threads,
+                    ..Default::default()
+                },
+                0,
+            );
+        }
+        series
+            .finish()
+            .iter()
+            .map(|r| (r.born_ns, r.start_ns, r.user_ns))
+            .collect()
     }
 
     #[test]
@@ -603,7 +723,7 @@ mod tests {
         for (at, user, system) in [(10, 10, 10), (20, 30, 12), (30, 22, 12), (40, 22, 9)] {
             series.push(&snapshot(at, &[(1, user, system)]), 0);
         }
-        assert_eq!(series.owed(), [(1, owed(8, 3))]);
+        assert_eq!(series.owed(), [((1, 0), owed(8, 3))]);
         let rows = series.finish();
         // The last snapshot's totals, never below zero in any row.
         assert_eq!(total(&rows, 1), (22, 9));

@@ -191,17 +191,24 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     }
     s.table(vectors);
 
-    let mut irqs = Table::new(
-        "Hard interrupts (all CPUs)",
-        vec![
-            col("irq", 5),
-            left("name", 32).gap(1),
-            col("time(s)", 12),
-            col("count", 12),
-        ],
-    );
+    // The instance column only where a passed-through device raised some.
+    let owned = cpu.hardirqs.iter().any(|i| !i.instance.is_empty());
+    let mut columns = vec![
+        col("irq", 5),
+        left("name", 32).gap(1),
+        col("time(s)", 12),
+        col("count", 12),
+    ];
+    if owned {
+        columns.push(left("instance", 16).gap(2));
+    }
+    let mut irqs = Table::new("Hard interrupts (all CPUs)", columns);
     for i in cpu.hardirqs.iter().take(top) {
-        irqs.row(vec![i.irq.to_string(), i.name.clone(), secs(i.ns), i.count.to_string()]);
+        let mut row = vec![i.irq.to_string(), i.name.clone(), secs(i.ns), i.count.to_string()];
+        if owned {
+            row.push(i.instance.clone());
+        }
+        irqs.row(row);
     }
     s.table(irqs);
 
@@ -286,15 +293,13 @@ fn roles_figure(cpu: &CpuBreakdown) -> Figure {
 /// CPUs kept busy per role in each interval (from the `intervals` table);
 /// None with fewer than two intervals.
 fn over_time_figure(rec: &Recording) -> Option<Figure> {
-    use std::collections::{BTreeMap, HashMap};
-    let roles: HashMap<u32, String> = rec
-        .rows::<super::ThreadRow>()
-        .iter()
-        .map(|t| (t.tid, role_label(&t.platform, &t.role)))
-        .collect();
+    use std::collections::BTreeMap;
+    let index = super::ThreadIndex::new(rec.rows::<super::ThreadRow>());
     let mut busy: BTreeMap<String, BTreeMap<(u64, u64), u64>> = BTreeMap::new();
     for i in rec.rows::<super::IntervalRow>() {
-        let role = roles.get(&i.tid).cloned().unwrap_or_else(|| "other".into());
+        let role = index
+            .interval_thread(i.tid, i.born_ns)
+            .map_or_else(|| "other".into(), |t| role_label(&t.platform, &t.role));
         let ns = StateTimes::of_interval(i).busy_ns();
         *busy.entry(role).or_default().entry((i.start_ns, i.end_ns)).or_default() += ns;
     }

@@ -69,19 +69,24 @@ table! {
 
 table! {
     /// Hard interrupt time and count per CPU and IRQ (device IRQs and x86 system vectors).
-    IrqRow = "hardirqs" {
+    IrqRow = "hardirqs" version 2 {
         cpu: u32,
         /// Device IRQ number, or 256+ for system vectors.
         irq: u32,
+        /// As the kernel named it when its handler ran (since 2; kept for
+        /// IRQs freed before the end), else from /proc/interrupts.
         name: String,
         ns: u64,
         count: u64,
+        /// The platform instance whose device raised it: a vfio IRQ of a
+        /// PCI function the instance passes through.
+        instance: String [since 2],
     }
 }
 
 table! {
     /// Per-thread CPU time per snapshot interval (the time series).
-    IntervalRow = "intervals" {
+    IntervalRow = "intervals" version 2 {
         /// Interval start and end, ns since the recording started.
         start_ns: u64,
         end_ns: u64,
@@ -93,5 +98,9 @@ table! {
         hardirq_ns: u64,
         guest_ns: u64,
         idle_ns: u64,
+        /// The thread's fork, ns since the recording started (0: before
+        /// it), as the threads table has it: two threads of one reused tid
+        /// are two rows there and their intervals apart here (since 2).
+        born_ns: u64 [since 2],
     }
 }

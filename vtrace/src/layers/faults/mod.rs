@@ -99,10 +99,6 @@ impl FaultsRecorder {
 }
 
 impl Collector for FaultsRecorder {
-    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
-        self.read()
-    }
-
     fn checkpoint(&mut self, _now: &End) -> Result<bool> {
         self.read()?;
         Ok(true)

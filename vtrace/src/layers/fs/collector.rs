@@ -13,7 +13,7 @@ use super::tables::{FsHistRow, FsRow, OverlayCredsRow};
 use crate::platforms::attribute::Attributed;
 use crate::{
     Result,
-    collectors::maps::{Counters, delta, sum_per_cpu, take},
+    collectors::maps::{Counters, EndedProcesses, delta, sum_per_cpu, take},
     layers::cpu::ThreadRow,
     layers::cpu::{ThreadIndex, row_owner},
 };
@@ -35,6 +35,8 @@ pub struct FsMaps {
     stats: PerCpuHashMap<MapData, FsKey, FsStats>,
     drops: PerCpuArray<MapData, u64>,
     creds: PerCpuHashMap<MapData, u32, [u64; 2]>,
+    ended_calls: EndedProcesses,
+    ended_creds: EndedProcesses,
 }
 
 impl FsMaps {
@@ -43,7 +45,25 @@ impl FsMaps {
             stats: take(ebpf, "FS_STATS")?,
             drops: take(ebpf, "FS_DROPS")?,
             creds: take(ebpf, "OVL_CREDS")?,
+            ended_calls: EndedProcesses::default(),
+            ended_creds: EndedProcesses::default(),
         })
+    }
+
+    /// Notes the processes that ended before this read (see [`EndedProcesses`]).
+    pub fn note_ended(&mut self) {
+        let none = Default::default();
+        self.ended_calls.note(&self.stats, |k| k.tgid, &none);
+        self.ended_creds.note(&self.creds, |&tgid| tgid, &none);
+    }
+
+    /// `vtrace serve`, after a read: drops the counts of the processes
+    /// noted before it; returns their call keys and credential keys.
+    pub fn forget_ended(&mut self) -> (Vec<FsKey>, Vec<u32>) {
+        (
+            self.ended_calls.forget(&mut self.stats, |k| k.tgid),
+            self.ended_creds.forget(&mut self.creds, |&tgid| tgid),
+        )
     }
 
     pub fn snapshot(&self) -> Result<BTreeMap<FsKey, FsStats>> {

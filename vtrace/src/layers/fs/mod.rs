@@ -5,6 +5,7 @@
 //! cost row combines them with the stack sampler (summary.rs).
 
 pub mod collector;
+pub mod metrics;
 pub mod probes;
 pub mod summary;
 pub mod tables;
@@ -68,6 +69,9 @@ impl Layer for FsLayer {
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
+    fn metrics(&self, tables: &crate::recording::TableSet, out: &mut crate::exposition::Samples) {
+        metrics::metrics(tables, out);
+    }
     fn start(&self, ebpf: &mut Ebpf, _setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         Ok(Box::new(FsRecorder {
             maps: FsMaps::new(ebpf)?,
@@ -94,14 +98,22 @@ impl Collector for FsRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
-        self.checkpoint(end).map(drop)
-    }
-
     fn checkpoint(&mut self, _now: &End) -> Result<bool> {
+        self.maps.note_ended();
         self.end = self.maps.snapshot()?;
         self.creds_end = self.maps.creds();
         Ok(true)
+    }
+
+    fn forget(&mut self) -> Result<()> {
+        let (calls, creds) = self.maps.forget_ended();
+        for k in calls {
+            self.start.remove(&k);
+        }
+        for tgid in creds {
+            self.creds_start.remove(&tgid);
+        }
+        Ok(())
     }
 
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {

@@ -208,6 +208,10 @@ fn stats_check(rec: &Recording) -> Vec<StatCheck> {
                 ),
                 "halt_exits" => (Some(events(pid, "userspace_exit", Some("HLT"))), "user-space HLT exits"),
                 "halt_wakeup" => (Some(latency(pid, "halt", None)), "kvm_vcpu_wakeup"),
+                // Version 2 of the table pairs exits only (its other rows repeat them).
+                "irq_injections" if paired > 0 && rec.meta.tables.get("kvm_stats").is_some_and(|&v| v >= 3) => {
+                    (Some(paired), "kvm_inj_virq, read with KVM's")
+                }
                 "irq_injections" => (Some(events(pid, "inj_virq", None)), "kvm_inj_virq"),
                 "signal_exits" => (
                     Some(events(pid, "userspace_exit", Some("INTERRUPTED"))),

@@ -63,10 +63,12 @@ impl KvmCollector {
     }
 
     /// Exits counted so far for the threads `tids` (one lookup each).
-    pub fn exits_of(&self, tids: &[u32]) -> u64 {
+    /// vtrace's count so far, over `tids`, of what KVM's statistic `stat`
+    /// counts ([`super::stats::PAIRED_STATS`]).
+    pub fn count_of(&self, tids: &[u32], stat: &str) -> u64 {
         tids.iter()
             .filter_map(|tid| self.pending.get(tid, 0).ok())
-            .map(|p| p.exits)
+            .map(|p| if stat == "exits" { p.exits } else { p.injections })
             .sum()
     }
 

@@ -5,6 +5,7 @@
 
 pub mod analysis;
 pub mod collector;
+pub mod metrics;
 pub mod names;
 pub mod probes;
 pub mod stats;
@@ -97,6 +98,9 @@ impl Layer for KvmLayer {
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
+    fn metrics(&self, tables: &crate::recording::TableSet, out: &mut crate::exposition::Samples) {
+        metrics::metrics(tables, out);
+    }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         Ok(Box::new(KvmRecorder {
             maps: KvmCollector::new(ebpf)?,
@@ -153,13 +157,13 @@ impl KvmRecorder {
 impl Collector for KvmRecorder {
     fn baseline(&mut self, _attached: &Attached) -> Result<()> {
         let maps = &self.maps;
-        self.stats = KvmStatsSampler::start(self.start_mono, monotonic_ns(), &|tids| maps.exits_of(tids));
+        self.stats = KvmStatsSampler::start(self.start_mono, monotonic_ns(), &|tids, stat| maps.count_of(tids, stat));
         Ok(())
     }
 
     fn tick(&mut self, now_mono: u64) -> Result<()> {
         let maps = &self.maps;
-        self.stats.sample(now_mono, &|tids| maps.exits_of(tids));
+        self.stats.sample(now_mono, &|tids, stat| maps.count_of(tids, stat));
         let snap = self.maps.snapshot()?;
         self.push_interval(snap, now_mono);
         Ok(())
@@ -169,7 +173,7 @@ impl Collector for KvmRecorder {
         // KVM's counters and vtrace's maps read back to back, at one time.
         let now = monotonic_ns();
         let maps = &self.maps;
-        self.stats.sample(now, &|tids| maps.exits_of(tids));
+        self.stats.sample(now, &|tids, stat| maps.count_of(tids, stat));
         let snap = self.maps.snapshot()?;
         self.push_interval(snap, now);
         Ok(())
@@ -182,6 +186,11 @@ impl Collector for KvmRecorder {
 
     fn facts(&self, facts: &mut Facts) {
         facts.vcpu_tids.extend(self.last.vcpu_tids());
+    }
+
+    fn forget(&mut self) -> Result<()> {
+        self.intervals.clear();
+        Ok(())
     }
 
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {

@@ -23,6 +23,13 @@ pub const KVM_STATS: &[&str] = &[
 
 const KVM_DEBUGFS: &str = "/sys/kernel/debug/kvm";
 
+/// The statistics vtrace counts in the kernel per vCPU thread, read beside
+/// KVM's own (see [`read_paired`]): its exits, and its injected interrupts.
+pub const PAIRED_STATS: &[&str] = &["exits", "irq_injections"];
+
+/// vtrace's running count of a paired statistic over the given threads.
+pub type CountOf<'a> = &'a dyn Fn(&[u32], &str) -> u64;
+
 /// KVM's statistics of every VM seen while recording: the first and last
 /// value of each, sampled each interval (a VM's directory goes with the VM,
 /// so one that lives less than an interval may be missed). Only debugfs
@@ -36,9 +43,9 @@ pub struct KvmStatsSampler {
     at_start: std::collections::HashSet<String>,
     /// When each VM's statistics were last read, ns since the start.
     read_at: BTreeMap<String, u64>,
-    /// vtrace's own count of each VM's exits at its first and last reading
-    /// of `exits`, read around it (see [`read_exits`]).
-    vtrace_exits: BTreeMap<String, (u64, u64)>,
+    /// vtrace's own count of each VM's paired statistics at their first
+    /// and last reading, read around it (see [`read_paired`]).
+    vtrace_paired: BTreeMap<(String, &'static str), (u64, u64)>,
     start_mono: u64,
     /// Why statistics could not be read, once.
     pub error: Option<String>,
@@ -47,19 +54,19 @@ pub struct KvmStatsSampler {
 impl KvmStatsSampler {
     /// The first reading: taken once every probe is attached, so that what
     /// KVM counts from here vtrace counts too.
-    pub fn start(start_mono: u64, now_mono: u64, exits_of: &dyn Fn(&[u32]) -> u64) -> Self {
+    pub fn start(start_mono: u64, now_mono: u64, count_of: CountOf) -> Self {
         let mut s = KvmStatsSampler {
             start_mono,
             ..Default::default()
         };
-        s.sample(now_mono, exits_of);
+        s.sample(now_mono, count_of);
         s.at_start = s.first.keys().map(|(vm, _)| vm.clone()).collect();
         s
     }
 
-    /// Reads every VM's statistics now (`now_mono`); `exits_of` gives
-    /// vtrace's count of exits of the given threads.
-    pub fn sample(&mut self, now_mono: u64, exits_of: &dyn Fn(&[u32]) -> u64) {
+    /// Reads every VM's statistics now (`now_mono`); `count_of` gives
+    /// vtrace's count of a paired statistic of the given threads.
+    pub fn sample(&mut self, now_mono: u64, count_of: CountOf) {
         // Refused once (lockdown), refused always: do not retry every interval.
         if self.error.is_some() {
             return;
@@ -74,12 +81,17 @@ impl KvmStatsSampler {
                 continue;
             }
             let pid = name.split('-').next().unwrap_or("");
-            if let Some((kvm, vtrace)) = read_exits(&vm.path(), pid, exits_of) {
-                self.first.entry((name.clone(), "exits")).or_insert(kvm);
-                self.last.insert((name.clone(), "exits"), kvm);
-                self.vtrace_exits.entry(name.clone()).or_insert((vtrace, vtrace)).1 = vtrace;
+            for &stat in PAIRED_STATS {
+                if let Some((kvm, vtrace)) = read_paired(&vm.path(), pid, stat, count_of) {
+                    self.first.entry((name.clone(), stat)).or_insert(kvm);
+                    self.last.insert((name.clone(), stat), kvm);
+                    self.vtrace_paired
+                        .entry((name.clone(), stat))
+                        .or_insert((vtrace, vtrace))
+                        .1 = vtrace;
+                }
             }
-            for stat in KVM_STATS.iter().filter(|s| **s != "exits") {
+            for stat in KVM_STATS.iter().filter(|s| !PAIRED_STATS.contains(s)) {
                 match std::fs::read_to_string(vm.path().join(stat)) {
                     Ok(v) => {
                         if let Ok(v) = v.trim().parse::<u64>() {
@@ -119,21 +131,21 @@ impl KvmStatsSampler {
                 end,
                 read_ns: self.read_at.get(vm).copied().unwrap_or(0),
                 // A VM created while recording: vtrace counted from 0 too.
-                vtrace_start: match self.vtrace_exits.get(vm) {
+                vtrace_start: match self.vtrace_paired.get(&(vm.clone(), *stat)) {
                     Some(&(first, _)) if self.at_start.contains(vm) => first,
                     _ => 0,
                 },
-                vtrace_end: self.vtrace_exits.get(vm).map_or(0, |v| v.1),
+                vtrace_end: self.vtrace_paired.get(&(vm.clone(), *stat)).map_or(0, |v| v.1),
             })
             .collect()
     }
 }
 
-/// KVM's `exits` of the VM at `dir` (of process `pid`) and vtrace's count
-/// of the same VM's exits at the same moment: vtrace's count is read
-/// before and after KVM's, and again until both agree (an exit between
+/// KVM's statistic `stat` of the VM at `dir` (of process `pid`) and
+/// vtrace's count of the same at the same moment: vtrace's count is read
+/// before and after KVM's, and again until both agree (an event between
 /// them would be in one and not the other). None when the VM is gone.
-fn read_exits(dir: &std::path::Path, pid: &str, exits_of: &dyn Fn(&[u32]) -> u64) -> Option<(u64, u64)> {
+fn read_paired(dir: &std::path::Path, pid: &str, stat: &str, count_of: CountOf) -> Option<(u64, u64)> {
     let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
         .flatten()
@@ -141,9 +153,9 @@ fn read_exits(dir: &std::path::Path, pid: &str, exits_of: &dyn Fn(&[u32]) -> u64
         .collect();
     let mut last = None;
     for _ in 0..5 {
-        let before = exits_of(&tids);
-        let kvm: u64 = std::fs::read_to_string(dir.join("exits")).ok()?.trim().parse().ok()?;
-        let after = exits_of(&tids);
+        let before = count_of(&tids, stat);
+        let kvm: u64 = std::fs::read_to_string(dir.join(stat)).ok()?.trim().parse().ok()?;
+        let after = count_of(&tids, stat);
         last = Some((kvm, after));
         if before == after {
             break;

@@ -65,7 +65,7 @@ table! {
 table! {
     /// KVM's own per-VM statistics (debugfs kvm/<pid>-<fd>/<stat>) at the
     /// first and last sample while recording (`start` 0 for VMs created during it).
-    KvmStatRow = "kvm_stats" version 2 {
+    KvmStatRow = "kvm_stats" version 3 {
         vm: String,
         pid: u32,
         stat: String,
@@ -74,9 +74,10 @@ table! {
         /// When `end` was read, ns since the recording started: before the
         /// recording's end when the VM (and its debugfs directory) went first.
         read_ns: u64 [since 2],
-        /// vtrace's own count of the VM's exits (kvm_exit and fastpath
-        /// re-entries) when KVM's `start` and `end` were read: the same
-        /// window, whatever it was.
+        /// vtrace's own count of what `stat` counts, when KVM's `start` and
+        /// `end` were read: the same window, whatever it was. For `exits`
+        /// (kvm_exit and fastpath re-entries) since version 2, for
+        /// `irq_injections` (kvm_inj_virq) since 3; 0 for the others.
         vtrace_start: u64 [since 2],
         vtrace_end: u64 [since 2],
     }

@@ -1,6 +1,7 @@
 //! Network collector: per-device, per-hop packet statistics and NET_RX
-//! softirq time per device from `vtrace-ebpf/src/net.rs`, drops per reason,
-//! and the devices' own counters (what `ip -s link` shows) for comparison.
+//! softirq time per device from `vtrace-ebpf/src/net.rs`, and drops per
+//! reason. The devices' own counters they are compared with are read by
+//! `platforms::netdev`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -13,7 +14,6 @@ use vtrace_common::{DEV_SLOTS, DevKey, DevSlot, DevStats, DropKey, HopEdge, HopL
 use crate::{
     Error, Result,
     collectors::maps::{Counters, delta, sum_per_cpu, take},
-    platforms::snapshot::{NetDev, NetNamespaces},
 };
 
 fn map_err(e: impl std::fmt::Display) -> Error {
@@ -68,6 +68,56 @@ impl NetCollector {
         })
     }
 
+    /// Removes every entry of the devices `gone` (dev_key) from the kernel
+    /// maps (`vtrace serve`: a device that ended, once a read counted it).
+    pub fn forget_devices(&mut self, gone: &std::collections::HashSet<u64>) {
+        let dev = |k: &DevKey| vtrace_common::dev_key(k.netns, k.ifindex);
+        let keys: Vec<DevKey> = self
+            .devices
+            .keys()
+            .flatten()
+            .filter(|k| gone.contains(&dev(k)))
+            .collect();
+        for k in keys {
+            let _ = self.devices.remove(&k);
+        }
+        for map in [&mut self.softirq] {
+            let keys: Vec<u64> = map.keys().flatten().filter(|k| gone.contains(k)).collect();
+            for k in keys {
+                let _ = map.remove(&k);
+            }
+        }
+        let keys: Vec<u64> = self.napi.keys().flatten().filter(|k| gone.contains(k)).collect();
+        for k in keys {
+            let _ = self.napi.remove(&k);
+        }
+        // Their per-CPU slots, freed for other devices. (Written back whole:
+        // a count another CPU adds to the same slot index between this read
+        // and the write, microseconds, would be lost; a slot index is one
+        // device's hop, so that is the ended device's own.)
+        for i in 0..DEV_SLOTS {
+            let Ok(values) = self.slots.get(&i, 0) else { continue };
+            let mut slots: Vec<DevSlot> = values.iter().copied().collect();
+            let mut freed = false;
+            for slot in slots.iter_mut().filter(|s| s.dev != 0 && gone.contains(&dev(&s.key))) {
+                *slot = DevSlot::default();
+                freed = true;
+            }
+            if freed && let Ok(values) = aya::maps::PerCpuValues::try_from(slots) {
+                let _ = self.slots.set(i, values, 0);
+            }
+        }
+        let keys: Vec<HopEdge> = self
+            .latency
+            .keys()
+            .flatten()
+            .filter(|e| gone.contains(&e.from_dev) || gone.contains(&e.to_dev))
+            .collect();
+        for k in keys {
+            let _ = self.latency.remove(&k);
+        }
+    }
+
     /// What the net layer could not keep, indexed by [`net_loss`].
     pub fn losses(&self) -> [u64; net_loss::COUNT as usize] {
         core::array::from_fn(|i| self.losses.get(&(i as u32), 0).map(|v| v.iter().sum()).unwrap_or(0))
@@ -95,95 +145,6 @@ impl NetCollector {
         }
         Ok(snap)
     }
-}
-
-/// A device's own counters (the kernel's `dev_get_stats`, as `ip -s link`
-/// and /proc/net/dev report them).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DeviceCounters {
-    pub name: String,
-    pub kind: String,
-    pub rx_packets: u64,
-    pub rx_bytes: u64,
-    pub tx_packets: u64,
-    pub tx_bytes: u64,
-}
-
-/// Reads every device's counters fast, the namespaces open and the devices'
-/// kinds known beforehand.
-///
-/// Finding the devices is slow (an `ip` per namespace, done by the system
-/// snapshot) and the read must be fast: the counters are compared with the
-/// probes' snapshot taken right after, and a packet that lands between the
-/// two reads counts in one window and not in the other. So
-/// [`DeviceCounterReader::read`] takes every namespace's /proc/net/dev within
-/// microseconds (160 us for three namespaces) of the probes.
-pub struct DeviceCounterReader {
-    namespaces: NetNamespaces,
-    /// (netns, ifindex) -> the device's kind (veth, bridge, tap, ...).
-    kinds: HashMap<(u32, u32), String>,
-}
-
-impl DeviceCounterReader {
-    /// `known`: the devices of a [`crate::platforms::SystemSnapshot`], for their kinds.
-    pub fn new(known: &[NetDev]) -> Self {
-        DeviceCounterReader {
-            namespaces: NetNamespaces::open(),
-            kinds: known
-                .iter()
-                .map(|d| ((d.netns as u32, d.ifindex), d.kind.clone()))
-                .collect(),
-        }
-    }
-
-    /// (netns, ifindex) -> counters. A device that appeared since
-    /// [`Self::new`] has the kind "device".
-    pub fn read(&self) -> HashMap<(u32, u32), DeviceCounters> {
-        let mut out = HashMap::new();
-        for (ns, devices) in self.namespaces.in_each(|ns| (ns as u32, proc_net_dev())) {
-            for (ifindex, mut c) in devices {
-                c.kind = self
-                    .kinds
-                    .get(&(ns, ifindex))
-                    .cloned()
-                    .unwrap_or_else(|| "device".into());
-                out.insert((ns, ifindex), c);
-            }
-        }
-        out
-    }
-}
-
-/// /proc/net/dev of the calling thread's namespace: (ifindex, counters).
-fn proc_net_dev() -> Vec<(u32, DeviceCounters)> {
-    let text = std::fs::read_to_string("/proc/thread-self/net/dev").unwrap_or_default();
-    text.lines()
-        .skip(2)
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(':')?;
-            let name = name.trim();
-            let f: Vec<u64> = rest.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-            if f.len() < 10 {
-                return None;
-            }
-            let cname = std::ffi::CString::new(name).ok()?;
-            // A socket made inside the thread's namespace resolves the name there.
-            let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) };
-            (ifindex != 0).then(|| {
-                (
-                    ifindex,
-                    DeviceCounters {
-                        name: name.to_string(),
-                        kind: String::new(),
-                        rx_bytes: f[0],
-                        rx_packets: f[1],
-                        tx_bytes: f[8],
-                        tx_packets: f[9],
-                    },
-                )
-            })
-        })
-        .collect()
 }
 
 /// Names of enum skb_drop_reason values, from the kernel's BTF.

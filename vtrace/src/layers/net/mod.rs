@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod collector;
+pub mod metrics;
 pub mod probes;
 pub mod rows;
 pub mod summary;
@@ -26,8 +27,9 @@ use vtrace_common::Config;
 pub use tables::{NetDeviceRow, NetDropRow, NetHopRow, NetIntervalRow, NetLatencyRow, NetSizeRow, TunIoRow};
 use vtrace_common::net_loss;
 
-use self::collector::{DeviceCounterReader, DeviceCounters, NetCollector, NetSnapshot};
+use self::collector::{NetCollector, NetSnapshot};
 use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use crate::platforms::netdev::{DeviceCounterReader, DeviceCounters};
 use crate::probes::offsets::{self, KernelLayout};
 use crate::{
     Result,
@@ -109,6 +111,9 @@ impl Layer for NetLayer {
     fn summarize(&self, rec: &crate::recording::Recording, _top: usize) -> crate::report_model::Section {
         summary::section(rec)
     }
+    fn metrics(&self, tables: &crate::recording::TableSet, out: &mut crate::exposition::Samples) {
+        metrics::metrics(tables, out);
+    }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         collector::load_tun_fds(ebpf, &collector::tun_fds(setup.system))?;
         let maps = NetCollector::new(ebpf)?;
@@ -129,6 +134,8 @@ impl Layer for NetLayer {
             start: NetSnapshot::default(),
             last: NetSnapshot::default(),
             at_checkpoint: None,
+            alive_at_checkpoint: Default::default(),
+            mapped_before: Default::default(),
             last_at: setup.start_mono,
             start_mono: setup.start_mono,
             intervals: Vec::new(),
@@ -162,6 +169,10 @@ struct NetRecorder {
     last: NetSnapshot,
     /// The maps at the last checkpoint, read beside the devices' counters.
     at_checkpoint: Option<NetSnapshot>,
+    /// The devices (dev_key) that existed at the last checkpoint, and those
+    /// the maps held then: a live session forgets the ones that ended.
+    alive_at_checkpoint: std::collections::HashSet<u64>,
+    mapped_before: std::collections::HashSet<u64>,
     last_at: u64,
     start_mono: u64,
     intervals: Vec<NetIntervalRow>,
@@ -229,17 +240,11 @@ impl Collector for NetRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
-        // The devices' counters and the probes' are read back to back, in the
-        // same order as at the start, so that a packet can only fall between
-        // the two windows in the microseconds that separate the reads.
-        if self.probes_on {
-            self.counters_end = DeviceCounterReader::new(&end.system.netdevs).read();
+    /// The closing readings are the last checkpoint's.
+    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
+        if let Some(snap) = self.at_checkpoint.take() {
+            self.push_interval(snap, super::cpu::monotonic_ns());
         }
-        let snap = self.maps.snapshot()?;
-        let tun_end = collector::tun_io(&self.tun_io_map)?;
-        self.tun_stats = crate::collectors::maps::delta(&tun_end, &self.tun_start, |s| s.packets > 0);
-        self.push_interval(snap, super::cpu::monotonic_ns());
         self.losses = self.maps.losses();
         self.events_stop.store(true, Ordering::Release);
         if let Some(reader) = self.events_reader.take() {
@@ -260,15 +265,55 @@ impl Collector for NetRecorder {
         Ok(())
     }
 
-    /// Read as at the end (the same order), without ending an interval.
+    /// The devices' counters and the probes' read back to back, in the same
+    /// order as at the start, so that a packet can only fall between the two
+    /// in the microseconds that separate the reads (and the recorder reads
+    /// again when one did, record::edge). No interval ends here.
     fn checkpoint(&mut self, now: &End) -> Result<bool> {
         if self.probes_on {
             self.counters_end = DeviceCounterReader::new(&now.system.netdevs).read();
         }
         self.at_checkpoint = Some(self.maps.snapshot()?);
+        self.alive_at_checkpoint = now
+            .system
+            .netdevs
+            .iter()
+            .map(|d| vtrace_common::dev_key(d.netns as u32, d.ifindex))
+            .collect();
         let tun_now = collector::tun_io(&self.tun_io_map)?;
         self.tun_stats = crate::collectors::maps::delta(&tun_now, &self.tun_start, |s| s.packets > 0);
         Ok(true)
+    }
+
+    /// Also the devices that ended: their map entries, once a read counted
+    /// them. Only those the maps already held at the read before (a device
+    /// made since the system was looked at is not taken for an ended one).
+    fn forget(&mut self) -> Result<()> {
+        self.intervals.clear();
+        let Some(snap) = &self.at_checkpoint else { return Ok(()) };
+        let mapped: std::collections::HashSet<u64> = snap
+            .devices
+            .keys()
+            .map(|k| vtrace_common::dev_key(k.netns, k.ifindex))
+            .collect();
+        let gone: std::collections::HashSet<u64> = mapped
+            .iter()
+            .filter(|d| !self.alive_at_checkpoint.contains(d) && self.mapped_before.contains(d))
+            .copied()
+            .collect();
+        if !gone.is_empty() {
+            self.maps.forget_devices(&gone);
+            let ended = |k: &vtrace_common::DevKey| gone.contains(&vtrace_common::dev_key(k.netns, k.ifindex));
+            self.start.devices.retain(|k, _| !ended(k));
+            self.last.devices.retain(|k, _| !ended(k));
+            self.start.softirq.retain(|k, _| !gone.contains(k));
+            self.start.napi.retain(|k, _| !gone.contains(k));
+            self.start
+                .latency
+                .retain(|e, _| !gone.contains(&e.from_dev) && !gone.contains(&e.to_dev));
+        }
+        self.mapped_before = mapped.difference(&gone).copied().collect();
+        Ok(())
     }
 
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {

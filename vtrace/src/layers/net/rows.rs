@@ -4,11 +4,12 @@
 use std::collections::HashMap;
 
 use super::{
-    collector::{DeviceCounters, NetSnapshot},
+    collector::NetSnapshot,
     tables::{NetDeviceRow, NetDropRow, NetHopRow, NetLatencyRow, NetSizeRow, TunIoRow},
 };
 use crate::{
     analysis::histogram::Histogram,
+    platforms::netdev::DeviceCounters,
     platforms::{self, SystemSnapshot, attribute::Attribution},
 };
 

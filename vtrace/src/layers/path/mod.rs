@@ -20,10 +20,11 @@ use std::collections::BTreeMap;
 
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use vtrace_common::{
-    Config, FINE_BUCKETS, PathKey, PathPacket, PathStats, fine_bucket_range, path_dir, path_loss, path_stage,
+    Config, FINE_BUCKETS, PathKey, PathPacket, PathRxPending, PathStats, fine_bucket_range, path_dir, path_loss,
+    path_stage,
 };
 
 pub use tables::{PathHistRow, PathPacketRow, PathRow};
@@ -111,8 +112,19 @@ impl Layer for PathLayer {
             },
             Loss {
                 key: "path.untimed",
-                meaning: "frames taken from a tap whose queueing was not seen (queued before the layer started, or \
-                          evicted from the map of queued frames): not in rx_tap_queue",
+                meaning: "frames taken from a tap whose queueing was not seen (queued before the layer started, \
+                          evicted from the map of queued frames, or an XDP frame, never an skb): not in rx_tap_queue",
+            },
+            Loss {
+                key: "path.unsignalled_at_start",
+                meaning: "frames taken from a tap before the window whose interrupt had not been raised at its \
+                          start: in rx_signal's frames if it was raised in the window, not in rx_tap_queue",
+            },
+            Loss {
+                key: "path.unsignalled_at_end",
+                meaning: "frames taken from a tap whose interrupt had not been raised at the window's end (the \
+                          last frames, or ones the guest took by polling, no interrupt asked): not in rx_signal's \
+                          frames",
             },
             Loss {
                 key: "path.uninjected",
@@ -139,6 +151,10 @@ impl Layer for PathLayer {
         Ok(Box::new(PathRecorder {
             stats: take(ebpf, "PATH_STATS")?,
             losses: take(ebpf, "PATH_LOSSES")?,
+            pending: take(ebpf, "PATH_RX_PENDING")?,
+            base_unsignalled: 0,
+            unsignalled: 0,
+            unsteady: false,
             base: BTreeMap::new(),
             last: BTreeMap::new(),
             base_lost: [0; path_loss::COUNT as usize],
@@ -165,6 +181,15 @@ impl Counters for PathStats {
 struct PathRecorder {
     stats: PerCpuHashMap<MapData, PathKey, PathStats>,
     losses: PerCpuArray<MapData, u64>,
+    /// Each VM's frames taken from its taps and not yet signalled.
+    pending: HashMap<MapData, u64, PathRxPending>,
+    /// Frames taken and not yet signalled at the window's start and at the
+    /// last reading.
+    base_unsignalled: u64,
+    unsignalled: u64,
+    /// A VM took frames or signalled while the last reading read the
+    /// stages: its counts may not agree with `unsignalled`.
+    unsteady: bool,
     /// Every stage per process, summed over CPUs, when the workload started
     /// (the window every layer's counters share) and at the last reading.
     base: BTreeMap<PathKey, PathStats>,
@@ -202,12 +227,32 @@ impl PathRecorder {
         }
     }
 
+    /// Every VM's frames taken and not yet signalled, as the kernel holds them.
+    fn pending(&self) -> BTreeMap<u64, PathRxPending> {
+        self.pending.iter().filter_map(|e| e.ok()).collect()
+    }
+
     fn read(&mut self) -> Result<()> {
         self.drain();
+        // Every take and signal changes its VM's entry (its frames, its
+        // timestamps): the same entries before and after the stages and
+        // losses were read mean none happened meanwhile, and the frames
+        // they hold are those the stages have not signalled. (Not quite
+        // always: a program preempted between its stage's write and its
+        // entry's, or two queues of one VM taking frames at once on two
+        // CPUs, can still put one frame on one side only.)
+        let before = self.pending();
         self.last = sum_per_cpu(&self.stats)?;
         for (slot, n) in self.lost.iter_mut().enumerate() {
             *n = self.losses.get(&(slot as u32), 0).map(|v| v.iter().sum()).unwrap_or(0);
         }
+        let after = self.pending();
+        self.unsteady = before != after;
+        self.unsignalled = after
+            .values()
+            .filter(|p| p.batch.dequeued_ns != 0)
+            .map(|p| p.batch.frames)
+            .sum();
         Ok(())
     }
 }
@@ -219,6 +264,7 @@ impl Collector for PathRecorder {
         self.read()?;
         self.base = self.last.clone();
         self.base_lost = self.lost;
+        self.base_unsignalled = self.unsignalled;
         self.followed.clear();
         self.unkept = 0;
         Ok(())
@@ -229,13 +275,16 @@ impl Collector for PathRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
-        self.read()
-    }
-
     fn checkpoint(&mut self, _now: &End) -> Result<bool> {
         self.read()?;
         Ok(true)
+    }
+
+    fn unsteady(&self) -> Option<&'static str> {
+        self.unsteady.then_some(
+            "a VM's thread took frames from a tap or raised their interrupt while the path layer read its \
+             stages: rx_signal's frames and path.unsignalled_at_start/_at_end may disagree by those frames",
+        )
     }
 
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
@@ -249,6 +298,8 @@ impl Collector for PathRecorder {
         let lost = |slot: u32| self.lost[slot as usize] - self.base_lost[slot as usize];
         out.losses.push(("path.stats_full", lost(path_loss::STATS_FULL)));
         out.losses.push(("path.untimed", lost(path_loss::UNTIMED)));
+        out.losses.push(("path.unsignalled_at_start", self.base_unsignalled));
+        out.losses.push(("path.unsignalled_at_end", self.unsignalled));
         out.losses.push(("path.uninjected", lost(path_loss::UNINJECTED)));
         out.losses
             .push(("path.packets_dropped", lost(path_loss::PACKETS_DROPPED) + self.unkept));
@@ -285,6 +336,7 @@ fn rows(stats: &BTreeMap<PathKey, PathStats>, threads: &[ThreadRow]) -> (Vec<Pat
             min_ns: h.min_ns,
             max_ns: h.max_ns,
             frames: s.frames,
+            irq: k.irq,
         });
         for (i, &count) in h.buckets.iter().enumerate().take(FINE_BUCKETS) {
             if count > 0 {
@@ -295,6 +347,7 @@ fn rows(stats: &BTreeMap<PathKey, PathStats>, threads: &[ThreadRow]) -> (Vec<Pat
                     lo_ns,
                     hi_ns,
                     count,
+                    irq: k.irq,
                 });
             }
         }
@@ -316,7 +369,12 @@ fn packet_rows(packets: &[PathPacket], threads: &[ThreadRow], start_mono: u64) -
                 role,
             } = row_owner(index.thread(p.tid).or_else(|| index.process(p.tgid)));
             PathPacketRow {
-                dir: if p.dir == path_dir::TX { "tx" } else { "rx" }.into(),
+                dir: match p.dir {
+                    path_dir::TX => "tx",
+                    path_dir::PASSTHROUGH => "pt",
+                    _ => "rx",
+                }
+                .into(),
                 pid: p.tgid,
                 tid: p.tid,
                 comm: index.process_comm(p.tgid),
@@ -330,6 +388,7 @@ fn packet_rows(packets: &[PathPacket], threads: &[ThreadRow], start_mono: u64) -
                 t2_ns: since(p.ts[2]),
                 t3_ns: since(p.ts[3]),
                 t4_ns: since(p.ts[4]),
+                irq: p.irq,
             }
         })
         .collect()

@@ -29,6 +29,14 @@ const TX_ENDS: [Option<u32>; 5] = [
     None,
 ];
 
+const PT_ENDS: [Option<u32>; 5] = [
+    None,
+    Some(path_stage::PT_SIGNAL),
+    Some(path_stage::PT_INJECT),
+    Some(path_stage::PT_ENTRY),
+    None,
+];
+
 pub fn points(p: &PathPacketRow) -> [u64; 5] {
     [p.t0_ns, p.t1_ns, p.t2_ns, p.t3_ns, p.t4_ns]
 }
@@ -36,7 +44,11 @@ pub fn points(p: &PathPacketRow) -> [u64; 5] {
 /// A followed packet's stages in path order: (stage, ns). They sum exactly
 /// to its last point minus its first.
 pub fn stages(p: &PathPacketRow) -> Vec<(u32, u64)> {
-    let ends = if p.dir == "tx" { &TX_ENDS } else { &RX_ENDS };
+    let ends = match p.dir.as_str() {
+        "tx" => &TX_ENDS,
+        "pt" => &PT_ENDS,
+        _ => &RX_ENDS,
+    };
     let pts = points(p);
     let mut out = Vec::new();
     let mut prev: Option<usize> = None;
@@ -89,7 +101,7 @@ pub fn round_trips(packets: &[PathPacketRow]) -> Vec<RoundTrip> {
             if p.t0_ns != 0 && p.t2_ns != 0 {
                 e.1.push(p);
             }
-        } else if p.t4_ns != 0 {
+        } else if p.dir == "rx" && p.t4_ns != 0 {
             e.0.push(p);
         }
     }
@@ -159,6 +171,7 @@ mod tests {
             t2_ns: t[2],
             t3_ns: t[3],
             t4_ns: t[4],
+            irq: 0,
         }
     }
 

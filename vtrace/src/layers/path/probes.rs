@@ -106,6 +106,38 @@ pub const PATH: &[ProbeSpec] = &[
         ],
     },
     ProbeSpec {
+        id: "path:irq_handler_entry",
+        layer: "path",
+        what: "passthrough: the host takes a VF's interrupt (a vfio-* IRQ's handler starts)",
+        strategies: &[
+            Strategy::RawTracepoint {
+                program: "raw_path_irq_handler_entry",
+                tracepoint: "irq_handler_entry",
+            },
+            Strategy::Tracepoint {
+                program: "tp_path_irq_handler_entry",
+                category: "irq",
+                name: "irq_handler_entry",
+            },
+        ],
+    },
+    ProbeSpec {
+        id: "path:irq_handler_exit",
+        layer: "path",
+        what: "passthrough: that handler returns",
+        strategies: &[
+            Strategy::RawTracepoint {
+                program: "raw_path_irq_handler_exit",
+                tracepoint: "irq_handler_exit",
+            },
+            Strategy::Tracepoint {
+                program: "tp_path_irq_handler_exit",
+                category: "irq",
+                name: "irq_handler_exit",
+            },
+        ],
+    },
+    ProbeSpec {
         id: "path:ioeventfd_write.ret",
         layer: "path",
         what: "tx: an ioeventfd took a guest's write: a virtqueue kick",

@@ -5,13 +5,14 @@ use crate::recording::table;
 
 table! {
     /// Latencies of one stage of the virtio data path (`stage`: rx_tap_queue,
-    /// rx_signal, rx_inject, rx_entry, tx_kick, tx_serve, tx_tap), ended by
+    /// rx_signal, rx_inject, rx_entry, tx_kick, tx_serve, tx_tap) or of the
+    /// passthrough path (pt_signal, pt_inject, pt_entry, pt_hardirq), ended by
     /// process `pid` (the tap's reader, the signalling thread, the vCPU's
     /// VMM, the serving thread), named and owned as the threads table names
     /// it. `frames`: frames timed (rx_tap_queue, tx_tap), frames covered by
     /// the signals (rx_signal), kicks served (tx_kick, tx_serve); 0 for
     /// rx_inject and rx_entry.
-    PathRow = "path" {
+    PathRow = "path" version 2 {
         stage: String,
         pid: u32,
         comm: String,
@@ -23,17 +24,21 @@ table! {
         min_ns: u64,
         max_ns: u64,
         frames: u64,
+        /// The passthrough stages' (pt_*) host IRQ: the VF's vector, named
+        /// in the hardirqs table; 0 for virtio's.
+        irq: u32 [since 2],
     }
 }
 
 table! {
     /// Histograms of path rows: buckets `[lo_ns, hi_ns)`, 8 per power of two.
-    PathHistRow = "path_hists" {
+    PathHistRow = "path_hists" version 2 {
         stage: String,
         pid: u32,
         lo_ns: u64,
         hi_ns: u64,
         count: u64,
+        irq: u32 [since 2],
     }
 }
 
@@ -52,7 +57,7 @@ table! {
     /// interrupt covered; tx, kicks served. `pid`/`tid`: the thread that
     /// ended it (rx: the vCPU; tx: the tap's writer), owned as the threads
     /// table owns it.
-    PathPacketRow = "path_packets" {
+    PathPacketRow = "path_packets" version 2 {
         dir: String,
         pid: u32,
         tid: u32,
@@ -67,5 +72,8 @@ table! {
         t2_ns: u64,
         t3_ns: u64,
         t4_ns: u64,
+        /// pt (a VF's interrupt, since 2): its host IRQ; t0..t3 are the
+        /// IRQ's entry, KVM's MSI, the injection, the guest entry; t4 0.
+        irq: u32 [since 2],
     }
 }

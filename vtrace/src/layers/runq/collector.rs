@@ -46,6 +46,32 @@ impl RunqMaps {
         snap.drops = self.drops.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0);
         Ok(snap)
     }
+
+    /// `vtrace serve`, once `seen` was read: the entries of threads that
+    /// have exited since, and not waited after `seen` (a dead thread waits
+    /// no more), leave the kernel's map and `seen`. Their waits are in the
+    /// series already; kept, a host's short-lived processes would fill the
+    /// map (8192 threads) and every later thread's waits would be dropped.
+    pub fn forget_exited(&mut self, seen: &mut RunqSnapshot) {
+        let exited: Vec<u32> = seen
+            .threads
+            .keys()
+            .copied()
+            .filter(|tid| !std::path::Path::new(&format!("/proc/{tid}")).exists())
+            .collect();
+        for tid in exited {
+            let read = seen.threads[&tid].hist.count;
+            match self.stats.get(&tid, 0) {
+                // (its last waits, after `seen`: the next read takes them)
+                Ok(now) if now.hist.count != read => continue,
+                Ok(_) => {
+                    let _ = self.stats.remove(&tid);
+                }
+                Err(_) => {}
+            }
+            seen.threads.remove(&tid);
+        }
+    }
 }
 
 /// The runq and runq_hists rows of the final snapshot.

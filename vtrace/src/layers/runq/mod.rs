@@ -5,6 +5,7 @@
 //! or vhost thread that waits on a run queue under CPU stress.
 
 pub mod collector;
+pub mod metrics;
 pub mod probes;
 pub mod summary;
 pub mod tables;
@@ -72,6 +73,9 @@ impl Layer for RunqLayer {
             by_tid: rows.iter().map(|r| (r.tid, vec![r.delay_ns, r.waits])).collect(),
         })
     }
+    fn metrics(&self, tables: &crate::recording::TableSet, out: &mut crate::exposition::Samples) {
+        metrics::metrics(tables, out);
+    }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         Ok(Box::new(RunqRecorder {
             maps: RunqMaps::new(ebpf)?,
@@ -130,6 +134,12 @@ impl Collector for RunqRecorder {
     /// Its readings at the last tick stand for now.
     fn checkpoint(&mut self, _now: &End) -> Result<bool> {
         Ok(true)
+    }
+
+    fn forget(&mut self) -> Result<()> {
+        self.intervals.clear();
+        self.maps.forget_exited(&mut self.last);
+        Ok(())
     }
 
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {

@@ -5,6 +5,7 @@
 //! tracepoints on the tap device instead.
 
 pub mod collector;
+pub mod metrics;
 pub mod probes;
 pub mod summary;
 pub mod tables;
@@ -62,6 +63,9 @@ impl Layer for TunLayer {
     fn summarize(&self, rec: &crate::recording::Recording, top: usize) -> crate::report_model::Section {
         summary::section(rec, top)
     }
+    fn metrics(&self, tables: &crate::recording::TableSet, out: &mut crate::exposition::Samples) {
+        metrics::metrics(tables, out);
+    }
     fn start(&self, ebpf: &mut Ebpf, _setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         Ok(Box::new(TunRecorder {
             maps: TunMaps::new(ebpf)?,
@@ -81,10 +85,6 @@ impl Collector for TunRecorder {
     fn baseline(&mut self, _attached: &Attached) -> Result<()> {
         self.start = self.maps.snapshot()?;
         Ok(())
-    }
-
-    fn end(&mut self, _ebpf: &Ebpf, end: &End) -> Result<()> {
-        self.checkpoint(end).map(drop)
     }
 
     fn checkpoint(&mut self, _now: &End) -> Result<bool> {

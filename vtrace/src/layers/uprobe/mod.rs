@@ -115,6 +115,11 @@ impl Collector for UprobeRecorder {
         Ok(true)
     }
 
+    fn forget(&mut self) -> Result<()> {
+        self.intervals.clear();
+        Ok(())
+    }
+
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         let (rows, hists) = uprobe_rows(&self.last, ctx.probes, ctx.tables.rows::<ThreadRow>());
         let probe_of = |slot: u32| ctx.probes.iter().find(|p| p.slot == Some(slot)).map(|p| p.id.clone());

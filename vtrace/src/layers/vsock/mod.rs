@@ -146,10 +146,6 @@ impl Collector for VsockRecorder {
         Ok(())
     }
 
-    fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
-        self.read()
-    }
-
     fn checkpoint(&mut self, _now: &End) -> Result<bool> {
         self.read()?;
         Ok(true)

@@ -1,0 +1,267 @@
+//! The exporter's HTTP side: `/metrics` (OpenMetrics text when the scraper
+//! asks for it, as Prometheus does, else the classic text format), `/-/healthy`,
+//! and `/`, a page naming them; over TLS and behind basic auth where the
+//! web configuration file says (`web_config.rs`). One request per
+//! connection, bounded in size and time: a slow or broken client cannot
+//! hold the exporter.
+
+use std::{sync::Arc, time::Duration};
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, NoLabelSet},
+    metrics::MetricType,
+    registry::{Registry, Unit as PromUnit},
+};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
+    net::TcpListener,
+    sync::Mutex,
+};
+
+use super::{Exporter, series::Series, web_config::WebConfig};
+use crate::exposition::{Family, Kind, SUM, Unit};
+
+/// A request's head may be no larger, and must come within this long.
+const MAX_HEAD: usize = 16 * 1024;
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+const INDEX: &str = "<!DOCTYPE html><html><head><title>vtrace</title></head><body>\
+<h1>vtrace serve</h1><p>Where the CPU and the latency go along the virtualization I/O path, per platform \
+instance and role.</p><ul><li><a href=\"/metrics\">/metrics</a>: the series (OpenMetrics or Prometheus text)</li>\
+<li><a href=\"/-/healthy\">/-/healthy</a>: 200 while the probes are attached</li></ul></body></html>\n";
+
+/// Serves `listener` until the process ends.
+pub async fn serve(listener: TcpListener, exporter: Arc<Mutex<Exporter>>, web: Arc<WebConfig>) {
+    let tls = web.tls.clone().map(tokio_rustls::TlsAcceptor::from);
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (exporter, web, tls) = (exporter.clone(), web.clone(), tls.clone());
+        tokio::spawn(async move {
+            match tls {
+                // The handshake is bounded like the request's head.
+                Some(tls) => {
+                    if let Ok(Ok(stream)) = tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await {
+                        let _ = handle(stream, exporter, web).await;
+                    }
+                }
+                None => {
+                    let _ = handle(stream, exporter, web).await;
+                }
+            }
+        });
+    }
+}
+
+struct Request {
+    method: String,
+    path: String,
+    accept: String,
+    authorization: Option<String>,
+}
+
+async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<Request> {
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 2048];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).await.ok()?;
+        if n == 0 || head.len() + n > MAX_HEAD {
+            return None;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut lines = text.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
+    let headers: Vec<(&str, &str)> = lines.filter_map(|l| l.split_once(':')).collect();
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    Some(Request {
+        method,
+        path,
+        accept: header("accept").unwrap_or_default(),
+        authorization: header("authorization"),
+    })
+}
+
+async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    exporter: Arc<Mutex<Exporter>>,
+    web: Arc<WebConfig>,
+) -> std::io::Result<()> {
+    let Ok(Some(req)) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await else {
+        return respond(&mut stream, 400, "text/plain", b"bad request\n").await;
+    };
+    if !web.users.allows(req.authorization.as_deref()) {
+        return respond(&mut stream, 401, "text/plain", b"Unauthorized\n").await;
+    }
+    if req.method != "GET" && req.method != "HEAD" {
+        return respond(&mut stream, 405, "text/plain", b"only GET\n").await;
+    }
+    let path = req.path.split('?').next().unwrap_or("");
+    match path {
+        "/metrics" => {
+            let openmetrics = req.accept.contains("application/openmetrics-text");
+            let mut exporter = exporter.lock().await;
+            match exporter.read().await {
+                Ok(()) => {
+                    let body = encode(exporter.series.iter(), openmetrics);
+                    let kind = if openmetrics { OPENMETRICS } else { PROMETHEUS_TEXT };
+                    respond(&mut stream, 200, kind, body.as_bytes()).await
+                }
+                Err(e) => respond(&mut stream, 503, "text/plain", format!("vtrace: {e}\n").as_bytes()).await,
+            }
+        }
+        "/-/healthy" => respond(&mut stream, 200, "text/plain", b"vtrace is healthy.\n").await,
+        "/" => respond(&mut stream, 200, "text/html; charset=utf-8", INDEX.as_bytes()).await,
+        _ => respond(&mut stream, 404, "text/plain", b"not found: try /metrics\n").await,
+    }
+}
+
+async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, status: u16, kind: &str, body: &[u8]) -> std::io::Result<()> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        _ => "Service Unavailable",
+    };
+    // The challenge that makes a client send its credentials.
+    let challenge = if status == 401 {
+        "WWW-Authenticate: Basic realm=\"vtrace\", charset=\"UTF-8\"\r\n"
+    } else {
+        ""
+    };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\n{challenge}Content-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await?;
+    stream.write_all(body).await?;
+    stream.shutdown().await
+}
+
+/// One family's series: label pairs and values in base units.
+#[derive(Debug)]
+struct Exposed {
+    family: &'static Family,
+    samples: Vec<(Vec<(String, String)>, f64)>,
+}
+
+/// The series as one family each, for prometheus-client's encoders.
+#[derive(Debug)]
+struct Families(Vec<Exposed>);
+
+impl Collector for Families {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for Exposed { family, samples } in &self.0 {
+            let unit = family.unit.map(|u| match u {
+                Unit::Seconds => PromUnit::Seconds,
+                Unit::Bytes => PromUnit::Bytes,
+            });
+            let metric_type = match family.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+                Kind::Histogram => MetricType::Histogram,
+            };
+            // The name without its unit: the encoder appends it.
+            let name = format!("vtrace_{}", family.name);
+            let mut metric = encoder.encode_descriptor(&name, family.help, unit.as_ref(), metric_type)?;
+            if family.kind == Kind::Histogram {
+                for (labels, (sum, buckets)) in histograms(samples) {
+                    let count = buckets.iter().map(|(_, n)| n).sum();
+                    metric
+                        .encode_family(&labels)?
+                        .encode_histogram::<NoLabelSet>(sum, count, &buckets, None)?;
+                }
+                continue;
+            }
+            for (labels, value) in samples {
+                let mut one = metric.encode_family(labels)?;
+                match family.kind {
+                    Kind::Counter => one.encode_counter::<NoLabelSet, f64, f64>(value, None)?,
+                    _ => one.encode_gauge(value)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A histogram family's parts (label `le`: a bucket's upper bound, or the
+/// sum) as one histogram per label set: its sum and its buckets in order
+/// of their bounds.
+#[allow(clippy::type_complexity)]
+fn histograms(samples: &[(Vec<(String, String)>, f64)]) -> Vec<(Vec<(String, String)>, (f64, Vec<(f64, u64)>))> {
+    let mut out: Vec<(Vec<(String, String)>, (f64, Vec<(f64, u64)>))> = Vec::new();
+    for (labels, value) in samples {
+        let (rest, le): (Vec<_>, Vec<_>) = labels.iter().cloned().partition(|(k, _)| k != "le");
+        let Some((_, le)) = le.first() else { continue };
+        let at = match out.iter().position(|(l, _)| *l == rest) {
+            Some(i) => i,
+            None => {
+                out.push((rest, (0.0, Vec::new())));
+                out.len() - 1
+            }
+        };
+        let (sum, buckets) = &mut out[at].1;
+        match le.parse::<f64>() {
+            Ok(bound) => buckets.push((bound, *value as u64)),
+            Err(_) if le == SUM => *sum = *value,
+            Err(_) => {}
+        }
+    }
+    for (_, (_, buckets)) in &mut out {
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Both formats need the +Inf bucket (histogram_quantile is NaN
+        // without it); prometheus-client's OpenMetrics encoder adds none.
+        if buckets.last().is_none_or(|b| b.0 != f64::INFINITY) {
+            buckets.push((f64::INFINITY, 0));
+        }
+    }
+    out
+}
+
+/// The exposition: OpenMetrics text, or Prometheus's classic text format.
+pub fn encode<'a>(series: impl Iterator<Item = &'a Series>, openmetrics: bool) -> String {
+    let mut families: Vec<Exposed> = Vec::new();
+    for s in series {
+        if families.last().is_none_or(|f| !std::ptr::eq(f.family, s.family)) {
+            families.push(Exposed {
+                family: s.family,
+                samples: Vec::new(),
+            });
+        }
+        let labels = s.labels.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let exposed = families.last_mut().expect("pushed");
+        // Bucket counts are counts; every other value is in sample units.
+        let is_bucket = s.family.kind == Kind::Histogram && s.labels.iter().any(|(k, v)| *k == "le" && v != SUM);
+        let value = if is_bucket {
+            s.value
+        } else {
+            s.value / s.family.per_unit
+        };
+        exposed.samples.push((labels, value));
+    }
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Families(families)));
+    let mut out = String::new();
+    let encoded = if openmetrics {
+        prometheus_client::encoding::text::encode(&mut out, &registry)
+    } else {
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+    };
+    encoded.expect("writing to a String");
+    out
+}
