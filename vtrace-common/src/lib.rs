@@ -89,9 +89,10 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 84] = [
+pub const COUNTED_HOOKS: [&str; 85] = [
     "sched_switch",
     "sched_process_fork",
+    "sched_process_exec",
     "sched_process_exit",
     "sys_enter",
     "sys_exit",

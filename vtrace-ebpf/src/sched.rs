@@ -272,10 +272,10 @@ fn on_fork(child_tid: u32, child_tgid: u32) {
     let _ = account::THREADS.insert(&child_tid, &fresh, 0);
 }
 
-/// Notes the exit in the thread's hash map entry, created if its times
-/// are all in per-CPU slots (`--cpu-split ticks`).
+/// The thread's hash map entry, created if absent (its times may all be in
+/// per-CPU slots with `--cpu-split ticks`, or it has not switched out yet).
 #[inline(always)]
-fn on_exit() {
+fn current_thread_entry() -> Option<&'static mut ThreadTimes> {
     let id = bpf_get_current_pid_tgid();
     let tid = id as u32;
     if account::THREADS.get_ptr_mut(&tid).is_none() {
@@ -285,11 +285,28 @@ fn on_exit() {
         };
         let _ = account::THREADS.insert(&tid, &fresh, 0);
     }
-    if let Some(t) = account::THREADS.get_ptr_mut(&tid) {
-        let t = unsafe { &mut *t };
+    account::THREADS.get_ptr_mut(&tid).map(|t| unsafe { &mut *t })
+}
+
+/// Notes the exit in the thread's entry.
+#[inline(always)]
+fn on_exit() {
+    if let Some(t) = current_thread_entry() {
         t.flags |= thread_flag::EXITED;
         t.exited_ns = unsafe { bpf_ktime_get_ns() };
         // Context switches refresh these only now and then: make the final row right.
+        account::refresh_identity(t);
+    }
+}
+
+/// Takes the name the thread has just exec'd into. Context switches read it
+/// only on a thread's first switch-out and every 16th after: a child
+/// switched out between fork and exec kept its parent's name through a
+/// whole busy run. (The hash entry's name wins over the per-CPU slots' when
+/// they are merged.)
+#[inline(always)]
+fn on_exec() {
+    if let Some(t) = current_thread_entry() {
         account::refresh_identity(t);
     }
 }
@@ -339,6 +356,17 @@ hook_programs! {
         let child_tid: u32 = unsafe { ctx.read_at(conf!(tp_fork_child_pid) as usize) }.unwrap_or(0);
         // The record has no tgid; the first switch-out of the child fills it in.
         on_fork(child_tid, 0);
+    }
+}
+
+// TP_PROTO(struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm): p is current.
+hook_programs! {
+    "sched_process_exec", "sched";
+    raw raw_sched_process_exec(_ctx) => {
+        on_exec();
+    }
+    tp tp_sched_process_exec(_ctx) => {
+        on_exec();
     }
 }
 

@@ -21,6 +21,12 @@ pub const CPU: &[ProbeSpec] = &[
         "sched"
     ),
     tracepoint_probe!(
+        "sched_process_exec",
+        "sched",
+        "exec: a thread's name is read again when it changes",
+        "sched"
+    ),
+    tracepoint_probe!(
         "sched_process_exit",
         "sched",
         "thread exit: totals of exited threads are kept",
