@@ -75,7 +75,7 @@ pub const OVERFLOW_TID: u32 = u32::MAX;
 pub const MAX_THREADS: u32 = 32768;
 
 /// Per-thread CPU time, keyed by tid. Written only at context switch (and
-/// fork/exit), never per syscall or interrupt.
+/// fork/exec/exit), never per syscall or interrupt.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadTimes {
@@ -83,7 +83,7 @@ pub struct ThreadTimes {
     pub ns: [u64; state::REPORTED],
     /// Times the thread was switched out.
     pub switches: u64,
-    /// cgroup v2 id (inode of the cgroup directory) at the last switch-out.
+    /// cgroup v2 id (inode of the cgroup directory), read with `comm`.
     pub cgroup_id: u64,
     /// Net ns moved into system time so that slices match the scheduler's
     /// own accounting (see `account::flush_thread`); diagnostic.
@@ -101,7 +101,7 @@ pub struct ThreadTimes {
     pub unbounded_ns: u64,
     /// CLOCK_MONOTONIC ns of the fork that made the thread (0: it predates
     /// the recording) and of its exit (0: still running). Only the thread's
-    /// hash-map entry holds them (fork and exit write nothing else).
+    /// hash-map entry holds them (fork, exec and exit write nothing else).
     pub born_ns: u64,
     pub exited_ns: u64,
     /// CLOCK_MONOTONIC ns of the last switch-out that added to this entry:

@@ -27,7 +27,7 @@ pub static CPU_STATE: PerCpuArray<CpuState> = PerCpuArray::with_max_entries(1, 0
 
 /// Per-thread times and identity. With `--cpu-split ticks` it holds the
 /// threads whose slot in THREAD_SLOT_TIMES another thread holds, and what
-/// fork and exit note (birth, parent, exit).
+/// fork, exec and exit note (birth, parent, name and cgroup, exit).
 #[map]
 pub static THREADS: HashMap<u32, ThreadTimes> = HashMap::with_max_entries(MAX_THREADS, 0);
 
@@ -231,7 +231,7 @@ pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: Sli
     } else {
         0
     };
-    let Some((t, fresh)) = thread_entry(who) else {
+    let Some((t, fresh, in_slot)) = thread_entry(who) else {
         st.thread_map_overflows += 1;
         if let Some(t) = THREADS.get_ptr_mut(&OVERFLOW_TID) {
             add_times(unsafe { &mut *t }, st);
@@ -249,6 +249,9 @@ pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: Sli
     // comm[0] == 0: created at fork, in the parent's context.
     if fresh || t.switches % IDENTITY_REFRESH_SWITCHES == 0 || t.comm[0] == 0 {
         refresh_identity(t);
+        if in_slot {
+            copy_identity_to_hash_entry(who.tid, t);
+        }
     }
     t.flags = (t.flags & !thread_flag::IN_SYSCALL) | flags_set | guest;
     t.tgid = who.tgid;
@@ -257,28 +260,44 @@ pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: Sli
 
 /// The outgoing thread's entry on this CPU: its slot (taken if free) with
 /// `--cpu-split ticks`, its hash map entry (created if absent) otherwise or
-/// when another thread holds the slot. True when just created.
+/// when another thread holds the slot. Then: just created, and a slot.
 #[inline(always)]
-fn thread_entry(who: Outgoing) -> Option<(&'static mut ThreadTimes, bool)> {
+fn thread_entry(who: Outgoing) -> Option<(&'static mut ThreadTimes, bool, bool)> {
     if tick_split()
         && let Some(slot) = THREAD_SLOT_TIMES.get_ptr_mut(thread_slot(who.tid))
     {
         let slot = unsafe { &mut *slot };
         if slot.tid == who.tid && slot.start_time == who.start_time {
-            return Some((&mut slot.times, false));
+            return Some((&mut slot.times, false, true));
         }
         if slot.tid == 0 {
             slot.tid = who.tid;
             slot.start_time = who.start_time;
             slot.times = ThreadTimes::default();
-            return Some((&mut slot.times, true));
+            return Some((&mut slot.times, true, true));
         }
     }
     if let Some(t) = THREADS.get_ptr_mut(&who.tid) {
-        return Some((unsafe { &mut *t }, false));
+        return Some((unsafe { &mut *t }, false, false));
     }
     THREADS.insert(&who.tid, &ThreadTimes::default(), 0).ok()?;
-    THREADS.get_ptr_mut(&who.tid).map(|t| (unsafe { &mut *t }, true))
+    THREADS.get_ptr_mut(&who.tid).map(|t| (unsafe { &mut *t }, true, false))
+}
+
+/// A thread with slots may also have a hash entry (from fork, exec or a
+/// slot held by another thread), whose name and cgroup win over the slots'
+/// when userspace merges them: a slot's refresh goes there too, or a rename
+/// or cgroup move after exec would never show. An exited entry keeps what
+/// its exit read.
+#[inline(always)]
+fn copy_identity_to_hash_entry(tid: u32, slot: &ThreadTimes) {
+    if let Some(t) = THREADS.get_ptr_mut(&tid) {
+        let t = unsafe { &mut *t };
+        if t.flags & thread_flag::EXITED == 0 {
+            t.comm = slot.comm;
+            t.cgroup_id = slot.cgroup_id;
+        }
+    }
 }
 
 /// How often (in switch-outs) a thread's name and cgroup are read again: each

@@ -1,5 +1,6 @@
 //! Scheduler hooks: context switch (flushes per-thread time), fork (marks new
-//! threads as seen from birth), exit (marks threads whose totals are final).
+//! threads as seen from birth), exec (reads the new name), exit (marks
+//! threads whose totals are final).
 
 use crate::runs::hook_programs;
 use aya_ebpf::helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns};
@@ -300,10 +301,11 @@ fn on_exit() {
 }
 
 /// Takes the name the thread has just exec'd into. Context switches read it
-/// only on a thread's first switch-out and every 16th after: a child
-/// switched out between fork and exec kept its parent's name through a
-/// whole busy run. (The hash entry's name wins over the per-CPU slots' when
-/// they are merged.)
+/// only on a thread's first switch-out and every 16th after (per CPU slot
+/// with `--cpu-split ticks`): a child switched out between fork and exec
+/// kept its parent's name through a whole busy run. (The hash entry's name
+/// wins over the per-CPU slots' when they are merged; their refreshes reach
+/// it, see `account::copy_identity_to_hash_entry`.)
 #[inline(always)]
 fn on_exec() {
     if let Some(t) = current_thread_entry() {
