@@ -20,6 +20,14 @@ pub const KVM_RUN_INTERRUPTED: u32 = 0x8000_0000;
 /// below 8 ns, up to 2^34 ns (17 s); larger values land in the last bucket.
 pub const FINE_BUCKETS: usize = 256;
 
+/// The power of two at or below `v` (0 and 1 both give 0): every log2
+/// histogram's bucket before its top bound (sizes, latencies), in the eBPF
+/// programs and in userspace alike.
+#[inline(always)]
+pub fn log2_index(v: u64) -> usize {
+    63 - (v | 1).leading_zeros() as usize
+}
+
 #[inline(always)]
 pub fn fine_bucket(ns: u64) -> usize {
     if ns < 8 {

@@ -3,7 +3,7 @@
 //! something: KVM exits, run-queue waits.
 
 use aya_ebpf::{macros::map, maps::Array};
-use vtrace_common::{FINE_BUCKETS, LatencyHist, fine_bucket};
+use vtrace_common::{FINE_BUCKETS, LatencyHist, fine_bucket, log2_index};
 
 /// One all-zero histogram: the template for new map entries (too large to
 /// build on the 512-byte eBPF stack).
@@ -14,7 +14,7 @@ pub static ZERO_HIST: Array<LatencyHist> = Array::with_max_entries(1, 0);
 /// in the last of `buckets`: every log2 histogram's (sizes, latencies).
 #[inline(always)]
 pub fn log2_bucket(v: u64, buckets: usize) -> usize {
-    let b = 63 - (v | 1).leading_zeros() as usize;
+    let b = log2_index(v);
     // Hidden from the optimiser, so the bound check stays one compare the
     // verifier follows (LLVM would drop it where it knows a bound of its own).
     let b = unsafe { core::ptr::read_volatile(&b) };

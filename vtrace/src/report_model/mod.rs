@@ -135,7 +135,7 @@ impl FigureKind {
 
 /// The power-of-two bucket of `ns` (0 and 1 in bucket 0).
 pub fn log2_bucket(ns: u64) -> u32 {
-    63 - ns.max(1).leading_zeros()
+    vtrace_common::log2_index(ns) as u32
 }
 
 /// 2048 ns as "2.0us": a time in its natural unit.

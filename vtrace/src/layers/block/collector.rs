@@ -7,7 +7,7 @@ use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuHashMap},
 };
-use vtrace_common::{BLOCK_BUCKETS, BlockInflight, BlockKey, BlockPending, BlockStats, block_op};
+use vtrace_common::{BLOCK_BUCKETS, BlockInflight, BlockKey, BlockPending, BlockStats, block_op, log2_index};
 
 use super::tables::{BlockDeviceRow, BlockHistRow, BlockRow};
 use crate::platforms::attribute::Attributed;
@@ -206,29 +206,44 @@ fn key_of(p: &BlockPending) -> BlockKey {
     }
 }
 
-/// The size histogram's bucket of `bytes` (vtrace-ebpf/src/hist.rs's log2_bucket).
+/// The size histogram's bucket of `bytes`, as the kernel's (vtrace-ebpf/src/hist.rs's log2_bucket).
 fn size_bucket(bytes: u64) -> usize {
-    (63 - (bytes | 1).leading_zeros() as usize).min(BLOCK_BUCKETS - 1)
+    log2_index(bytes).min(BLOCK_BUCKETS - 1)
 }
 
 /// Requests each device has started and not yet completed, reads and
 /// writes (/sys/class/block/<dev>/inflight), by dev_t as the maps key it.
 fn device_in_flight() -> HashMap<u32, [u64; 2]> {
     let mut out = HashMap::new();
-    for entry in std::fs::read_dir("/sys/class/block").into_iter().flatten().flatten() {
-        let dir = entry.path();
-        let (Some(dev), Ok(inflight)) = (
-            std::fs::read_to_string(dir.join("dev")).ok().and_then(|d| dev_t(&d)),
-            std::fs::read_to_string(dir.join("inflight")),
-        ) else {
-            continue;
-        };
-        let n: Vec<u64> = inflight.split_whitespace().filter_map(|v| v.parse().ok()).collect();
-        if let [reads, writes] = n[..] {
+    for (_, dir, dev) in block_devices() {
+        if let [reads, writes] = numbers(&dir.join("inflight"))[..] {
             out.insert(dev, [reads, writes]);
         }
     }
     out
+}
+
+/// Each block device (partitions included) in /sys/class/block: its name,
+/// folder and dev_t.
+fn block_devices() -> impl Iterator<Item = (String, std::path::PathBuf, u32)> {
+    std::fs::read_dir("/sys/class/block")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let dir = entry.path();
+            let dev = std::fs::read_to_string(dir.join("dev")).ok().and_then(|d| dev_t(&d))?;
+            Some((entry.file_name().to_string_lossy().into_owned(), dir, dev))
+        })
+}
+
+/// The whitespace-separated numbers of a sysfs file (none if unreadable).
+fn numbers(path: &std::path::Path) -> Vec<u64> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect()
 }
 
 /// "major:minor" as the kernel's dev_t (major << 20 | minor).
@@ -248,23 +263,13 @@ pub struct DeviceStat {
 
 /// Every block device's counters now.
 pub fn device_stats() -> Vec<DeviceStat> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/sys/class/block").into_iter().flatten().flatten() {
-        let dir = entry.path();
-        let Some(dev) = std::fs::read_to_string(dir.join("dev")).ok().and_then(|d| dev_t(&d)) else {
-            continue;
-        };
-        let fields = std::fs::read_to_string(dir.join("stat"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        out.push(DeviceStat {
-            name: entry.file_name().to_string_lossy().into_owned(),
+    let mut out: Vec<DeviceStat> = block_devices()
+        .map(|(name, dir, dev)| DeviceStat {
+            name,
             dev,
-            fields,
-        });
-    }
+            fields: numbers(&dir.join("stat")),
+        })
+        .collect();
     out.sort_by_key(|d| d.dev);
     out
 }

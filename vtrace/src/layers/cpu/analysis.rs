@@ -23,6 +23,17 @@ impl StateTimes {
     pub fn busy_ns(&self) -> u64 {
         self.user_ns + self.system_ns + self.softirq_ns + self.hardirq_ns + self.guest_ns
     }
+    /// Each state's name and time, in the order reports list them.
+    pub fn named(&self) -> [(&'static str, u64); 6] {
+        [
+            ("user", self.user_ns),
+            ("system", self.system_ns),
+            ("softirq", self.softirq_ns),
+            ("hardirq", self.hardirq_ns),
+            ("guest", self.guest_ns),
+            ("idle", self.idle_ns),
+        ]
+    }
     pub fn add(&mut self, o: &StateTimes) {
         self.user_ns += o.user_ns;
         self.system_ns += o.system_ns;

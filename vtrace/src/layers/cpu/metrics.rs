@@ -6,7 +6,7 @@ use crate::{
     recording::TableSet,
 };
 
-use super::{SoftirqRow, ThreadIndex, ThreadRow};
+use super::{SoftirqRow, ThreadIndex, ThreadRow, analysis::StateTimes};
 
 pub static CPU_SECONDS: Family = Family {
     name: "cpu",
@@ -27,18 +27,6 @@ pub static SOFTIRQ_SECONDS: Family = Family {
            state=softirq, charged there to the thread it interrupted.",
 };
 
-/// State name and the row's time in it.
-fn states(t: &ThreadRow) -> [(&'static str, u64); 6] {
-    [
-        ("user", t.user_ns),
-        ("system", t.system_ns),
-        ("softirq", t.softirq_ns),
-        ("hardirq", t.hardirq_ns),
-        ("guest", t.guest_ns),
-        ("idle", t.idle_ns),
-    ]
-}
-
 pub fn metrics(tables: &TableSet, out: &mut Samples) {
     let threads = tables.rows::<ThreadRow>();
     // (built only where process labels are asked for)
@@ -53,7 +41,7 @@ pub fn metrics(tables: &TableSet, out: &mut Samples) {
             ("role", or(&t.role, "other")),
         ];
         labels.extend(out.process_labels_for(t.pid, || index.process_comm(t.pid)));
-        for (state, ns) in states(t) {
+        for (state, ns) in StateTimes::of_thread(t).named() {
             let mut labels = labels.clone();
             labels.push(("state", state.to_string()));
             out.push_grouped(&CPU_SECONDS, &thread, format!("{thread}/{state}"), labels, ns as f64);

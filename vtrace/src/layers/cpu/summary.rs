@@ -48,14 +48,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
 
     let t = &cpu.total;
     let mut lines = vec!["CPU time, all CPUs (percent of wall x CPUs)".to_string()];
-    for (name, ns) in [
-        ("user", t.user_ns),
-        ("system", t.system_ns),
-        ("softirq", t.softirq_ns),
-        ("hardirq", t.hardirq_ns),
-        ("guest", t.guest_ns),
-        ("idle", t.idle_ns),
-    ] {
+    for (name, ns) in t.named() {
         lines.push(format!("  {name:<8}{:>10} s {:>7}", secs(ns), pct(ns, cap)));
     }
     let untracked = cap.saturating_sub(t.busy_ns() + t.idle_ns);
