@@ -81,6 +81,12 @@ impl Ledger {
         Path::new(LEDGER_DIR).join(format!("{platform}.json"))
     }
 
+    /// Where `save` writes before its rename: left behind when `up` is killed
+    /// between the two, holding a resource not yet made (`add` saves first).
+    fn unfinished_path(platform: &str) -> PathBuf {
+        Self::path(platform).with_extension("tmp")
+    }
+
     pub fn load(platform: &str) -> Option<Ledger> {
         fs::read(Self::path(platform))
             .ok()
@@ -89,7 +95,7 @@ impl Ledger {
 
     pub(super) fn save(&self) -> Result<()> {
         fs::create_dir_all(LEDGER_DIR).map_err(crate::error::io(format!("create {LEDGER_DIR}")))?;
-        let tmp = Self::path(&self.platform).with_extension("tmp");
+        let tmp = Self::unfinished_path(&self.platform);
         fs::write(&tmp, serde_json::to_vec_pretty(self).expect("ledger serializes"))
             .map_err(crate::error::io("write lab ledger"))?;
         fs::rename(&tmp, Self::path(&self.platform)).map_err(crate::error::io("write lab ledger"))
@@ -99,6 +105,13 @@ impl Ledger {
     pub fn add(&mut self, r: Resource) -> Result<()> {
         self.resources.push(r);
         self.save()
+    }
+
+    /// Removes an unfinished write of platform `name`'s ledger, which a
+    /// crashed `up` may leave with or without a ledger.
+    pub(super) fn discard_unfinished_write(name: &str) {
+        let _ = fs::remove_file(Self::unfinished_path(name));
+        let _ = fs::remove_dir(LEDGER_DIR); // only when no ledger is left
     }
 
     /// Undoes every resource of the ledger, newest first, then removes the

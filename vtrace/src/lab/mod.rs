@@ -160,6 +160,7 @@ pub fn down(name: &str) -> Result<bool> {
 }
 
 fn down_locked(name: &str) -> Result<bool> {
+    Ledger::discard_unfinished_write(name);
     let Some(ledger) = Ledger::load(name) else {
         return Ok(false);
     };
