@@ -246,7 +246,9 @@ fn sigkill_after_a_checkpoint_keeps_every_layers_tables() {
         wait_for(Duration::from_secs(30), || truth.is_file()),
         "file-reader did not finish"
     );
-    // A checkpoint written after the reads ended.
+    // A checkpoint that read the maps after the reads ended: a checkpoint
+    // reads them before it writes its file, so the first one written after
+    // the reads may have read before them; the one after it has not.
     let reads_done = std::fs::metadata(&truth).unwrap().modified().unwrap();
     let checkpoint = || {
         staging_of(&out).and_then(|s| {
@@ -259,6 +261,12 @@ fn sigkill_after_a_checkpoint_keeps_every_layers_tables() {
     assert!(
         wait_for(Duration::from_secs(30), || checkpoint().is_some_and(|t| t > reads_done)),
         "no checkpoint after the reads"
+    );
+    let written_after_the_reads = checkpoint().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(30), || checkpoint()
+            .is_some_and(|t| t > written_after_the_reads)),
+        "no second checkpoint after the reads"
     );
     let staging = staging_of(&out).unwrap();
     vt.kill().unwrap();
@@ -528,6 +536,41 @@ fn a_staging_directory_with_nothing_recorded_is_removed_by_the_next_recording() 
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!left.exists(), "{} is still there", left.display());
     assert!(out.join("meta.json").is_file());
+}
+
+/// A vtrace killed after its recording was whole (meta.json written) but
+/// before it was moved into place (syncing the tables comes between) left
+/// it in its staging directory, journal and all: the next recording to that
+/// path moves it there, as that vtrace would have, then keeps it as `.old`
+/// like any earlier recording.
+#[test]
+fn a_finished_recording_a_killed_vtrace_left_unmoved_is_kept() {
+    assert!(vtrace_tests::is_root(), "run as root");
+    let dir = TempDir::new("unmoved");
+    let out = dir.join("run.vtrace");
+    let record = || {
+        let o = vtrace(&["record", "--layers", "cpu", "-o", out.to_str().unwrap(), "--", "true"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        o
+    };
+    record();
+    let first = report_json(&out)["workload"]["pid"].as_u64().unwrap();
+    // Left as the kill would: named for a vtrace that is gone (no pid is
+    // above the kernel's largest pid_max, 2^22), its journal not yet removed.
+    let left = dir.join(".run.vtrace.tmp.4999999");
+    std::fs::rename(&out, &left).unwrap();
+    std::fs::create_dir(left.join("journal")).unwrap();
+    std::fs::write(left.join("journal/meta.json"), b"{}").unwrap();
+    let o = record();
+    assert!(stderr(&o).contains("moved to"), "{}", stderr(&o));
+    assert!(!left.exists(), "{} is still there", left.display());
+    assert_eq!(
+        report_json(&dir.join("run.vtrace.old"))["workload"]["pid"].as_u64(),
+        Some(first),
+        "the killed vtrace's recording, kept as .old"
+    );
+    assert!(!dir.join("run.vtrace.old/journal").exists());
+    assert_ne!(report_json(&out)["workload"]["pid"].as_u64(), Some(first));
 }
 
 /// A disk that fills mid-run under the journal: checkpoints fail (each

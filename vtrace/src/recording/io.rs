@@ -104,7 +104,8 @@ impl OutputSlot {
 
 /// Staging directories of `name` whose vtrace is gone (`.NAME.tmp.PID`, no
 /// process PID): removed when they hold nothing recorded (killed before its
-/// probes were attached), named when they hold a journal.
+/// probes were attached), named when they hold a journal, moved into place
+/// when they hold a finished recording.
 fn remove_dead_stagings(parent: &Path, name: &str) {
     let prefix = format!(".{name}.tmp.");
     for entry in fs::read_dir(parent).into_iter().flatten().flatten() {
@@ -116,7 +117,9 @@ fn remove_dead_stagings(parent: &Path, name: &str) {
             continue;
         }
         let path = entry.path();
-        if super::journal::is_unfinished(&path) {
+        if holds_finished_recording(&path) {
+            finish_killed_write(&path, &parent.join(name));
+        } else if super::journal::is_unfinished(&path) {
             eprintln!(
                 "vtrace: {} holds an unfinished recording of a vtrace that was killed (`vtrace recover {}` writes it)",
                 path.display(),
@@ -128,11 +131,45 @@ fn remove_dead_stagings(parent: &Path, name: &str) {
     }
 }
 
+/// Whether `staging` holds a whole recording (its meta.json is written
+/// last, before the journal goes and the directory is renamed).
+fn holds_finished_recording(staging: &Path) -> bool {
+    staging.join(META).is_file()
+}
+
+/// Does the rename a vtrace killed after finishing `staging` did not get to:
+/// kept where it is, and named, when `target` is taken meanwhile.
+fn finish_killed_write(staging: &Path, target: &Path) {
+    let _ = fs::remove_dir_all(staging.join(super::journal::DIR));
+    if !target.exists() && fs::rename(staging, target).is_ok() {
+        eprintln!(
+            "vtrace: {} held the finished recording of a vtrace killed before moving it into place; moved to {}",
+            staging.display(),
+            target.display()
+        );
+    } else {
+        eprintln!(
+            "vtrace: {} holds the finished recording of a vtrace killed before moving it into place \
+             (`vtrace report {}` reads it)",
+            staging.display(),
+            staging.display()
+        );
+    }
+}
+
 impl Drop for OutputSlot {
     /// A recording that did not finish keeps its staging directory when it
-    /// journaled something: nothing recorded is lost (`vtrace recover`).
+    /// journaled something: nothing recorded is lost (`vtrace recover`);
+    /// nor does a finished one that could not be moved into place.
     fn drop(&mut self) {
-        if super::journal::is_unfinished(&self.staging) {
+        if holds_finished_recording(&self.staging) {
+            eprintln!(
+                "vtrace: the recording is whole in {} but was not moved to {} (`vtrace report {}` reads it)",
+                self.staging.display(),
+                self.target.display(),
+                self.staging.display()
+            );
+        } else if super::journal::is_unfinished(&self.staging) {
             eprintln!(
                 "vtrace: the recording was not written; what it journaled is kept in {} (`vtrace recover {}` \
                  makes a recording of it)",
@@ -184,11 +221,12 @@ pub fn write(slot: &OutputSlot, rec: &mut Recording) -> Result<PathBuf> {
             rec.meta.checksums.insert(name, checksum(&entry.path())?);
         }
     }
-    // The journal only matters while the recording is unfinished.
-    let _ = fs::remove_dir_all(dir.join(super::journal::DIR));
-    // meta.json last: its presence marks a complete recording.
+    // meta.json last, whole (renamed into place) and after the tables are
+    // synced: its presence marks a complete recording. The journal goes only
+    // then, so a vtrace killed at any point leaves one or the other.
     let meta = serde_json::to_vec_pretty(&rec.meta).expect("metadata serializes");
-    fs::write(dir.join(META), meta).map_err(crate::error::io("write meta.json"))?;
+    let meta_tmp = dir.join(format!("{META}.tmp"));
+    fs::write(&meta_tmp, meta).map_err(crate::error::io("write meta.json"))?;
     for entry in fs::read_dir(dir)
         .map_err(crate::error::io("list staging dir"))?
         .flatten()
@@ -197,6 +235,9 @@ pub fn write(slot: &OutputSlot, rec: &mut Recording) -> Result<PathBuf> {
             let _ = f.sync_all();
         }
     }
+    fs::rename(&meta_tmp, dir.join(META)).map_err(crate::error::io("write meta.json"))?;
+    // The journal only matters while the recording is unfinished.
+    let _ = fs::remove_dir_all(dir.join(super::journal::DIR));
     // An older recording there is moved aside first (rename cannot replace a
     // non-empty directory): kept as NAME.old, or removed with --force once
     // the new one is in place.
