@@ -336,6 +336,9 @@ fn lab_up_is_one_at_a_time_and_survives_a_crash_half_way() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     assert!(resources() >= 3, "lab up made nothing in 30 s");
+    // Held there while a second `up` is tried.
+    let first_pid = first.0.id() as i32;
+    unsafe { libc::kill(first_pid, libc::SIGSTOP) };
     let second = vtrace(&["lab", "up", "runc"]);
     assert!(!second.status.success(), "a second lab up must be refused");
     let err = stderr(&second);
@@ -343,14 +346,43 @@ fn lab_up_is_one_at_a_time_and_survives_a_crash_half_way() {
         err.contains("another `vtrace lab`") && err.contains(&first.0.id().to_string()),
         "{err}"
     );
-    first.0.kill().unwrap(); // SIGKILL, half-way
+    // SIGKILL half-way, while its `runc run` is under way (100-400 ms): that
+    // child runs on and makes the container after `up` is gone.
+    unsafe { libc::kill(first_pid, libc::SIGCONT) };
+    let runc_run = || {
+        std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let c = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
+            (c.starts_with("runc ") && c.contains(" run -d --bundle /var/lib/vtrace-lab/runc "))
+                .then(|| e.file_name().to_str()?.parse::<i32>().ok())?
+        })
+    };
+    let start = std::time::Instant::now();
+    let run = loop {
+        match runc_run() {
+            Some(pid) => break pid,
+            None if start.elapsed() > std::time::Duration::from_secs(30) => panic!("lab up ran no `runc run` in 30 s"),
+            None => std::thread::sleep(std::time::Duration::from_millis(1)),
+        }
+    };
+    // Held while `down` starts, as a slow machine holds it: `down` waits for
+    // it to end (it fails, its namespace and root gone) before its checks.
+    unsafe { libc::kill(run, libc::SIGSTOP) };
+    first.0.kill().unwrap();
     first.0.wait().unwrap();
     assert_ne!(machine_state(), before, "the killed up had made something");
     // A kill between the ledger's write and its rename leaves the write
     // (CI's SIGKILL once landed there): made here so each run covers it.
     let unfinished = ledger.with_extension("tmp");
     std::fs::write(&unfinished, std::fs::read(ledger).unwrap()).unwrap();
-    let o = vtrace(&["lab", "down", "runc"]);
+    let down = Command::new(vtrace_tests::bin("vtrace"))
+        .args(["lab", "down", "runc"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    unsafe { libc::kill(run, libc::SIGCONT) };
+    let o = down.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         machine_state(),

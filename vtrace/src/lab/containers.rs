@@ -67,6 +67,13 @@ impl Runtime for Oci {
 
 impl ContainerRuntime for Oci {
     fn remove(&self, runtime: &str, id: &str, root: &str) {
+        // A `run` still under way (its `up` was killed, not it) makes the
+        // container after a kill and delete: waited for first.
+        let run = format!("{runtime} --root {root} run ");
+        let start = std::time::Instant::now();
+        while !super::ledger::processes_matching(&run).is_empty() && start.elapsed() < Duration::from_secs(15) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         quiet(&[runtime, "--root", root, "kill", id, "KILL"]);
         std::thread::sleep(Duration::from_millis(200));
         quiet(&[runtime, "--root", root, "delete", "--force", id]);

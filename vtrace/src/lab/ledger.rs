@@ -183,8 +183,8 @@ fn is_alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Processes whose command line contains `pattern`.
-fn processes_matching(pattern: &str) -> Vec<u32> {
+/// Processes whose command line (its words joined by spaces) contains `pattern`.
+pub(super) fn processes_matching(pattern: &str) -> Vec<u32> {
     fs::read_dir("/proc")
         .into_iter()
         .flatten()
