@@ -821,8 +821,10 @@ fn every_panel_of_the_grafana_dashboard_gets_data() {
     let (_container, addr) = container();
     let (_serve, serve_addr) = serve_with(&["--layers", "cpu,net,tun,kvm,runq", "--kvm-run"]);
     let (_prom, prom) = prometheus(serve_addr, &dir);
+    // About 3 s here (3 scrape intervals): a rate needs two scrapes while it
+    // exits, and its series goes once it has ended (1.2 s at 100 us).
     let kvm = Command::new(bin("kvm-vmm"))
-        .args(["--pio", "3000", "--mmio", "3000", "--halts", "20", "--sleep-us", "100"])
+        .args(["--pio", "3000", "--mmio", "3000", "--halts", "20", "--sleep-us", "400"])
         .output()
         .expect("kvm-vmm");
     assert!(kvm.status.success(), "kvm-vmm: {}", stderr(&kvm));
