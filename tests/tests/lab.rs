@@ -298,6 +298,60 @@ fn a_failed_up_is_undone() {
     assert_eq!(machine_state(), before, "a failed lab up left the machine changed");
 }
 
+/// Processes whose command line (words joined by spaces) contains `part`.
+fn processes_running(part: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let c = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
+            c.contains(part).then(|| e.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// The first process seen running `part` (polled each ms, up to `limit_s`).
+fn first_process_running(part: &str, limit_s: u64) -> i32 {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(&pid) = processes_running(part).first() {
+            return pid;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(limit_s),
+            "nothing ran `{part}` in {limit_s} s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// A `lab up` of a VM killed while QEMU starts (its pid is known only once
+/// it has daemonized): `lab down` ends that QEMU too.
+#[test]
+fn a_vm_up_killed_while_qemu_starts_is_undone() {
+    let before = machine_state();
+    let _cleanup = LabDown::new(&["linuxvm"]);
+    let mut up = Command::new(vtrace_tests::bin("vtrace"))
+        .args(["lab", "up", "linuxvm"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let qemu = "qemu-system-x86_64 -name vtrace-linuxvm,";
+    // On a fresh machine the guest's kernel and initramfs are made first.
+    first_process_running(qemu, 600);
+    up.kill().unwrap();
+    up.wait().unwrap();
+    let o = vtrace(&["lab", "down", "linuxvm"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(processes_running(qemu), Vec::<i32>::new(), "QEMU left running");
+    assert_eq!(
+        machine_state(),
+        before,
+        "lab down after a killed up left the machine changed"
+    );
+}
+
 /// A `lab up` killed half-way leaves its ledger, so `lab down` removes what
 /// it made; a second `lab up` of the same platform while one runs is
 /// refused, naming the first; `up` of what is up and `down` of what is not
@@ -349,21 +403,7 @@ fn lab_up_is_one_at_a_time_and_survives_a_crash_half_way() {
     // SIGKILL half-way, while its `runc run` is under way (100-400 ms): that
     // child runs on and makes the container after `up` is gone.
     unsafe { libc::kill(first_pid, libc::SIGCONT) };
-    let runc_run = || {
-        std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
-            let c = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).replace('\0', " ");
-            (c.starts_with("runc ") && c.contains(" run -d --bundle /var/lib/vtrace-lab/runc "))
-                .then(|| e.file_name().to_str()?.parse::<i32>().ok())?
-        })
-    };
-    let start = std::time::Instant::now();
-    let run = loop {
-        match runc_run() {
-            Some(pid) => break pid,
-            None if start.elapsed() > std::time::Duration::from_secs(30) => panic!("lab up ran no `runc run` in 30 s"),
-            None => std::thread::sleep(std::time::Duration::from_millis(1)),
-        }
-    };
+    let run = first_process_running("runc --root /run/runc run -d --bundle /var/lib/vtrace-lab/runc ", 30);
     // Held while `down` starts, as a slow machine holds it: `down` waits for
     // it to end (it fails, its namespace and root gone) before its checks.
     unsafe { libc::kill(run, libc::SIGSTOP) };

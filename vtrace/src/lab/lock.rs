@@ -18,25 +18,36 @@ pub(super) struct PlatformLock {
 
 impl PlatformLock {
     pub(super) fn take(platform: &str) -> Result<PlatformLock> {
-        use std::{io::Write, os::fd::AsRawFd};
-        fs::create_dir_all(LEDGER_DIR).map_err(crate::error::io(format!("create {LEDGER_DIR}")))?;
+        use std::{
+            io::Write,
+            os::{fd::AsRawFd, unix::fs::MetadataExt},
+        };
         let path = Path::new(LEDGER_DIR).join(format!("{platform}.lock"));
-        let mut file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(crate::error::io(format!("open {}", path.display())))?;
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(Error::LabBusy {
-                platform: platform.into(),
-                holder: fs::read_to_string(&path).unwrap_or_default().trim().to_string(),
-            });
+        loop {
+            fs::create_dir_all(LEDGER_DIR).map_err(crate::error::io(format!("create {LEDGER_DIR}")))?;
+            let mut file = fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(crate::error::io(format!("open {}", path.display())))?;
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                return Err(Error::LabBusy {
+                    platform: platform.into(),
+                    holder: fs::read_to_string(&path).unwrap_or_default().trim().to_string(),
+                });
+            }
+            // Opened just before its holder removed it: that file locks
+            // nothing any more (a newcomer creates another), so again.
+            let same_file = |m: fs::Metadata| file.metadata().is_ok_and(|f| f.ino() == m.ino() && f.dev() == m.dev());
+            if !fs::metadata(&path).is_ok_and(same_file) {
+                continue;
+            }
+            let _ = file.set_len(0);
+            let _ = write!(file, "{}", std::process::id());
+            return Ok(PlatformLock { path, _file: file });
         }
-        let _ = file.set_len(0);
-        let _ = write!(file, "{}", std::process::id());
-        Ok(PlatformLock { path, _file: file })
     }
 }
 

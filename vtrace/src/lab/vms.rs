@@ -120,6 +120,14 @@ pub struct Firecracker {
 /// why it did not start (its own words), or a ledger error.
 pub(super) fn start_daemon(mut qemu: Command, run: &Path, ledger: &mut Ledger) -> std::result::Result<(), String> {
     let pidfile = run.join("qemu.pid");
+    // Its pid is known only once it has daemonized: an `up` killed before
+    // that leaves it running, found by its own pidfile argument.
+    let pidfile_arg = format!("-pidfile {}", pidfile.display());
+    ledger
+        .add(Resource::Processes {
+            pattern: pidfile_arg.clone(),
+        })
+        .map_err(|e| e.to_string())?;
     let status = qemu
         .args(["-display", "none", "-monitor", "none", "-no-reboot"])
         .args(["-serial", &format!("file:{}", run.join("console.log").display())])
