@@ -570,7 +570,46 @@ fn a_finished_recording_a_killed_vtrace_left_unmoved_is_kept() {
         "the killed vtrace's recording, kept as .old"
     );
     assert!(!dir.join("run.vtrace.old/journal").exists());
-    assert_ne!(report_json(&out)["workload"]["pid"].as_u64(), Some(first));
+    let second = report_json(&out)["workload"]["pid"].as_u64();
+    assert_ne!(second, Some(first));
+
+    // A vtrace that is PID 1 (a container's entry point) finds its own pid
+    // on the one a killed run left: moved aside, then into place, not taken over.
+    std::fs::rename(&out, dir.join(".run.vtrace.tmp.1")).unwrap();
+    let o = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(bin("vtrace"))
+        .args(["record", "--layers", "cpu", "-o", out.to_str().unwrap(), "--", "true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("moved to"), "{}", stderr(&o));
+    assert_eq!(
+        report_json(&dir.join("run.vtrace.old"))["workload"]["pid"].as_u64(),
+        second,
+        "the killed PID 1's recording, kept as .old"
+    );
+
+    // --force replaces what is at the target, not what a killed run left.
+    let left = dir.join(".run.vtrace.tmp.4999999");
+    std::fs::rename(&out, &left).unwrap();
+    let o = vtrace(&[
+        "record",
+        "--layers",
+        "cpu",
+        "--force",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(left.join("meta.json").is_file(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("{} holds", left.display())),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// A disk that fills mid-run under the journal: checkpoints fail (each

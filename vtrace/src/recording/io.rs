@@ -75,7 +75,7 @@ impl OutputSlot {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        remove_dead_stagings(&parent, &name);
+        remove_dead_stagings(&parent, &name, replace);
         let staging = parent.join(format!(".{name}.tmp.{}", std::process::id()));
         let _ = fs::remove_dir_all(&staging);
         fs::create_dir(&staging).map_err(|e| not_writable(e.to_string()))?;
@@ -103,22 +103,33 @@ impl OutputSlot {
 }
 
 /// Staging directories of `name` whose vtrace is gone (`.NAME.tmp.PID`, no
-/// process PID): removed when they hold nothing recorded (killed before its
-/// probes were attached), named when they hold a journal, moved into place
-/// when they hold a finished recording.
-fn remove_dead_stagings(parent: &Path, name: &str) {
+/// process PID but this one): removed when they hold nothing recorded
+/// (killed before its probes were attached), named when they hold a journal,
+/// moved into place when they hold a finished recording (unless this
+/// recording is to replace it: `replace`).
+fn remove_dead_stagings(parent: &Path, name: &str, replace: bool) {
     let prefix = format!(".{name}.tmp.");
     for entry in fs::read_dir(parent).into_iter().flatten().flatten() {
         let file_name = entry.file_name().to_string_lossy().into_owned();
         let Some(pid) = file_name.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
-        if crate::collectors::procfs::exists(pid) {
+        let mut path = entry.path();
+        if pid == std::process::id() {
+            // A vtrace killed before, with this very pid (PID 1 in a
+            // container): moved aside, this run's staging takes the name.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            let aside = parent.join(format!("{file_name}.{nanos}"));
+            if fs::rename(&path, &aside).is_ok() {
+                path = aside;
+            }
+        } else if crate::collectors::procfs::exists(pid) {
             continue;
         }
-        let path = entry.path();
         if holds_finished_recording(&path) {
-            finish_killed_write(&path, &parent.join(name));
+            finish_killed_write(&path, &parent.join(name), replace);
         } else if super::journal::is_unfinished(&path) {
             eprintln!(
                 "vtrace: {} holds an unfinished recording of a vtrace that was killed (`vtrace recover {}` writes it)",
@@ -137,11 +148,12 @@ fn holds_finished_recording(staging: &Path) -> bool {
     staging.join(META).is_file()
 }
 
-/// Does the rename a vtrace killed after finishing `staging` did not get to:
-/// kept where it is, and named, when `target` is taken meanwhile.
-fn finish_killed_write(staging: &Path, target: &Path) {
+/// Does the rename a vtrace killed after finishing `staging` did not get to;
+/// kept where it is, and named, when a recording is at `target` or the one
+/// starting is to replace it (`replace`).
+fn finish_killed_write(staging: &Path, target: &Path, replace: bool) {
     let _ = fs::remove_dir_all(staging.join(super::journal::DIR));
-    if !target.exists() && fs::rename(staging, target).is_ok() {
+    if !replace && !target.exists() && fs::rename(staging, target).is_ok() {
         eprintln!(
             "vtrace: {} held the finished recording of a vtrace killed before moving it into place; moved to {}",
             staging.display(),
@@ -311,6 +323,16 @@ pub fn read_with(path: &Path, kinds: &[TableKind], recover: Recover) -> Result<R
                 unfinished.display(),
                 path.display(),
                 unfinished.display()
+            )));
+        }
+        let stagings = super::journal::stagings_of(path);
+        if let Some(finished) = stagings.iter().find(|s| holds_finished_recording(s)) {
+            return Err(not_rec(&format!(
+                "no such file or directory; a vtrace killed before moving its finished recording there left it in \
+                 {} (`vtrace report {}` reads it; the next `vtrace record -o {}` moves it there)",
+                finished.display(),
+                finished.display(),
+                path.display()
             )));
         }
         return Err(not_rec("no such file or directory"));

@@ -58,6 +58,13 @@ pub fn is_unfinished(path: &Path) -> bool {
 /// Unfinished recordings of `target`: the staging directories beside it
 /// (`.NAME.tmp.PID`) holding a journal.
 pub fn unfinished_of(target: &Path) -> Vec<PathBuf> {
+    let mut found = stagings_of(target);
+    found.retain(|p| is_unfinished(p));
+    found
+}
+
+/// The staging directories beside `target` (`.NAME.tmp.*`), sorted.
+pub fn stagings_of(target: &Path) -> Vec<PathBuf> {
     let (Some(parent), Some(name)) = (target.parent(), target.file_name()) else {
         return Vec::new();
     };
@@ -73,7 +80,6 @@ pub fn unfinished_of(target: &Path) -> Vec<PathBuf> {
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
         .map(|e| e.path())
-        .filter(|p| is_unfinished(p))
         .collect();
     found.sort();
     found
