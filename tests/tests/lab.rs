@@ -377,22 +377,17 @@ fn lab_up_is_one_at_a_time_and_survives_a_crash_half_way() {
             .spawn()
             .unwrap(),
     );
-    // Half-way: the ledger has resources, the instance is not ready.
-    let start = std::time::Instant::now();
-    let resources = || -> usize {
-        std::fs::read(ledger)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .and_then(|l| l["resources"].as_array().map(|r| r.len()))
-            .unwrap_or(0)
-    };
-    while resources() < 3 && start.elapsed() < std::time::Duration::from_secs(30) {
-        std::thread::sleep(std::time::Duration::from_millis(5));
+    // Half-way, held: its `runc run` under way (100-400 ms; the namespace,
+    // links, bundle and container are in the ledger by then).
+    let run = first_process_running("runc --root /run/runc run -d --bundle /var/lib/vtrace-lab/runc ", 300);
+    unsafe { libc::kill(run, libc::SIGSTOP) };
+    struct ContinueOnDrop(i32);
+    impl Drop for ContinueOnDrop {
+        fn drop(&mut self) {
+            unsafe { libc::kill(self.0, libc::SIGCONT) };
+        }
     }
-    assert!(resources() >= 3, "lab up made nothing in 30 s");
-    // Held there while a second `up` is tried.
-    let first_pid = first.0.id() as i32;
-    unsafe { libc::kill(first_pid, libc::SIGSTOP) };
+    let _run_held = ContinueOnDrop(run);
     let second = vtrace(&["lab", "up", "runc"]);
     assert!(!second.status.success(), "a second lab up must be refused");
     let err = stderr(&second);
@@ -400,27 +395,45 @@ fn lab_up_is_one_at_a_time_and_survives_a_crash_half_way() {
         err.contains("another `vtrace lab`") && err.contains(&first.0.id().to_string()),
         "{err}"
     );
-    // SIGKILL half-way, while its `runc run` is under way (100-400 ms): that
-    // child runs on and makes the container after `up` is gone.
-    unsafe { libc::kill(first_pid, libc::SIGCONT) };
-    let run = first_process_running("runc --root /run/runc run -d --bundle /var/lib/vtrace-lab/runc ", 30);
-    // Held while `down` starts, as a slow machine holds it: `down` waits for
-    // it to end (it fails, its namespace and root gone) before its checks.
-    unsafe { libc::kill(run, libc::SIGSTOP) };
+    // SIGKILL half-way: its `runc run` runs on without it.
     first.0.kill().unwrap();
     first.0.wait().unwrap();
     assert_ne!(machine_state(), before, "the killed up had made something");
-    // A kill between the ledger's write and its rename leaves the write
-    // (CI's SIGKILL once landed there): made here so each run covers it.
+    // A kill between the ledger's write and its rename leaves the write,
+    // newer than the ledger by a resource (CI's SIGKILL once landed there):
+    // made here, with a link only it names, so each run covers it.
     let unfinished = ledger.with_extension("tmp");
-    std::fs::write(&unfinished, std::fs::read(ledger).unwrap()).unwrap();
-    let down = Command::new(vtrace_tests::bin("vtrace"))
+    let mut newest: Value = serde_json::from_slice(&std::fs::read(ledger).unwrap()).unwrap();
+    let link = serde_json::json!({"kind": "link", "name": "vtl-unsaved"});
+    newest["resources"].as_array_mut().unwrap().push(link);
+    let o = Command::new("ip")
+        .args([
+            "link",
+            "add",
+            "vtl-unsaved",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "vtl-unsaved1",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "ip link add: {}", stderr(&o));
+    std::fs::write(&unfinished, serde_json::to_vec(&newest).unwrap()).unwrap();
+    let mut down = Command::new(vtrace_tests::bin("vtrace"))
         .args(["lab", "down", "runc"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // As a slow machine holds it: `down` waits for that `runc run` to end
+    // before it removes the container (then it runs, and is removed).
     std::thread::sleep(std::time::Duration::from_millis(800));
+    assert!(
+        down.try_wait().unwrap().is_none(),
+        "lab down did not wait for the `runc run` under way"
+    );
     unsafe { libc::kill(run, libc::SIGCONT) };
     let o = down.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));

@@ -82,15 +82,21 @@ impl Ledger {
     }
 
     /// Where `save` writes before its rename: left behind when `up` is killed
-    /// between the two, holding a resource not yet made (`add` saves first).
+    /// between the two.
     fn unfinished_path(platform: &str) -> PathBuf {
         Self::path(platform).with_extension("tmp")
     }
 
+    /// The platform's ledger; its unfinished write instead when that is
+    /// whole: a kill before its rename leaves the newest ledger there (a
+    /// resource made just before, e.g. a spawned daemon's pid).
     pub fn load(platform: &str) -> Option<Ledger> {
-        fs::read(Self::path(platform))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
+        let read = |path: PathBuf| {
+            fs::read(path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Ledger>(&b).ok())
+        };
+        read(Self::unfinished_path(platform)).or_else(|| read(Self::path(platform)))
     }
 
     pub(super) fn save(&self) -> Result<()> {
@@ -115,7 +121,7 @@ impl Ledger {
     }
 
     /// Undoes every resource of the ledger, newest first, then removes the
-    /// ledger of platform `name`.
+    /// ledger of platform `name` (and its unfinished write).
     pub(super) fn undo(&self, name: &str) {
         for r in self.resources.iter().rev() {
             match r {
@@ -133,8 +139,20 @@ impl Ledger {
                 }
                 Resource::Container { runtime, id, root } => container_runtime(runtime).remove(runtime, id, root),
                 Resource::Processes { pattern } => {
-                    for pid in processes_matching(pattern) {
-                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    // Again until none is left: one may fork meanwhile (a
+                    // daemonizing QEMU), and a killed one keeps its command
+                    // line until its memory is gone.
+                    let start = Instant::now();
+                    loop {
+                        let left = processes_matching(pattern);
+                        if left.is_empty() || start.elapsed() > Duration::from_secs(10) {
+                            break;
+                        }
+                        for pid in left {
+                            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                            is_alive(pid); // reaps one this vtrace started
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
                     }
                 }
                 Resource::Mount { path } => {
@@ -168,7 +186,7 @@ impl Ledger {
             }
         }
         let _ = fs::remove_file(Self::path(name));
-        let _ = fs::remove_dir(LEDGER_DIR); // only when no other platform's ledger is left
+        Self::discard_unfinished_write(name);
     }
 }
 

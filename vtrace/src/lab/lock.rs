@@ -25,13 +25,18 @@ impl PlatformLock {
         let path = Path::new(LEDGER_DIR).join(format!("{platform}.lock"));
         loop {
             fs::create_dir_all(LEDGER_DIR).map_err(crate::error::io(format!("create {LEDGER_DIR}")))?;
-            let mut file = fs::OpenOptions::new()
+            let mut file = match fs::OpenOptions::new()
                 .create(true)
                 .truncate(false)
                 .read(true)
                 .write(true)
                 .open(&path)
-                .map_err(crate::error::io(format!("open {}", path.display())))?;
+            {
+                Ok(f) => f,
+                // Another platform's holder removed the directory meanwhile.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(crate::error::io(format!("open {}", path.display()))(e)),
+            };
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
                 return Err(Error::LabBusy {
                     platform: platform.into(),

@@ -160,8 +160,8 @@ pub fn down(name: &str) -> Result<bool> {
 }
 
 fn down_locked(name: &str) -> Result<bool> {
-    Ledger::discard_unfinished_write(name);
     let Some(ledger) = Ledger::load(name) else {
+        Ledger::discard_unfinished_write(name); // torn: killed in its first write
         return Ok(false);
     };
     ledger.undo(name);
