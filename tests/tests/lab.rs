@@ -310,12 +310,16 @@ fn processes_running(part: &str) -> Vec<i32> {
         .collect()
 }
 
-/// The first process seen running `part` (polled each ms, up to `limit_s`).
-fn first_process_running(part: &str, limit_s: u64) -> i32 {
+/// The first process seen running `part` (polled each ms, up to `limit_s`)
+/// while `starter` runs.
+fn first_process_running(part: &str, limit_s: u64, starter: &mut std::process::Child) -> i32 {
     let start = std::time::Instant::now();
     loop {
         if let Some(&pid) = processes_running(part).first() {
             return pid;
+        }
+        if let Some(status) = starter.try_wait().unwrap() {
+            panic!("it ended ({status}) before anything ran `{part}`");
         }
         assert!(
             start.elapsed() < std::time::Duration::from_secs(limit_s),
@@ -339,7 +343,7 @@ fn a_vm_up_killed_while_qemu_starts_is_undone() {
         .unwrap();
     let qemu = "qemu-system-x86_64 -name vtrace-linuxvm,";
     // On a fresh machine the guest's kernel and initramfs are made first.
-    first_process_running(qemu, 600);
+    first_process_running(qemu, 600, &mut up);
     up.kill().unwrap();
     up.wait().unwrap();
     let o = vtrace(&["lab", "down", "linuxvm"]);
@@ -379,8 +383,16 @@ fn lab_up_is_one_at_a_time_and_survives_a_crash_half_way() {
     );
     // Half-way, held: its `runc run` under way (100-400 ms; the namespace,
     // links, bundle and container are in the ledger by then).
-    let run = first_process_running("runc --root /run/runc run -d --bundle /var/lib/vtrace-lab/runc ", 300);
+    let run = first_process_running(
+        "runc --root /run/runc run -d --bundle /var/lib/vtrace-lab/runc ",
+        300,
+        &mut first.0,
+    );
     unsafe { libc::kill(run, libc::SIGSTOP) };
+    // Found near its end, it may have ended first (a loaded machine): the
+    // check that `down` waits for it is then left out, said so.
+    let held = std::fs::read_to_string(format!("/proc/{run}/stat"))
+        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')));
     struct ContinueOnDrop(i32);
     impl Drop for ContinueOnDrop {
         fn drop(&mut self) {
@@ -430,10 +442,14 @@ fn lab_up_is_one_at_a_time_and_survives_a_crash_half_way() {
     // As a slow machine holds it: `down` waits for that `runc run` to end
     // before it removes the container (then it runs, and is removed).
     std::thread::sleep(std::time::Duration::from_millis(800));
-    assert!(
-        down.try_wait().unwrap().is_none(),
-        "lab down did not wait for the `runc run` under way"
-    );
+    if held {
+        assert!(
+            down.try_wait().unwrap().is_none(),
+            "lab down did not wait for the `runc run` under way"
+        );
+    } else {
+        eprintln!("`runc run` ended before it was held: down's wait for it not checked this run");
+    }
     unsafe { libc::kill(run, libc::SIGCONT) };
     let o = down.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));

@@ -190,6 +190,17 @@ fn sigkill_leaves_a_journal_that_recovers_up_to_the_last_interval() {
         "{got} ns recovered, schedstat {truth} ns: {missing} ns missing"
     );
 
+    // The same journal as a vtrace that was PID 1 would leave it (a
+    // container's entry point), for a `recover` that is PID 1 as well.
+    let left_by_pid1 = dir.join(".pid1.vtrace.tmp.1");
+    let o = Command::new("cp")
+        .arg("-a")
+        .arg(&staging)
+        .arg(&left_by_pid1)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "cp: {}", stderr(&o));
+
     // `recover` writes a normal recording and removes the journal's directory.
     let o = vtrace(&["recover", out.to_str().unwrap()]);
     assert!(o.status.success(), "recover failed: {}", stderr(&o));
@@ -201,6 +212,17 @@ fn sigkill_leaves_a_journal_that_recovers_up_to_the_last_interval() {
     assert_eq!(process_total(&recovered, pid), got);
     let text = String::from_utf8(vtrace(&["report", out.to_str().unwrap()]).stdout).unwrap();
     assert!(text.contains("INCOMPLETE"), "the text report says so");
+
+    let pid1_out = dir.join("pid1.vtrace");
+    let o = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc"])
+        .arg(bin("vtrace"))
+        .args(["recover", pid1_out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "recover as PID 1 failed: {}", stderr(&o));
+    assert!(staging_of(&pid1_out).is_none(), "a directory of it remains");
+    assert_eq!(report_json(&pid1_out)["incomplete"], r["incomplete"]);
 }
 
 /// SIGKILL after a checkpoint: every layer's tables survive as they stood

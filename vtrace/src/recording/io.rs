@@ -103,31 +103,26 @@ impl OutputSlot {
 }
 
 /// Staging directories of `name` whose vtrace is gone (`.NAME.tmp.PID`, no
-/// process PID but this one): removed when they hold nothing recorded
-/// (killed before its probes were attached), named when they hold a journal,
-/// moved into place when they hold a finished recording (unless this
+/// process PID but this one, or moved aside): removed when they hold nothing
+/// recorded (killed before its probes were attached), named when they hold a
+/// journal, moved into place when they hold a finished recording (unless this
 /// recording is to replace it: `replace`).
 fn remove_dead_stagings(parent: &Path, name: &str, replace: bool) {
     let prefix = format!(".{name}.tmp.");
     for entry in fs::read_dir(parent).into_iter().flatten().flatten() {
         let file_name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = file_name.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(rest) = file_name.strip_prefix(&prefix) else {
             continue;
         };
-        let mut path = entry.path();
-        if pid == std::process::id() {
-            // A vtrace killed before, with this very pid (PID 1 in a
-            // container): moved aside, this run's staging takes the name.
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            let aside = parent.join(format!("{file_name}.{nanos}"));
-            if fs::rename(&path, &aside).is_ok() {
-                path = aside;
-            }
-        } else if crate::collectors::procfs::exists(pid) {
+        // `PID`, or `PID.NANOS` once moved aside (its vtrace gone).
+        let (pid, moved_aside) = rest.split_once('.').map_or((rest, false), |(pid, _)| (pid, true));
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if !moved_aside && pid != std::process::id() && crate::collectors::procfs::exists(pid) {
             continue;
         }
+        let path = move_aside_if_named_for_this_pid(&entry.path());
         if holds_finished_recording(&path) {
             finish_killed_write(&path, &parent.join(name), replace);
         } else if super::journal::is_unfinished(&path) {
@@ -139,6 +134,25 @@ fn remove_dead_stagings(parent: &Path, name: &str, replace: bool) {
         } else {
             let _ = fs::remove_dir_all(&path);
         }
+    }
+}
+
+/// A staging directory a killed vtrace left under this process's pid (PID 1
+/// in a container, each run), moved aside (`.NAME.tmp.PID.NANOS`): this
+/// process's own staging takes that name. Where it is now.
+pub fn move_aside_if_named_for_this_pid(staging: &Path) -> PathBuf {
+    let name = staging.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    if !name.ends_with(&format!(".tmp.{}", std::process::id())) {
+        return staging.to_path_buf();
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let aside = staging.with_file_name(format!("{name}.{nanos}"));
+    if fs::rename(staging, &aside).is_ok() {
+        aside
+    } else {
+        staging.to_path_buf()
     }
 }
 

@@ -356,6 +356,8 @@ pub fn recover_into(path: &Path, output: Option<&Path>, kinds: &[TableKind]) -> 
             reason: "it exists (give -o another path)".into(),
         });
     }
+    // Its name is taken by the claim below if it is this pid's (PID 1).
+    let staging = recording::move_aside_if_named_for_this_pid(&staging);
     let mut rec = recover(&staging, kinds)?;
     let slot = recording::OutputSlot::claim(&target, false)?;
     // The workload's output, if it kept any.
