@@ -14,7 +14,7 @@ use std::{collections::HashMap, path::PathBuf, sync::OnceLock, time::Duration};
 
 use serde_json::Value;
 use vtrace::lab::guest::Board;
-use vtrace_tests::{GUEST_STEPS, GuestRun, TempDir, bin, run_guest, system_tool};
+use vtrace_tests::{GUEST_STEPS, GuestRun, TempDir, USER_VM_TRUTH, bin, check_user_vm, run_guest, system_tool};
 
 /// The lab's address of the SR-IOV guest.
 const ADDR: &str = "10.99.27.2";
@@ -32,6 +32,32 @@ const TRUTH: &str = r#"truth() {
   pf=$(ls /sys/class/net | while read d; do [ -e /sys/class/net/$d/device/sriov_totalvfs ] && echo $d; done | head -1)
   echo "$pf $(cat /sys/class/net/$pf/statistics/tx_packets) $(cat /sys/class/net/$pf/statistics/rx_packets)" > pf-$1.txt
 }
+"#;
+
+/// An SR-IOV VM as a user starts one by hand: a VF made and bound to
+/// vfio-pci with sysfs and `ip`, then a plain QEMU/KVM command line (no
+/// thread names) with the lab's Linux kernel and initramfs, pinged, its
+/// threads' stat and KVM's vCPU threads read before it stops.
+const USER_VM: &str = r#"pf=$(ls /sys/class/net | while read d; do [ -e /sys/class/net/$d/device/sriov_totalvfs ] && echo $d; done | head -1)
+dev=/sys/class/net/$pf/device
+modprobe vfio-pci
+echo 0 > $dev/sriov_drivers_autoprobe
+[ "$(cat $dev/sriov_numvfs)" != 0 ] || echo 1 > $dev/sriov_numvfs
+vf=$(basename $(readlink $dev/virtfn0))
+ip link set $pf vf 0 mac 52:54:00:77:00:02
+echo vfio-pci > /sys/bus/pci/devices/$vf/driver_override
+[ -e /sys/bus/pci/devices/$vf/driver ] && echo $vf > /sys/bus/pci/devices/$vf/driver/unbind
+echo $vf > /sys/bus/pci/drivers_probe
+ip addr add 10.77.0.1/24 dev $pf; ip link set $pf up
+qemu-system-x86_64 -accel kvm -cpu host -m 256 -kernel /var/lib/vtrace-lab/linuxvm/kernel/boot/vmlinuz-* \
+  -initrd /var/lib/vtrace-lab/linuxvm/initrd.gz -append "console=ttyS0 quiet panic=-1 vtrace.addr=10.77.0.2" \
+  -device vfio-pci,host=$vf -nodefaults -display none -monitor none -serial file:/tmp/usersriov.log -no-reboot &
+qemu=$!
+i=0; until ping -c 1 -W 1 10.77.0.2 > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || { echo "no answer from 10.77.0.2 in 60 s"; cat /tmp/usersriov.log; kill $qemu; exit 1; }; done
+ping -c 20 -i 0.05 10.77.0.2
+user_vm_truth $qemu usersriov
+kill $qemu; wait $qemu
+exit 0
 "#;
 
 /// The VF guest up, pinged inside a recording (ground truth read around
@@ -54,6 +80,11 @@ fn script() -> String {
            --stress {BENCH_STRESS} --repeat 1 --layers cpu,net,kvm,path,runq -o bench > bench.out 2>&1\n\
          step 90 bench.failed 'report bench' vtrace report bench --format json -o bench.json\n\
          step 90 bench.failed 'text report bench' vtrace report bench > bench.txt 2>&1\n\
+         cat > /tmp/usersriov.sh <<'EOF'\n{USER_VM_TRUTH}{USER_VM}EOF\n\
+         step 150 usersriov.failed 'record usersriov' vtrace record --platform sriov --layers cpu,net,kvm \
+           -o usersriov.vtrace -- sh /tmp/usersriov.sh > usersriov.out 2>&1\n\
+         step 90 usersriov.failed 'report usersriov' vtrace report usersriov.vtrace --format json -o usersriov.json\n\
+         step 90 usersriov.failed 'text report usersriov' vtrace report usersriov.vtrace > usersriov.txt 2>&1\n\
          mark done\n"
     )
 }
@@ -367,4 +398,12 @@ fn seed_003_virtio_against_sriov_under_stress_with_the_stages_that_explain_it() 
         }
     }
     assert!(text.contains("Where the replies' time went"), "{text}");
+}
+
+/// An SR-IOV VM a user started by hand is an `sriov` instance with `vcpu`
+/// and `vmm` roles from what its threads do, its vCPU's guest time its
+/// thread's own ([`vtrace_tests::check_user_vm`]).
+#[test]
+fn a_vf_vm_a_user_starts_has_its_roles_from_what_its_threads_do() {
+    check_user_vm(&guest().out, "usersriov", "sriov", "sriov", &["vcpu", "vmm"]);
 }

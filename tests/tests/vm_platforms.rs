@@ -14,7 +14,9 @@ use std::{collections::HashMap, path::PathBuf, sync::OnceLock, time::Duration};
 
 use serde_json::Value;
 use vtrace::lab::guest::Board;
-use vtrace_tests::{GUEST_STEPS, GuestFiles, TempDir, bin, run_guest, system_tool, vmm_dir};
+use vtrace_tests::{
+    GUEST_STEPS, GuestFiles, TempDir, USER_VM_TRUTH, bin, check_user_vm, run_guest, system_tool, vmm_dir,
+};
 
 /// redis-benchmark requests per test (GET and SET) against the Linux guests.
 const REDIS_REQUESTS: u64 = 200;
@@ -60,22 +62,45 @@ fn workload(platform: &str, addr: &str) -> String {
     }
 }
 
-/// A VM the recorded command starts and stops: the Unikraft image under
-/// QEMU/KVM with vhost-net, on a tap QEMU creates itself (gone when QEMU
-/// exits, before the recording ends), served a few HTTP requests. Every
-/// wait is bounded: a VM that never answers fails this step, not the guest.
-const COMMAND_VM: &str = r#"qemu-system-x86_64 -name cmdvm,debug-threads=on -accel kvm -cpu host -m 64 \
-  -kernel /vmm/httpreply_qemu-x86_64 -append "netdev.ip=10.77.0.2/24:10.77.0.1 --" \
-  -nodefaults -display none -monitor none -serial file:/tmp/cmdvm.log -no-reboot \
-  -netdev tap,id=n0,ifname=vtn0,script=no,downscript=no,vhost=on -device virtio-net-pci,netdev=n0,romfile= &
+/// A VM started as a user starts it, by the recorded command, which stops
+/// it: a plain QEMU/KVM command line without the lab's naming flags (no
+/// `-name ...,debug-threads=on`: every thread is `qemu-system-x86`), on a
+/// tap QEMU creates itself (gone when QEMU exits, before the recording
+/// ends). `$1` linux (the lab's kernel and initramfs, pinged) or unikraft
+/// (the Unikraft image copied to /h/uk, a name of the user's own, served
+/// HTTP requests), `$2` vhost on or off, `$3` the name of the files it
+/// leaves: each of QEMU's threads' /proc stat (`NAME-stat.txt`) and KVM's
+/// vCPU threads (`NAME-vcpus.txt`) just before it stops. Every wait is
+/// bounded: a VM that never answers fails this step, not the guest.
+const USER_VM: &str = r#"kind=$1 vhost=$2 name=$3
+if [ $kind = linux ]; then
+  set -- -m 256 -kernel /var/lib/vtrace-lab/linuxvm/kernel/boot/vmlinuz-* -initrd /var/lib/vtrace-lab/linuxvm/initrd.gz \
+    -append "console=ttyS0 quiet panic=-1 vtrace.addr=10.77.0.2"
+  port=6379
+else
+  mkdir -p /h; cp /vmm/httpreply_qemu-x86_64 /h/uk
+  set -- -m 64 -kernel /h/uk -append "netdev.ip=10.77.0.2/24:10.77.0.1 --"
+  port=8123
+fi
+qemu-system-x86_64 -accel kvm -cpu host "$@" -nodefaults -display none -monitor none -serial file:/tmp/$name.log -no-reboot \
+  -netdev tap,id=n0,ifname=vtn0,script=no,downscript=no,vhost=$vhost -device virtio-net-pci,netdev=n0,romfile= &
 qemu=$!
 i=0; until ip link show vtn0 > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 300 ] || { echo "no vtn0 in 30 s"; kill $qemu; exit 1; }; sleep 0.1; done
 ip addr add 10.77.0.1/24 dev vtn0; ip link set vtn0 up
-i=0; until nc -w 1 10.77.0.2 8123 < /dev/null > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 150 ] || { echo "no answer on 10.77.0.2:8123 in 30 s"; cat /tmp/cmdvm.log; kill $qemu; exit 1; }; sleep 0.2; done
-vtrace http-load 10.77.0.2:8123 -n 20
+i=0; until nc -w 1 10.77.0.2 $port < /dev/null > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 150 ] || { echo "no answer on 10.77.0.2:$port in 30 s"; cat /tmp/$name.log; kill $qemu; exit 1; }; sleep 0.2; done
+if [ $kind = linux ]; then ping -c 20 -i 0.05 10.77.0.2; else vtrace http-load 10.77.0.2:8123 -n 20; fi
+user_vm_truth $qemu $name
 kill $qemu; wait $qemu
 exit 0
 "#;
+
+/// The VMs a user starts: (recording, --platform, guest, vhost, the
+/// variant detection should make of it).
+const USER_VMS: &[(&str, &str, &str, &str, &str)] = &[
+    ("uservm-vhost", "qemu-kvm", "linux", "on", "qemu-kvm-vhost"),
+    ("uservm-novhost", "qemu-kvm", "linux", "off", "qemu-kvm-novhost"),
+    ("cmdvm", "unikraft", "unikraft", "off", "unikraft-virtio"),
+];
 
 /// Seconds a step may take: a recording (a few tens of seconds here), a
 /// report, a platform coming up or going.
@@ -134,12 +159,15 @@ fn script() -> String {
         "step {REPORT_LIMIT} explain.failed 'explain vhost' vtrace explain qemu-kvm-novhost.vtrace qemu-kvm.vtrace > explain-qemu-vhost.txt 2>&1\n\
          step {REPORT_LIMIT} explain.failed 'explain unikraft vhost' vtrace explain unikraft-virtio.vtrace unikraft-vhost.vtrace > explain-unikraft-vhost.txt 2>&1\n"
     ));
-    s.push_str(&format!(
-        "cat > /tmp/cmdvm.sh <<'EOF'\n{COMMAND_VM}EOF\n\
-         step {RECORD_LIMIT} cmdvm.failed 'record cmdvm' vtrace record --platform unikraft -o cmdvm.vtrace -- sh /tmp/cmdvm.sh > cmdvm.out 2>&1\n\
-         {}",
-        reports("cmdvm", "cmdvm.failed")
-    ));
+    s.push_str(&format!("cat > /tmp/uservm.sh <<'EOF'\n{USER_VM_TRUTH}{USER_VM}EOF\n"));
+    for (name, platform, guest, vhost, _) in USER_VMS {
+        s.push_str(&format!(
+            "step {RECORD_LIMIT} {name}.failed 'record {name}' vtrace record --platform {platform} --layers cpu,net,tun,kvm \
+               -o {name}.vtrace -- sh /tmp/uservm.sh {guest} {vhost} {name} > {name}.out 2>&1\n\
+             {}",
+            reports(name, &format!("{name}.failed"))
+        ));
+    }
     let platforms: Vec<&str> = PLATFORMS.iter().map(|(p, _)| *p).collect();
     s.push_str(&format!(
         "step 600 bench.failed bench vtrace bench --platforms {1} --workload http --http-requests {BENCH_REQUESTS} --repeat 1 -o bench \
@@ -444,12 +472,9 @@ fn the_workloads_own_count_is_the_recordings_operations() {
 fn a_vm_the_recorded_command_starts_is_an_instance_of_its_platform() {
     let g = guest();
     let r = g.report("cmdvm");
-    let id = instance(&r, "unikraft-vhost");
-    let vcpu = rows(&r, "threads").iter().find(|t| t["comm"] == "CPU 0/KVM").unwrap();
-    assert_eq!(
-        (vcpu["instance"].as_str(), vcpu["role"].as_str()),
-        (Some(id.as_str()), Some("vcpu"))
-    );
+    let id = instance(&r, "unikraft-virtio");
+    let vcpu = rows(&r, "threads").iter().find(|t| t["role"] == "vcpu").unwrap();
+    assert_eq!(vcpu["instance"].as_str(), Some(id.as_str()));
     // Its tap came and went with it: named as the kernel named it, in
     // every table.
     for table in ["device_counters", "devices", "tun"] {
@@ -467,6 +492,22 @@ fn a_vm_the_recorded_command_starts_is_an_instance_of_its_platform() {
     let text = g.text("cmdvm.txt");
     assert!(text.contains("the VM exited and its statistics went with it"), "{text}");
     assert_requests_add_up(&r["workload"]["ops"], 20, "cmdvm");
+}
+
+/// A VM a user starts (a plain command line, no thread names, an image
+/// under a name of their own) is its platform's instance, with `vcpu`,
+/// `vmm` and `vhost` roles from what its threads do, and its vCPU's guest
+/// time is its thread's own ([`vtrace_tests::check_user_vm`]).
+#[test]
+fn a_vm_a_user_starts_has_its_roles_from_what_its_threads_do() {
+    let g = guest();
+    for (name, platform, _, vhost, variant) in USER_VMS {
+        let mut roles = vec!["vcpu", "vmm"];
+        if *vhost == "on" {
+            roles.push("vhost");
+        }
+        check_user_vm(&g.out, name, platform, variant, &roles);
+    }
 }
 
 #[test]

@@ -162,6 +162,8 @@ pub struct End<'a> {
 pub struct Facts {
     /// Threads that ran a vCPU (the KVM layer's): the CPU layer gives them the `vcpu` role.
     pub vcpu_tids: HashSet<u32>,
+    /// tid -> the index of the vCPU it runs, as KVM tells it (the KVM layer's).
+    pub vcpu_index: HashMap<u32, u32>,
     /// (netns, ifindex) -> the name the kernel gave a device when a probe
     /// first saw it (the tun layer's): a device created and removed during
     /// the run keeps its name in every table.

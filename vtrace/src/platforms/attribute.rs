@@ -18,6 +18,9 @@ pub struct Attribution {
     instances: Vec<Instance>,
     /// tid -> (instance index, role) from detection.
     by_tid: HashMap<u32, (usize, String)>,
+    /// tid -> its name as detection read it in /proc (whole, where the
+    /// kernel's events cut it to 15 bytes).
+    comm_by_tid: HashMap<u32, String>,
     /// pid -> instance index.
     by_pid: HashMap<u32, usize>,
 }
@@ -27,6 +30,7 @@ impl Attribution {
     pub fn new(profiles: Vec<Profile>, snapshots: Vec<Vec<Instance>>) -> Self {
         let mut instances: Vec<Instance> = Vec::new();
         let mut by_tid = HashMap::new();
+        let mut comm_by_tid = HashMap::new();
         let mut by_pid = HashMap::new();
         for snap in snapshots {
             for inst in snap {
@@ -42,6 +46,7 @@ impl Attribution {
                 };
                 for t in &inst.threads {
                     by_tid.insert(t.tid, (idx, t.role.clone()));
+                    comm_by_tid.insert(t.tid, t.comm.clone());
                 }
                 for p in &inst.processes {
                     by_pid.insert(*p, idx);
@@ -52,8 +57,14 @@ impl Attribution {
             profiles,
             instances,
             by_tid,
+            comm_by_tid,
             by_pid,
         }
+    }
+
+    /// The name detection read for thread `tid` of an instance.
+    pub fn detected_comm(&self, tid: u32) -> Option<&str> {
+        self.comm_by_tid.get(&tid).map(String::as_str)
     }
 
     pub fn instances(&self) -> &[Instance] {

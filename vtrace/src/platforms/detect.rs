@@ -75,6 +75,7 @@ fn root_matches(rule: &RootRule, p: &ProcInfo, parent_comm: &str) -> bool {
         && !rule.cmdline_none.iter().any(|s| p.cmdline.contains(s.as_str()))
         && (rule.parent_comm.is_empty() || any_glob(&rule.parent_comm, parent_comm))
         && (rule.cgroup.is_empty() || any_glob(&rule.cgroup, &p.cgroup))
+        && (rule.kernel_marks.is_empty() || rule.kernel_marks.iter().any(|m| p.kernel_marks.contains(m)))
         && rule.state_file.is_none()
 }
 
@@ -178,10 +179,15 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
                 procs.push(pid);
                 stack.extend(children.get(&pid).into_iter().flatten().copied());
             }
-            // Kernel threads that serve one of its processes' VMs.
+            // Kernel threads that serve one of its processes' VMs (named
+            // after the thread that created the VM).
+            let owners: HashSet<u32> = procs
+                .iter()
+                .flat_map(|pid| by_pid[pid].threads.iter().map(|t| t.tid).chain([*pid]))
+                .collect();
             for p in &snap.processes {
                 if let Some(owner) = serves_pid(&p.comm)
-                    && procs.contains(&owner)
+                    && owners.contains(&owner)
                     && claimed.insert(p.pid)
                 {
                     procs.push(p.pid);
@@ -195,7 +201,11 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
                 uses_vhost |= p.vhost_fds;
                 for t in &p.threads {
                     uses_vhost |= t.comm.starts_with("vhost-");
-                    let role = thread_role(profile, *pid == root, p, &t.comm);
+                    // KVM's word that it runs a vCPU before the name's.
+                    let role = match t.vcpu {
+                        Some(_) => "vcpu".to_string(),
+                        None => thread_role(profile, *pid == root, p, &t.comm),
+                    };
                     threads.push(ThreadRole {
                         pid: *pid,
                         tid: t.tid,

@@ -5,6 +5,7 @@
 
 pub mod attribute;
 pub mod detect;
+pub mod image;
 pub mod netdev;
 pub mod profile;
 pub mod snapshot;

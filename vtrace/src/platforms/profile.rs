@@ -68,6 +68,10 @@ pub struct RootRule {
     /// Glob of runtime state files naming the root pid.
     #[serde(default)]
     pub state_file: Option<String>,
+    /// Marks, at least one of which the guest kernel image the process
+    /// boots carries (`super::image`: `unikraft`).
+    #[serde(default)]
+    pub kernel_marks: Vec<String>,
 }
 
 /// Role of a thread: every field given must match; first matching rule wins.

@@ -4,7 +4,7 @@
 //! from a JSON capture (the unit tests use captures of platforms this machine
 //! cannot run).
 
-use std::{fs, path::Path, process::Command};
+use std::{collections::HashMap, fs, path::Path, process::Command};
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +12,41 @@ use serde::{Deserialize, Serialize};
 pub struct ThreadInfo {
     pub tid: u32,
     pub comm: String,
+    /// The index of the vCPU it runs, as KVM tells it ([`vcpu_threads`]).
+    #[serde(default)]
+    pub vcpu: Option<u32>,
+}
+
+/// KVM's debugfs: a directory per VM, `<pid>-<fd>`.
+pub const KVM_DEBUGFS: &str = "/sys/kernel/debug/kvm";
+
+/// Which thread runs each vCPU of the VM at `dir` (in [`KVM_DEBUGFS`]):
+/// KVM's own word (`vcpuN/pid`, the thread that last called KVM_RUN on
+/// vCPU N; 0 before the first), as (tid, N). A VMM names its vCPU threads
+/// as it likes, or not at all (QEMU without `debug-threads=on`).
+pub fn vcpu_threads(dir: &Path) -> Vec<(u32, u32)> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let index = e.file_name().to_str()?.strip_prefix("vcpu")?.parse().ok()?;
+            let tid: u32 = fs::read_to_string(e.path().join("pid")).ok()?.trim().parse().ok()?;
+            (tid != 0).then_some((tid, index))
+        })
+        .collect()
+}
+
+/// [`vcpu_threads`] of every VM: tid -> vCPU index.
+fn all_vcpu_threads() -> HashMap<u32, u32> {
+    fs::read_dir(KVM_DEBUGFS)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|vm| vm.file_name().to_string_lossy().contains('-'))
+        .flat_map(|vm| vcpu_threads(&vm.path()))
+        .collect()
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -48,6 +83,10 @@ pub struct ProcInfo {
     /// cgroup path (v2 line of /proc/<pid>/cgroup, or the first one).
     #[serde(default)]
     pub cgroup: String,
+    /// Marks of the guest kernel image it was given (`super::image`:
+    /// `unikraft`).
+    #[serde(default)]
+    pub kernel_marks: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -155,18 +194,30 @@ fn netns_of(pid: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn read_proc(pid: u32) -> Option<ProcInfo> {
+fn read_proc(pid: u32, vcpus: &HashMap<u32, u32>) -> Option<ProcInfo> {
     let dir = format!("/proc/{pid}");
     let stat = fs::read_to_string(format!("{dir}/stat")).ok()?;
     let st = crate::collectors::procfs::parse_stat(&stat)?;
-    let cmdline = fs::read(format!("{dir}/cmdline"))
+    let args: Vec<String> = fs::read(format!("{dir}/cmdline"))
         .map(|b| {
             b.split(|&c| c == 0)
                 .filter(|a| !a.is_empty())
                 .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
+                .collect()
         })
+        .unwrap_or_default();
+    // A process in the middle of exec has its new name before its new
+    // arguments: taken now, it would match by name alone (a QEMU/KVM VM as
+    // the catch-all `linuxvm`). It is read at the next look; so is a zombie.
+    let kernel_thread = pid == 2 || st.ppid == 2;
+    if args.is_empty() && !kernel_thread {
+        return None;
+    }
+    let cmdline = args.join(" ");
+    let kernel_marks = fs::read_link(format!("{dir}/cwd"))
+        .ok()
+        .and_then(|cwd| super::image::kernel_image(&args, &cwd))
+        .map(|image| super::image::marks(&image))
         .unwrap_or_default();
     let exe = fs::read_link(format!("{dir}/exe"))
         .ok()
@@ -179,7 +230,11 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
                 let comm = fs::read_to_string(t.path().join("comm"))
                     .map(|c| c.trim_end().to_string())
                     .unwrap_or_default();
-                threads.push(ThreadInfo { tid, comm });
+                threads.push(ThreadInfo {
+                    tid,
+                    comm,
+                    vcpu: vcpus.get(&tid).copied(),
+                });
             }
         }
     }
@@ -230,6 +285,7 @@ fn read_proc(pid: u32) -> Option<ProcInfo> {
         vfio_groups,
         netns: netns_of(&pid.to_string()),
         cgroup,
+        kernel_marks,
     })
 }
 
@@ -333,11 +389,12 @@ fn read_state_files() -> Vec<(String, String)> {
 impl SystemSnapshot {
     /// Reads the running system.
     pub fn live() -> Self {
+        let vcpus = all_vcpu_threads();
         let mut processes: Vec<ProcInfo> = fs::read_dir("/proc")
             .map(|d| {
                 d.flatten()
                     .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                    .filter_map(read_proc)
+                    .filter_map(|pid| read_proc(pid, &vcpus))
                     .collect()
             })
             .unwrap_or_default();

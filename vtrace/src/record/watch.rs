@@ -6,7 +6,8 @@
 //! Each tick lists /proc and reads the name of every process not seen under
 //! that name before (an exec renames a forked child, so it is looked at
 //! again). Only when a new name could root an instance (a root rule's
-//! `comm`), or a found instance's root gained or lost threads (vCPUs and
+//! `comm`) or serve a VM (KVM's `kvm-nx-lpage-recovery-<pid>`, gone with
+//! its VM before the end), or a found instance's root gained or lost threads (vCPUs and
 //! vhost workers come after the VMM starts), is the whole system
 //! snapshotted and detected again: a few times per recording.
 
@@ -35,6 +36,12 @@ fn comm(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
         .map(|c| c.trim_end().to_string())
+}
+
+/// Whether its arguments are there yet: a process in the middle of exec
+/// has its new name first (see `SystemSnapshot::live`).
+fn has_args(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|a| !a.is_empty())
 }
 
 fn threads(pid: u32) -> usize {
@@ -88,7 +95,13 @@ impl InstanceWatch {
         let mut due = false;
         for (pid, name) in self.processes() {
             if self.seen.get(&pid) != Some(&name) {
-                due |= self.could_root(&name);
+                let could_root = self.could_root(&name);
+                if could_root && !has_args(pid) {
+                    continue; // mid-exec: looked at again next tick
+                }
+                // KVM's per-VM kernel threads too: their whole names (cut
+                // to 15 bytes in the kernel's events) say whose VM they serve.
+                due |= could_root || platforms::detect::serves_pid(&name).is_some();
                 self.seen.insert(pid, name);
             }
         }

@@ -169,6 +169,7 @@ macro_rules! column_value {
 }
 column_value!(u64, u64);
 column_value!(u32, u32);
+column_value!(i32, i32);
 column_value!(f64, f64);
 column_value!(bool, bool);
 

@@ -239,7 +239,7 @@ impl Collector for CpuRecorder {
             &selection,
             ctx.attribution,
             &self.guest.deltas(),
-            &ctx.facts.vcpu_tids,
+            ctx.facts,
             rows::Clocks {
                 start_mono: self.start_mono,
                 clock_ticks: procfs::clock_ticks(),

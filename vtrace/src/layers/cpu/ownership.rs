@@ -7,7 +7,10 @@
 //! 1. Detection ([`owner`]): a thread a platform instance claims
 //!    (`platforms::attribute::Attribution::classify`: a thread detection saw,
 //!    or one of an instance's processes or their descendants) takes that
-//!    instance, the role its profile gives, and is selected. The idle task and
+//!    instance, the role its profile gives, and is selected; but a thread
+//!    that ran a guest is `vcpu` whatever its name (QEMU names its vCPU
+//!    threads only with `debug-threads=on`: the profile's names are a
+//!    hint for threads that have not run yet). The idle task and
 //!    kernel threads belong to no instance, except vhost workers (kernel
 //!    threads before Linux 6.4). Detection comes first: it is the platform's
 //!    own word (its state files and process tree).
@@ -76,7 +79,8 @@ pub(super) fn owner(t: &Thread, attribution: &Attribution, parent: &dyn Fn(u32) 
         Some(a) => Owner {
             platform: a.platform,
             instance: a.instance,
-            role: a.role,
+            // What it does before what it is called.
+            role: if t.vcpu && !t.kthread { "vcpu".into() } else { a.role },
             selected,
         },
         None => Owner {
@@ -261,6 +265,35 @@ mod tests {
                 selected: true,
             }
         );
+    }
+
+    /// A thread that ran a guest is its instance's vCPU whatever its name
+    /// (QEMU without `debug-threads=on` names them all after itself); a
+    /// kernel thread is not.
+    #[test]
+    fn a_thread_that_ran_a_guest_is_a_vcpu_whatever_its_name() {
+        let vcpu = Thread {
+            vcpu: true,
+            in_vmm: true,
+            ..thread(101, 100, "qemu-system-x86")
+        };
+        let o = owner(&vcpu, &attribution(), &|_| None);
+        assert_eq!(
+            (o.instance.as_str(), o.role.as_str(), o.selected),
+            ("docker:100", "vcpu", true)
+        );
+        // Its sibling that did not: the profile's role.
+        let o = owner(
+            &Thread {
+                in_vmm: true,
+                ..thread(101, 100, "qemu-system-x86")
+            },
+            &attribution(),
+            &|_| None,
+        );
+        assert_eq!(o.role, "worker");
+        let o = owner(&Thread { kthread: true, ..vcpu }, &attribution(), &|_| None);
+        assert_eq!((o.platform.as_str(), o.role.as_str()), (platforms::HOST, "kernel"));
     }
 
     #[test]

@@ -12,11 +12,11 @@ use vtrace_common::{IRQ_DEVICE_SLOTS, SOFTIRQ_NAMES, ThreadTimes, irq_vector, st
 use super::{
     collector::{CpuSnapshot, CpuSplit},
     ownership,
-    tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow},
+    tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow, VcpuIndex},
 };
 use crate::{
     collectors::procfs::{self, TaskStat},
-    layers::options::RecordOptions,
+    layers::{Facts, options::RecordOptions},
     platforms::{Instance, attribute::Attribution},
     recording::Workload,
 };
@@ -301,6 +301,16 @@ pub(crate) fn comm_of(t: &ThreadTimes) -> String {
     comm
 }
 
+/// A name cut to 15 bytes in the task (`comm` from the kernel's events)
+/// made whole from what detection read in /proc while the thread lived
+/// (KVM's `kvm-nx-lpage-recovery-<pid>` after its VM exited).
+fn full_name(comm: String, detected: Option<&str>) -> String {
+    match detected {
+        Some(full) if comm.len() == 15 && full.len() > 15 && full.starts_with(&comm) => full.to_string(),
+        _ => comm,
+    }
+}
+
 /// The snapshot with, at no time, each thread of a detected instance that
 /// the engine never saw: it existed and never ran in the window (a thread
 /// that ran, was born or exited was seen). An instance's idle threads still
@@ -349,9 +359,10 @@ pub fn thread_rows(
     sel: &Selection,
     attribution: &Attribution,
     guest_ticks: &HashMap<u32, u64>,
-    vcpu_tids: &HashSet<u32>,
+    facts: &Facts,
     clocks: Clocks,
 ) -> Vec<ThreadRow> {
+    let vcpu_tids = &facts.vcpu_tids;
     let Clocks {
         start_mono,
         clock_ticks,
@@ -379,7 +390,11 @@ pub fn thread_rows(
         .threads
         .iter()
         .map(|(tid, t)| {
-            let comm = if *tid == 0 { "swapper".to_string() } else { comm_of(t) };
+            let comm = if *tid == 0 {
+                "swapper".to_string()
+            } else {
+                full_name(comm_of(t), attribution.detected_comm(*tid))
+            };
             let (mut user_ns, mut system_ns, mut guest_ns) =
                 (t.ns[state::USER], t.ns[state::SYSTEM], t.ns[state::GUEST]);
             let guest_source = if t.flags & thread_flag::GUEST_TRACED != 0 {
@@ -438,6 +453,7 @@ pub fn thread_rows(
                 unbounded_ns: t.unbounded_ns,
                 born_ns: since_start(t.born_ns),
                 exited_ns: since_start(t.exited_ns),
+                vcpu: VcpuIndex(facts.vcpu_index.get(tid).map_or(-1, |&i| i as i32)),
             }
         })
         .collect();

@@ -135,7 +135,12 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         .filter(|t| StateTimes::of_thread(t).busy_ns() > 0)
         .take(top)
     {
-        let mut cells = vec![th.pid.to_string(), th.tid.to_string(), th.comm.clone(), th.role.clone()];
+        // The vCPU's index where KVM told it.
+        let role = match th.vcpu.get() {
+            Some(i) => format!("{} {i}", th.role),
+            None => th.role.clone(),
+        };
+        let mut cells = vec![th.pid.to_string(), th.tid.to_string(), th.comm.clone(), role];
         cells.extend(state_cells(&StateTimes::of_thread(th), cap));
         threads.row(cells);
     }
@@ -234,6 +239,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                 "hardirq_ns": t.hardirq_ns, "guest_ns": t.guest_ns, "idle_ns": t.idle_ns,
                 "total_ns": StateTimes::of_thread(t).busy_ns(),
                 "guest_source": t.guest_source, "switches": t.switches, "unbounded_ns": t.unbounded_ns,
+                "vcpu": t.vcpu.get(),
             })
         })
         .collect();

@@ -1,10 +1,40 @@
 //! The CPU layer's tables: time per thread, CPU, softirq vector, IRQ, and per interval.
 
-use crate::recording::table;
+use polars_core::prelude::{Column, DataFrame};
+
+use crate::recording::table::{ColumnError, ColumnValue, table};
+
+/// The index of the vCPU a thread runs, as KVM tells it (debugfs
+/// `kvm/<vm>/vcpuN/pid`); -1 when it runs none or KVM did not say (and in
+/// recordings from before the column).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct VcpuIndex(pub i32);
+
+impl Default for VcpuIndex {
+    fn default() -> Self {
+        VcpuIndex(-1)
+    }
+}
+
+impl VcpuIndex {
+    pub fn get(self) -> Option<u32> {
+        u32::try_from(self.0).ok()
+    }
+}
+
+impl ColumnValue for VcpuIndex {
+    fn column(name: &str, values: Vec<Self>) -> Column {
+        i32::column(name, values.into_iter().map(|v| v.0).collect())
+    }
+    fn read(df: &DataFrame, name: &str) -> Result<Vec<Self>, ColumnError> {
+        Ok(i32::read(df, name)?.into_iter().map(VcpuIndex).collect())
+    }
+}
 
 table! {
     /// CPU time per thread over the whole run (exited threads included).
-    ThreadRow = "threads" version 3 {
+    ThreadRow = "threads" version 4 {
         tid: u32,
         /// Thread group id (the process id).
         pid: u32,
@@ -41,6 +71,9 @@ table! {
         /// the recording or is still running.
         born_ns: u64 [since 3],
         exited_ns: u64 [since 3],
+        /// The index of the vCPU it runs, as KVM tells it; -1 when none
+        /// (since 4).
+        vcpu: VcpuIndex [since 4],
     }
 }
 

@@ -186,6 +186,9 @@ impl Collector for KvmRecorder {
 
     fn facts(&self, facts: &mut Facts) {
         facts.vcpu_tids.extend(self.last.vcpu_tids());
+        // A thread KVM names as a vCPU's ran KVM_RUN: a vCPU, exits seen or not.
+        facts.vcpu_tids.extend(self.stats.vcpu_index.keys());
+        facts.vcpu_index.extend(&self.stats.vcpu_index);
     }
 
     fn forget(&mut self) -> Result<()> {

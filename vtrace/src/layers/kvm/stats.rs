@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::tables::KvmStatRow;
+use crate::platforms::snapshot::{self, KVM_DEBUGFS};
 
 /// KVM's own per-VM counters (debugfs `kvm/<pid>-<fd>/<stat>`, summed over
 /// the VM's vCPUs) that vtrace's events can be checked against.
@@ -20,8 +21,6 @@ pub const KVM_STATS: &[&str] = &[
     "insn_emulation",
     "hypercalls",
 ];
-
-const KVM_DEBUGFS: &str = "/sys/kernel/debug/kvm";
 
 /// The statistics vtrace counts in the kernel per vCPU thread, read beside
 /// KVM's own (see [`read_paired`]): its exits, and its injected interrupts.
@@ -46,6 +45,9 @@ pub struct KvmStatsSampler {
     /// vtrace's own count of each VM's paired statistics at their first
     /// and last reading, read around it (see [`read_paired`]).
     vtrace_paired: BTreeMap<(String, &'static str), (u64, u64)>,
+    /// tid -> the index of the vCPU it ran when last read
+    /// ([`snapshot::vcpu_threads`]).
+    pub vcpu_index: BTreeMap<u32, u32>,
     start_mono: u64,
     /// Why statistics could not be read, once.
     pub error: Option<String>,
@@ -81,6 +83,7 @@ impl KvmStatsSampler {
                 continue;
             }
             let pid = name.split('-').next().unwrap_or("");
+            self.vcpu_index.extend(snapshot::vcpu_threads(&vm.path()));
             for &stat in PAIRED_STATS {
                 if let Some((kvm, vtrace)) = read_paired(&vm.path(), pid, stat, count_of) {
                     self.first.entry((name.clone(), stat)).or_insert(kvm);
