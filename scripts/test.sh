@@ -1,13 +1,75 @@
 #!/usr/bin/env bash
-# The test command: set-up (idempotent), release build, then every test.
+# The test command: set-up (idempotent), the gates, release build, then every
+# test, each integration test file timed (the times are printed at the end).
 # Kernel-touching tests run one at a time (--test-threads=1) as root.
-set -euo pipefail
+#   test.sh           the whole suite (what CI's .ci/run calls)
+#   test.sh --quick   host only, for the loop while developing: no guest
+#                     boots (the stock-kernel guest, the lab's TCG VM), no
+#                     benches, no gates
+set -uo pipefail
 cd "$(dirname "$0")/.."
+QUICK=0
+case "${1:-}" in
+  --quick) QUICK=1 ;;
+  "") ;;
+  *) echo "test.sh: unknown option '$1' (--quick, or nothing for the whole suite)" >&2; exit 2 ;;
+esac
 [ "$(id -u)" = 0 ] || { echo "run as root: the tests load eBPF programs and build network namespaces" >&2; exit 1; }
+set -e
 bash scripts/setup.sh
-# Habits as gates: formatting, lints, and the module layering (scripts/check-layering.py).
-cargo fmt --all -- --check
-cargo clippy --release --all-targets -- -D warnings
-python3 scripts/check-layering.py
+if [ $QUICK = 0 ]; then
+  # Habits as gates: formatting, lints, and the module layering (scripts/check-layering.py).
+  cargo fmt --all -- --check
+  cargo clippy --release --all-targets -- -D warnings
+  python3 scripts/check-layering.py
+fi
 cargo build --release
-cargo test --release -- --test-threads=1
+set +e
+
+# Test files that boot the stock-kernel guest (minutes each), and tests
+# that boot the lab's TCG VM: left out of --quick.
+GUEST_FILES="stock_kernel vm_platforms kata sriov"
+GUEST_TESTS="qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap linuxvm_lab_instance \
+  a_vm_up_killed_while_qemu_starts_is_undone"
+# Files that measure throughput and cost over many rounds.
+BENCH_FILES="bench"
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+times=()
+failed=()
+# run NAME CARGO-TEST-ARGS...: one cargo test, timed, its output kept.
+run() {
+  local name=$1 start rc
+  shift
+  start=$(date +%s)
+  cargo test --release "$@" 2>&1 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  times+=("$(printf '%6d s  %s' $(( $(date +%s) - start )) "$name")")
+  [ "$rc" = 0 ] || failed+=("$name")
+}
+
+run "unit tests" --lib --bins -- --test-threads=1
+run "doc tests" --doc
+skip=()
+if [ $QUICK = 1 ]; then
+  for t in $GUEST_TESTS; do skip+=(--skip "$t"); done
+fi
+for f in tests/tests/*.rs; do
+  name=$(basename "$f" .rs)
+  if [ $QUICK = 1 ] && [[ " $GUEST_FILES $BENCH_FILES " == *" $name "* ]]; then
+    continue
+  fi
+  run "$name" -p vtrace-tests --test "$name" -- --test-threads=1 "${skip[@]}"
+done
+
+echo
+echo "time per test file:"
+printf '%s\n' "${times[@]}"
+read -r passed failures < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" \
+  | awk '{p += $1; f += $2} END {print p + 0, f + 0}')
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "failed: ${failed[*]}"
+fi
+echo "tests: $passed passed, $failures failed"
+[ ${#failed[@]} = 0 ]

@@ -21,8 +21,8 @@ use std::{
 };
 
 use super::{
-    ContainerRuntime, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE, kata, net, quiet, rootfs,
-    stdout_of, vms,
+    ContainerRuntime, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE, kata,
+    ledger::RemoveContainer, net, quiet, rootfs, stdout_of, vms,
 };
 use crate::{Error, Result, workload::netns::sh};
 
@@ -126,7 +126,7 @@ impl Runtime for Containerd {
     }
 }
 
-impl ContainerRuntime for Containerd {
+impl RemoveContainer for Containerd {
     /// `root` is the containerd's socket.
     fn remove(&self, _runtime: &str, id: &str, root: &str) {
         quiet(&["ctr", "--address", root, "task", "kill", "--signal", "SIGKILL", id]);
@@ -141,7 +141,9 @@ impl ContainerRuntime for Containerd {
     fn left(&self, _runtime: &str, _id: &str, _root: &str) -> Option<String> {
         None // gone with its containerd; what its shim started is checked by name
     }
+}
 
+impl ContainerRuntime for Containerd {
     fn exec(&self, _runtime: &str, id: &str, root: &str) -> Vec<String> {
         let exec_id = format!("vtrace-{}", std::process::id());
         ["ctr", "--address", root, "task", "exec", "--exec-id", &exec_id, id]

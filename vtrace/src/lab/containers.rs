@@ -11,7 +11,9 @@ use std::{
 
 use serde_json::json;
 
-use super::{ContainerRuntime, LabPlatform, Ledger, Resource, Runtime, quiet, rootfs, veth_netns};
+use super::{
+    ContainerRuntime, LabPlatform, Ledger, Resource, Runtime, ledger::RemoveContainer, quiet, rootfs, veth_netns,
+};
 use crate::{Result, workload::netns::sh};
 
 pub const CONTAINER_ID: &str = "vtrace-lab";
@@ -65,7 +67,7 @@ impl Runtime for Oci {
     }
 }
 
-impl ContainerRuntime for Oci {
+impl RemoveContainer for Oci {
     fn remove(&self, runtime: &str, id: &str, root: &str) {
         // A `run` still under way (its `up` was killed, not it) makes the
         // container after a kill and delete: waited for first.
@@ -78,7 +80,9 @@ impl ContainerRuntime for Oci {
         std::thread::sleep(Duration::from_millis(200));
         quiet(&[runtime, "--root", root, "delete", "--force", id]);
     }
+}
 
+impl ContainerRuntime for Oci {
     fn exec(&self, runtime: &str, id: &str, root: &str) -> Vec<String> {
         vec![
             runtime.to_string(),

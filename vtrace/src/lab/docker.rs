@@ -10,8 +10,8 @@ use std::{
 };
 
 use super::{
-    ContainerRuntime, DATA_DIR, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE, net, quiet,
-    rootfs, stdout_of,
+    ContainerRuntime, DATA_DIR, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE,
+    ledger::RemoveContainer, net, quiet, rootfs, stdout_of,
 };
 use crate::{Error, Result, workload::netns::sh};
 
@@ -37,7 +37,7 @@ impl Runtime for Docker {
     }
 }
 
-impl ContainerRuntime for Docker {
+impl RemoveContainer for Docker {
     fn remove(&self, _runtime: &str, id: &str, root: &str) {
         quiet(&["docker", "-H", root, "rm", "-f", id]);
     }
@@ -45,7 +45,9 @@ impl ContainerRuntime for Docker {
     fn left(&self, _runtime: &str, _id: &str, _root: &str) -> Option<String> {
         None // gone with its daemon
     }
+}
 
+impl ContainerRuntime for Docker {
     fn exec(&self, _runtime: &str, id: &str, root: &str) -> Vec<String> {
         vec![
             "docker".into(),

@@ -9,7 +9,9 @@ use std::{path::PathBuf, time::Duration};
 use super::{
     Ledger,
     containerd::{Containerd, Shim},
-    containers, docker, linuxvm, lwip, lxc, sriov, vms,
+    containers, docker,
+    ledger::RemoveContainer,
+    linuxvm, lwip, lxc, sriov, vms,
 };
 use crate::{Error, Result};
 
@@ -60,20 +62,9 @@ pub trait Runtime: Sync {
     }
 }
 
-/// What `down`, the leftover check and `vtrace lab exec` do with a container
-/// a ledger records, by the runtime that made it.
-pub trait ContainerRuntime: Sync {
-    /// Stops and removes it.
-    fn remove(&self, runtime: &str, id: &str, root: &str);
-
-    /// What is left of it after `remove`, if anything.
-    fn left(&self, runtime: &str, id: &str, root: &str) -> Option<String> {
-        std::path::Path::new(root)
-            .join(id)
-            .exists()
-            .then(|| format!("{runtime} container {id}"))
-    }
-
+/// What `down`, the leftover check ([`RemoveContainer`]) and `vtrace lab
+/// exec` do with a container a ledger records, by the runtime that made it.
+pub trait ContainerRuntime: RemoveContainer {
     /// The runtime's own exec: the words before the command.
     fn exec(&self, runtime: &str, id: &str, root: &str) -> Vec<String>;
 }
@@ -81,6 +72,11 @@ pub trait ContainerRuntime: Sync {
 /// The file that handles a container of `runtime` (a ledger's
 /// `Resource::Container`): docker's, LXC's, or an OCI runtime's (runc,
 /// crun, runsc).
+/// The same, as the ledger removes it ([`super::ledger::Runtimes`]).
+pub fn remover(runtime: &str) -> &'static dyn RemoveContainer {
+    container_runtime(runtime)
+}
+
 pub fn container_runtime(runtime: &str) -> &'static dyn ContainerRuntime {
     match runtime {
         "docker" => &docker::Docker,

@@ -1,7 +1,11 @@
 //! The record of what `lab up` made (/run/vtrace-lab/<platform>.json),
 //! written before each step relies on what it adds, so `down` undoes exactly
 //! what was made, also after a failed or interrupted `up`; and the check of
-//! what is left after.
+//! what is left after. A generic undo log: it knows resources (namespaces,
+//! links, processes, mounts, directories, addresses, VF counts, containers)
+//! and names no platform. A container is removed by its runtime, which the
+//! caller looks up for it ([`Runtimes`]): the lab's platforms depend on the
+//! ledger, never the reverse.
 
 use std::{
     fs,
@@ -11,10 +15,9 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{kinds::container_runtime, quiet, sriov};
 use crate::{
     Result,
-    workload::netns::{NETNS_DIR, is_mount_point, netns_dir_unused},
+    workload::netns::{NETNS_DIR, is_mount_point, netns_dir_unused, quiet},
 };
 
 pub const LEDGER_DIR: &str = "/run/vtrace-lab";
@@ -63,6 +66,25 @@ pub enum Resource {
         autoprobe: bool,
     },
 }
+
+/// Removes and checks a container of one runtime (docker, LXC, an OCI
+/// runtime): a ledger's [`Resource::Container`] names its runtime, and the
+/// caller of [`Ledger::undo`] and [`leftovers`] looks it up.
+pub trait RemoveContainer: Sync {
+    /// Stops and removes it.
+    fn remove(&self, runtime: &str, id: &str, root: &str);
+
+    /// What is left of it after `remove`, if anything.
+    fn left(&self, runtime: &str, id: &str, root: &str) -> Option<String> {
+        Path::new(root)
+            .join(id)
+            .exists()
+            .then(|| format!("{runtime} container {id}"))
+    }
+}
+
+/// The runtime that removes a container of the runtime so named.
+pub type Runtimes = fn(&str) -> &'static dyn RemoveContainer;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Ledger {
@@ -121,8 +143,9 @@ impl Ledger {
     }
 
     /// Undoes every resource of the ledger, newest first, then removes the
-    /// ledger of platform `name` (and its unfinished write).
-    pub(super) fn undo(&self, name: &str) {
+    /// ledger of platform `name` (and its unfinished write); a container by
+    /// its runtime from `runtimes`.
+    pub(super) fn undo(&self, name: &str, runtimes: Runtimes) {
         for r in self.resources.iter().rev() {
             match r {
                 Resource::Process { pid, comm } => {
@@ -137,7 +160,7 @@ impl Ledger {
                         unsafe { libc::kill(*pid as i32, libc::SIGKILL) };
                     }
                 }
-                Resource::Container { runtime, id, root } => container_runtime(runtime).remove(runtime, id, root),
+                Resource::Container { runtime, id, root } => runtimes(runtime).remove(runtime, id, root),
                 Resource::Processes { pattern } => {
                     // Again until none is left: one may fork meanwhile (a
                     // daemonizing QEMU), and a killed one keeps its command
@@ -172,7 +195,7 @@ impl Ledger {
                 Resource::Address { dev, addr } => {
                     quiet(&["ip", "addr", "del", addr, "dev", dev]);
                 }
-                Resource::SriovVfs { pf, numvfs, autoprobe } => sriov::restore_vfs(pf, *numvfs, *autoprobe),
+                Resource::SriovVfs { pf, numvfs, autoprobe } => restore_vfs(pf, *numvfs, *autoprobe),
                 Resource::Dir { path } => {
                     // Runtimes leave mounts under their directories (runsc's null-netns).
                     let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
@@ -216,8 +239,38 @@ pub(super) fn processes_matching(pattern: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Resources of a ledger that still exist.
-pub fn leftovers(ledger: &Ledger) -> Vec<String> {
+fn pf_device(pf: &str) -> PathBuf {
+    Path::new("/sys/class/net").join(pf).join("device")
+}
+
+fn read_trimmed(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_default().trim().to_string()
+}
+
+/// Puts back the VFs of `pf` as `up` found them.
+fn restore_vfs(pf: &str, numvfs: u32, autoprobe: bool) {
+    let device = pf_device(pf);
+    if read_trimmed(&device.join("sriov_numvfs")).parse::<u32>().ok() != Some(numvfs) {
+        let _ = fs::write(device.join("sriov_numvfs"), "0");
+        if numvfs > 0 {
+            let _ = fs::write(device.join("sriov_numvfs"), numvfs.to_string());
+        }
+    }
+    let _ = fs::write(
+        device.join("sriov_drivers_autoprobe"),
+        if autoprobe { "1" } else { "0" },
+    );
+}
+
+/// What differs from how `up` found the VFs of `pf`.
+fn vfs_left(pf: &str, numvfs: u32) -> Option<String> {
+    let now: u32 = read_trimmed(&pf_device(pf).join("sriov_numvfs")).parse().ok()?;
+    (now != numvfs).then(|| format!("{now} VFs on {pf} (found {numvfs})"))
+}
+
+/// Resources of a ledger that still exist; a container as its runtime
+/// from `runtimes` sees it.
+pub fn leftovers(ledger: &Ledger, runtimes: Runtimes) -> Vec<String> {
     let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
     ledger
         .resources
@@ -235,7 +288,7 @@ pub fn leftovers(ledger: &Ledger) -> Vec<String> {
                 .ok()
                 .filter(|c| c.trim_end() == comm && is_alive(*pid))
                 .map(|_| format!("process {pid} ({comm})")),
-            Resource::Container { runtime, id, root } => container_runtime(runtime).left(runtime, id, root),
+            Resource::Container { runtime, id, root } => runtimes(runtime).left(runtime, id, root),
             Resource::Processes { pattern } => {
                 let left = processes_matching(pattern);
                 (!left.is_empty()).then(|| format!("processes {left:?} matching {pattern}"))
@@ -254,7 +307,7 @@ pub fn leftovers(ledger: &Ledger) -> Vec<String> {
                 .ok()
                 .filter(|o| String::from_utf8_lossy(&o.stdout).contains(&format!(" {addr} ")))
                 .map(|_| format!("address {addr} on {dev}")),
-            Resource::SriovVfs { pf, numvfs, .. } => sriov::vfs_left(pf, *numvfs),
+            Resource::SriovVfs { pf, numvfs, .. } => vfs_left(pf, *numvfs),
         })
         .collect()
 }

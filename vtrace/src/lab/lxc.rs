@@ -5,7 +5,8 @@
 use std::{fs, path::Path};
 
 use super::{
-    ContainerRuntime, DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, containers::SERVE, net, quiet, rootfs,
+    ContainerRuntime, DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, containers::SERVE,
+    ledger::RemoveContainer, net, quiet, rootfs,
 };
 use crate::{Result, workload::netns::sh};
 
@@ -25,7 +26,7 @@ impl Runtime for Lxc {
     }
 }
 
-impl ContainerRuntime for Lxc {
+impl RemoveContainer for Lxc {
     fn remove(&self, _runtime: &str, id: &str, root: &str) {
         quiet(&["lxc-stop", "-P", root, "-n", id, "-k"]);
         quiet(&["lxc-destroy", "-P", root, "-n", id]);
@@ -34,7 +35,9 @@ impl ContainerRuntime for Lxc {
             let _ = fs::remove_dir(ctl.path().join("lxc.pivot"));
         }
     }
+}
 
+impl ContainerRuntime for Lxc {
     fn exec(&self, _runtime: &str, id: &str, root: &str) -> Vec<String> {
         vec![
             "lxc-attach".into(),

@@ -44,7 +44,7 @@ use self::{
     kinds::{container_runtime, lab_platform},
     lock::PlatformLock,
 };
-use crate::{Error, Result};
+use crate::{Error, Result, workload::netns::quiet};
 
 /// Where lab root filesystems and bundles live.
 pub const DATA_DIR: &str = "/var/lib/vtrace-lab";
@@ -62,16 +62,6 @@ pub fn volume_in(platform: &str) -> &'static str {
     } else {
         VOLUME_MOUNT
     }
-}
-
-fn quiet(args: &[&str]) -> bool {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// What `program args` printed (trimmed), or its stderr as the error.
@@ -164,8 +154,8 @@ fn down_locked(name: &str) -> Result<bool> {
         Ledger::discard_unfinished_write(name); // torn: killed in its first write
         return Ok(false);
     };
-    ledger.undo(name);
-    let left = leftovers(&ledger);
+    ledger.undo(name, kinds::remover);
+    let left = leftovers(&ledger, kinds::remover);
     if left.is_empty() {
         Ok(true)
     } else {

@@ -11,12 +11,7 @@
 //! in the stock-kernel guest on [`super::guest::Board::SriovNic`], QEMU's
 //! emulated igb NIC behind an emulated IOMMU.
 
-use std::{
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-    time::Duration,
-};
+use std::{fs, path::Path, process::Command, time::Duration};
 
 use super::{LabPlatform, Ledger, Resource, Runtime, address, linuxvm, net, quiet, vms};
 use crate::{Error, Result, workload::netns::sh};
@@ -189,27 +184,4 @@ impl Runtime for Sriov {
             .or_else(vms::kvm_cannot_boot_guests)
             .or_else(|| linuxvm::kernel().err().map(|e| e.to_string()))
     }
-}
-
-/// Puts back the VFs of `pf` as `up` found them.
-pub(super) fn restore_vfs(pf: &str, numvfs: u32, autoprobe: bool) {
-    let device = PathBuf::from("/sys/class/net").join(pf).join("device");
-    if read(&device.join("sriov_numvfs")).parse::<u32>().ok() != Some(numvfs) {
-        let _ = fs::write(device.join("sriov_numvfs"), "0");
-        if numvfs > 0 {
-            let _ = fs::write(device.join("sriov_numvfs"), numvfs.to_string());
-        }
-    }
-    let _ = fs::write(
-        device.join("sriov_drivers_autoprobe"),
-        if autoprobe { "1" } else { "0" },
-    );
-}
-
-/// What differs from how `up` found the VFs of `pf`.
-pub(super) fn vfs_left(pf: &str, numvfs: u32) -> Option<String> {
-    let now: u32 = read(&Path::new("/sys/class/net").join(pf).join("device/sriov_numvfs"))
-        .parse()
-        .ok()?;
-    (now != numvfs).then(|| format!("{now} VFs on {pf} (found {numvfs})"))
 }

@@ -76,6 +76,8 @@ fn root_matches(rule: &RootRule, p: &ProcInfo, parent_comm: &str) -> bool {
         && (rule.parent_comm.is_empty() || any_glob(&rule.parent_comm, parent_comm))
         && (rule.cgroup.is_empty() || any_glob(&rule.cgroup, &p.cgroup))
         && (rule.kernel_marks.is_empty() || rule.kernel_marks.iter().any(|m| p.kernel_marks.contains(m)))
+        && (rule.thread_any.is_empty() || p.threads.iter().any(|t| any_glob(&rule.thread_any, &t.comm)))
+        && rule.kvm_vcpus.is_none_or(|v| v == p.kvm_vcpus)
         && rule.state_file.is_none()
 }
 

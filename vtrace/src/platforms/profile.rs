@@ -72,6 +72,15 @@ pub struct RootRule {
     /// boots carries (`super::image`: `unikraft`).
     #[serde(default)]
     pub kernel_marks: Vec<String>,
+    /// Globs, at least one of which names a thread of the process: names a
+    /// program gives its own threads (Firecracker's `fc_api`) outlast a
+    /// renamed binary.
+    #[serde(default)]
+    pub thread_any: Vec<String>,
+    /// The process holds KVM vCPU file descriptors: it runs a VM, whatever
+    /// the VMM is called.
+    #[serde(default)]
+    pub kvm_vcpus: Option<bool>,
 }
 
 /// Role of a thread: every field given must match; first matching rule wins.
@@ -167,6 +176,7 @@ mod tests {
             "gvisor",
             "lxc",
             "sriov",
+            "kvm-vm",
         ] {
             assert!(all.iter().any(|p| p.name == name), "{name} missing");
         }

@@ -55,7 +55,7 @@ pub(crate) const ROLE_COLORS: [(&str, RGBColor); 19] = [
 
 /// The platforms vtrace knows (vtrace/src/platforms/profiles.toml), each its
 /// own colour: bench figures put up to all of them side by side.
-pub(crate) const PLATFORM_COLORS: [(&str, RGBColor); 16] = [
+pub(crate) const PLATFORM_COLORS: [(&str, RGBColor); 17] = [
     ("host", RGBColor(0x4e, 0x79, 0xa7)),
     ("runc", RGBColor(0xf2, 0x8e, 0x2b)),
     ("crun", RGBColor(0xed, 0xc9, 0x48)),
@@ -73,6 +73,8 @@ pub(crate) const PLATFORM_COLORS: [(&str, RGBColor); 16] = [
     ("qemu-kvm-novhost", RGBColor(0xff, 0x98, 0x96)),
     ("unikraft-vhost", RGBColor(0x8c, 0x8d, 0x00)),
     ("unikraft-virtio", RGBColor(0xdb, 0xdb, 0x8d)),
+    // Any other VMM.
+    ("kvm-vm", RGBColor(0x39, 0x3b, 0x79)),
 ];
 
 /// The data path's stages (vtrace_common::path_stage::NAMES), each its

@@ -63,7 +63,7 @@ impl WebConfig {
         let file: File = if text.trim().is_empty() {
             File::default()
         } else {
-            serde_yaml::from_str(&text).map_err(|e| bad(format!("{e} (vtrace implements tls_server_config's cert_file, key_file, client_auth_type, client_ca_file and min_version, and basic_auth_users)")))?
+            serde_saphyr::from_str(&text).map_err(|e| bad(format!("{e} (vtrace implements tls_server_config's cert_file, key_file, client_auth_type, client_ca_file and min_version, and basic_auth_users)")))?
         };
         let dir = path.parent().unwrap_or(Path::new("."));
         let tls = file

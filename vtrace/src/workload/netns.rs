@@ -22,12 +22,15 @@ pub fn sh(args: &[&str]) -> Result<()> {
     }
 }
 
-fn quiet(args: &[&str]) {
-    let _ = Command::new(args[0])
+/// Runs `program args` with no input or output; whether it succeeded.
+pub(crate) fn quiet(args: &[&str]) -> bool {
+    Command::new(args[0])
         .args(&args[1..])
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .status();
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// netns `name` with `ns_if` (addr `ns_addr`) inside, `host_if` (addr `host_addr`) outside.
