@@ -3,9 +3,9 @@
 # test, each integration test file timed (the times are printed at the end).
 # Kernel-touching tests run one at a time (--test-threads=1) as root.
 #   test.sh           the whole suite (what CI's .ci/run calls)
-#   test.sh --quick   host only, for the loop while developing: no guest
-#                     boots (the stock-kernel guest, the lab's TCG VM), no
-#                     benches, no gates
+#   test.sh --quick   host only, for the loop while developing (about 5
+#                     minutes): no guest boots (the stock-kernel guest, the
+#                     lab's TCG VM), no benches, no serve end-to-end, no gates
 set -uo pipefail
 cd "$(dirname "$0")/.."
 QUICK=0
@@ -31,8 +31,10 @@ set +e
 GUEST_FILES="stock_kernel vm_platforms kata sriov"
 GUEST_TESTS="qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap linuxvm_lab_instance \
   a_vm_up_killed_while_qemu_starts_is_undone"
-# Files that measure throughput and cost over many rounds.
-BENCH_FILES="bench"
+# Files that run for a minute or more without a guest: accuracy's long
+# runs against ground truth, benches over many rounds, and serve's
+# end-to-end runs with Prometheus and DuckDB.
+LONG_FILES="accuracy bench serve"
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -57,7 +59,7 @@ if [ $QUICK = 1 ]; then
 fi
 for f in tests/tests/*.rs; do
   name=$(basename "$f" .rs)
-  if [ $QUICK = 1 ] && [[ " $GUEST_FILES $BENCH_FILES " == *" $name "* ]]; then
+  if [ $QUICK = 1 ] && [[ " $GUEST_FILES $LONG_FILES " == *" $name "* ]]; then
     continue
   fi
   run "$name" -p vtrace-tests --test "$name" -- --test-threads=1 "${skip[@]}"

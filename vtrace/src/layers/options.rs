@@ -44,7 +44,7 @@ pub struct RecordOptions {
     #[arg(long)]
     pub platform_file: Option<PathBuf>,
     /// Layers to record, comma-separated (the CPU layer is always on): cpu, net, tun, kvm, uprobe,
-    /// runq, block, fs, faults, path, sample; e.g. `--layers cpu` for CPU attribution alone. Default: every layer
+    /// runq, block, fs, faults, vsock, path, sample; e.g. `--layers cpu` for CPU attribution alone. Default: every layer
     /// that is on by default.
     #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
     pub layers: Vec<String>,
