@@ -72,6 +72,8 @@ read -r passed failures < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passe
   | awk '{p += $1; f += $2} END {print p + 0, f + 0}')
 if [ ${#failed[@]} -gt 0 ]; then
   echo "failed: ${failed[*]}"
+  # A test binary that crashed or did not build counts no failed test itself.
+  [ "$failures" -ge ${#failed[@]} ] || failures=${#failed[@]}
 fi
 echo "tests: $passed passed, $failures failed"
 [ ${#failed[@]} = 0 ]

@@ -430,12 +430,13 @@ pub fn run_guest(
 /// PID NAME` writes each of the VMM's threads' /proc stat
 /// (`NAME-stat.txt`, `TID <stat>` lines) and schedstat
 /// (`NAME-schedstat.txt`, `TID <run ns> <wait ns> <slices>`), and KVM's
-/// word on which thread runs each vCPU (`NAME-vcpus.txt`, `TID INDEX`
-/// lines), just before the VM is stopped.
+/// word on which thread runs each vCPU of its VM (`NAME-vcpus.txt`, `TID
+/// ID` lines; the VM's debugfs directory is named after the VMM's pid),
+/// just before the VM is stopped.
 pub const USER_VM_TRUTH: &str = r#"user_vm_truth() {
   for t in /proc/$1/task/*; do echo "${t##*/} $(cat $t/stat)"; done > $2-stat.txt
   for t in /proc/$1/task/*; do echo "${t##*/} $(cat $t/schedstat)"; done > $2-schedstat.txt
-  for v in /sys/kernel/debug/kvm/*-*/vcpu*; do echo "$(cat $v/pid) ${v##*/vcpu}"; done > $2-vcpus.txt
+  for v in /sys/kernel/debug/kvm/$1-*/vcpu*; do echo "$(cat $v/pid) ${v##*/vcpu}"; done > $2-vcpus.txt
 }
 "#;
 

@@ -53,7 +53,7 @@ qemu-system-x86_64 -accel kvm -cpu host -m 256 -kernel /var/lib/vtrace-lab/linux
   -initrd /var/lib/vtrace-lab/linuxvm/initrd.gz -append "console=ttyS0 quiet panic=-1 vtrace.addr=10.77.0.2" \
   -device vfio-pci,host=$vf -nodefaults -display none -monitor none -serial file:/tmp/usersriov.log -no-reboot &
 qemu=$!
-i=0; until ping -c 1 -W 1 10.77.0.2 > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || { echo "no answer from 10.77.0.2 in 60 s"; cat /tmp/usersriov.log; kill $qemu; exit 1; }; done
+i=0; until ping -c 1 -W 1 10.77.0.2 > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 60 ] || { echo "no answer from 10.77.0.2 after 60 tries"; cat /tmp/usersriov.log; kill $qemu; exit 1; }; done
 ping -c 20 -i 0.05 10.77.0.2
 user_vm_truth $qemu usersriov
 kill $qemu; wait $qemu

@@ -85,9 +85,9 @@ fi
 qemu-system-x86_64 -accel kvm -cpu host "$@" -nodefaults -display none -monitor none -serial file:/tmp/$name.log -no-reboot \
   -netdev tap,id=n0,ifname=vtn0,script=no,downscript=no,vhost=$vhost -device virtio-net-pci,netdev=n0,romfile= &
 qemu=$!
-i=0; until ip link show vtn0 > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 300 ] || { echo "no vtn0 in 30 s"; kill $qemu; exit 1; }; sleep 0.1; done
+i=0; until ip link show vtn0 > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 300 ] || { echo "no vtn0 after 300 tries"; kill $qemu; exit 1; }; sleep 0.1; done
 ip addr add 10.77.0.1/24 dev vtn0; ip link set vtn0 up
-i=0; until nc -w 1 10.77.0.2 $port < /dev/null > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 150 ] || { echo "no answer on 10.77.0.2:$port in 30 s"; cat /tmp/$name.log; kill $qemu; exit 1; }; sleep 0.2; done
+i=0; until nc -w 1 10.77.0.2 $port < /dev/null > /dev/null 2>&1; do i=$((i+1)); [ $i -lt 150 ] || { echo "no answer on 10.77.0.2:$port after 150 tries"; cat /tmp/$name.log; kill $qemu; exit 1; }; sleep 0.2; done
 if [ $kind = linux ]; then ping -c 20 -i 0.05 10.77.0.2; else vtrace http-load 10.77.0.2:8123 -n 20; fi
 user_vm_truth $qemu $name
 kill $qemu; wait $qemu

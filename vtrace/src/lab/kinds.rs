@@ -69,14 +69,14 @@ pub trait ContainerRuntime: RemoveContainer {
     fn exec(&self, runtime: &str, id: &str, root: &str) -> Vec<String>;
 }
 
-/// The file that handles a container of `runtime` (a ledger's
-/// `Resource::Container`): docker's, LXC's, or an OCI runtime's (runc,
-/// crun, runsc).
-/// The same, as the ledger removes it ([`super::ledger::Runtimes`]).
+/// [`container_runtime`], as the ledger removes it ([`super::ledger::Runtimes`]).
 pub fn remover(runtime: &str) -> &'static dyn RemoveContainer {
     container_runtime(runtime)
 }
 
+/// The file that handles a container of `runtime` (a ledger's
+/// `Resource::Container`): docker's, LXC's, or an OCI runtime's (runc,
+/// crun, runsc).
 pub fn container_runtime(runtime: &str) -> &'static dyn ContainerRuntime {
     match runtime {
         "docker" => &docker::Docker,

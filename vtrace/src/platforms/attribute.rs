@@ -21,6 +21,8 @@ pub struct Attribution {
     /// tid -> its name as detection read it in /proc (whole, where the
     /// kernel's events cut it to 15 bytes).
     comm_by_tid: HashMap<u32, String>,
+    /// tid -> the id of the vCPU KVM said it runs, at detection.
+    vcpu_by_tid: HashMap<u32, u32>,
     /// pid -> instance index.
     by_pid: HashMap<u32, usize>,
 }
@@ -31,6 +33,7 @@ impl Attribution {
         let mut instances: Vec<Instance> = Vec::new();
         let mut by_tid = HashMap::new();
         let mut comm_by_tid = HashMap::new();
+        let mut vcpu_by_tid = HashMap::new();
         let mut by_pid = HashMap::new();
         for snap in snapshots {
             for inst in snap {
@@ -47,6 +50,9 @@ impl Attribution {
                 for t in &inst.threads {
                     by_tid.insert(t.tid, (idx, t.role.clone()));
                     comm_by_tid.insert(t.tid, t.comm.clone());
+                    if let Some(id) = t.vcpu {
+                        vcpu_by_tid.insert(t.tid, id);
+                    }
                 }
                 for p in &inst.processes {
                     by_pid.insert(*p, idx);
@@ -58,8 +64,14 @@ impl Attribution {
             instances,
             by_tid,
             comm_by_tid,
+            vcpu_by_tid,
             by_pid,
         }
+    }
+
+    /// The id of the vCPU KVM said thread `tid` runs, when detection looked.
+    pub fn detected_vcpu(&self, tid: u32) -> Option<u32> {
+        self.vcpu_by_tid.get(&tid).copied()
     }
 
     /// The name detection read for thread `tid` of an instance.

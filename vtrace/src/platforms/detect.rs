@@ -16,6 +16,8 @@ pub struct ThreadRole {
     pub tid: u32,
     pub comm: String,
     pub role: String,
+    /// The id of the vCPU it runs, as KVM's debugfs told detection.
+    pub vcpu: Option<u32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -69,7 +71,8 @@ fn state_file_pids(snap: &SystemSnapshot, pattern: &str) -> Vec<u32> {
 }
 
 fn root_matches(rule: &RootRule, p: &ProcInfo, parent_comm: &str) -> bool {
-    (rule.comm.is_empty() || any_glob(&rule.comm, &p.comm))
+    !p.args_pending
+        && (rule.comm.is_empty() || any_glob(&rule.comm, &p.comm))
         && (rule.exe.is_empty() || any_glob(&rule.exe, &p.exe))
         && (rule.cmdline_any.is_empty() || rule.cmdline_any.iter().any(|s| p.cmdline.contains(s.as_str())))
         && !rule.cmdline_none.iter().any(|s| p.cmdline.contains(s.as_str()))
@@ -213,6 +216,7 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
                         tid: t.tid,
                         comm: t.comm.clone(),
                         role,
+                        vcpu: t.vcpu,
                     });
                 }
             }

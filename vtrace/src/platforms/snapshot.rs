@@ -84,10 +84,17 @@ pub struct ProcInfo {
     #[serde(default)]
     pub cgroup: String,
     /// Marks of the guest kernel image it was given (`super::image`:
-    /// `unikraft`).
+    /// `unikraft`, or `unread` when no image could be read).
     #[serde(default)]
     pub kernel_marks: Vec<String>,
+    /// Its arguments are not there yet (in the middle of exec, or its main
+    /// thread gone): it roots no instance by what it is called.
+    #[serde(default)]
+    pub args_pending: bool,
 }
+
+/// `PF_KTHREAD` in /proc/<pid>/stat's flags.
+const PF_KTHREAD: u64 = 0x0020_0000;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct NetDev {
@@ -207,18 +214,16 @@ fn read_proc(pid: u32, vcpus: &HashMap<u32, u32>) -> Option<ProcInfo> {
         })
         .unwrap_or_default();
     // A process in the middle of exec has its new name before its new
-    // arguments: taken now, it would match by name alone (a QEMU/KVM VM as
-    // the catch-all `linuxvm`). It is read at the next look; so is a zombie.
-    let kernel_thread = pid == 2 || st.ppid == 2;
-    if args.is_empty() && !kernel_thread {
-        return None;
-    }
+    // arguments: matched now, it would be by name alone (a QEMU/KVM VM as
+    // the catch-all `linuxvm`). It roots no instance until they are there.
+    let kernel_thread = pid == 2 || st.ppid == 2 || st.flags & PF_KTHREAD != 0;
+    let args_pending = args.is_empty() && !kernel_thread;
     let cmdline = args.join(" ");
-    let kernel_marks = fs::read_link(format!("{dir}/cwd"))
-        .ok()
-        .and_then(|cwd| super::image::kernel_image(&args, &cwd))
-        .map(|image| super::image::marks(&image))
-        .unwrap_or_default();
+    let kernel_marks = if kernel_thread || args_pending {
+        Vec::new()
+    } else {
+        super::image::marks_of_process(pid, &args)
+    };
     let exe = fs::read_link(format!("{dir}/exe"))
         .ok()
         .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
@@ -286,6 +291,7 @@ fn read_proc(pid: u32, vcpus: &HashMap<u32, u32>) -> Option<ProcInfo> {
         netns: netns_of(&pid.to_string()),
         cgroup,
         kernel_marks,
+        args_pending,
     })
 }
 

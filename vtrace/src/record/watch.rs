@@ -7,7 +7,8 @@
 //! that name before (an exec renames a forked child, so it is looked at
 //! again). Only when a new name could root an instance (a root rule's
 //! `comm`) or serve a VM (KVM's `kvm-nx-lpage-recovery-<pid>`, gone with
-//! its VM before the end), or a found instance's root gained or lost threads (vCPUs and
+//! its VM before the end), or KVM lists other vCPUs (a VMM no name
+//! announces), or a found instance's root gained or lost threads (vCPUs and
 //! vhost workers come after the VMM starts), is the whole system
 //! snapshotted and detected again: a few times per recording.
 
@@ -28,6 +29,9 @@ pub(super) struct InstanceWatch {
     seen: HashMap<u32, String>,
     /// Root pid of each instance found -> its thread count then.
     roots: HashMap<u32, usize>,
+    /// The vCPUs KVM listed at the last look ([`kvm_vcpus`]): a VMM that
+    /// no name announces (crosvm, a renamed QEMU) shows by its vCPUs.
+    vcpus: usize,
     /// Each detection's kept instances, oldest first.
     pub sightings: Vec<Vec<Instance>>,
 }
@@ -44,6 +48,18 @@ fn has_args(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|a| !a.is_empty())
 }
 
+/// The vCPUs of every VM, as KVM's debugfs lists them (0 where it is not mounted).
+fn kvm_vcpus() -> usize {
+    std::fs::read_dir(platforms::snapshot::KVM_DEBUGFS)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|vm| std::fs::read_dir(vm.path()).ok())
+        .flat_map(|d| d.flatten())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("vcpu"))
+        .count()
+}
+
 fn threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
@@ -58,6 +74,7 @@ impl InstanceWatch {
             command: None,
             seen: HashMap::new(),
             roots: at_start.iter().map(|i| (i.root_pid, threads(i.root_pid))).collect(),
+            vcpus: kvm_vcpus(),
             sightings: Vec::new(),
         };
         for (pid, name) in watch.processes() {
@@ -106,6 +123,9 @@ impl InstanceWatch {
             }
         }
         due |= self.roots.iter().any(|(&root, &n)| threads(root) != n);
+        let vcpus = kvm_vcpus();
+        due |= vcpus != self.vcpus;
+        self.vcpus = vcpus;
         if due {
             self.detect();
         }

@@ -131,10 +131,12 @@ fn role_of(t: &Thread, selected: bool) -> &'static str {
 /// platform, instance and selection, with the role `vhost` (a vhost
 /// worker) or `vmm` (KVM's, which emulate for the VMM in the kernel).
 fn claim_vm_kernel_threads(rows: &mut [ThreadRow]) {
+    // By any thread's id: KVM names its threads after the thread that made
+    // the VM, which need not be the main one.
     let owners: HashMap<u32, (String, String, bool)> = rows
         .iter()
-        .filter(|r| r.tid == r.pid)
-        .map(|r| (r.pid, (r.platform.clone(), r.instance.clone(), r.selected)))
+        .filter(|r| !r.kthread)
+        .map(|r| (r.tid, (r.platform.clone(), r.instance.clone(), r.selected)))
         .collect();
     for r in rows
         .iter_mut()
@@ -211,6 +213,7 @@ mod tests {
                 tid: 101,
                 comm: "worker".into(),
                 role: "worker".into(),
+                vcpu: None,
             }],
             devices: vec![],
             passthrough: vec![],

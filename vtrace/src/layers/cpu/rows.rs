@@ -453,7 +453,15 @@ pub fn thread_rows(
                 unbounded_ns: t.unbounded_ns,
                 born_ns: since_start(t.born_ns),
                 exited_ns: since_start(t.exited_ns),
-                vcpu: VcpuIndex(facts.vcpu_index.get(tid).map_or(-1, |&i| i as i32)),
+                // The KVM layer's reading (each interval), else detection's.
+                vcpu: VcpuIndex(
+                    facts
+                        .vcpu_index
+                        .get(tid)
+                        .copied()
+                        .or_else(|| attribution.detected_vcpu(*tid))
+                        .map_or(-1, |i| i as i32),
+                ),
             }
         })
         .collect();

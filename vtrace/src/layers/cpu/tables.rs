@@ -4,9 +4,10 @@ use polars_core::prelude::{Column, DataFrame};
 
 use crate::recording::table::{ColumnError, ColumnValue, table};
 
-/// The index of the vCPU a thread runs, as KVM tells it (debugfs
-/// `kvm/<vm>/vcpuN/pid`); -1 when it runs none or KVM did not say (and in
-/// recordings from before the column).
+/// The id of the vCPU a thread runs, as KVM numbers it (debugfs
+/// `kvm/<vm>/vcpuN/pid`: the APIC ID on x86, QEMU's CPU index on a plain
+/// layout); -1 when it runs none or KVM did not say (and in recordings
+/// from before the column).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct VcpuIndex(pub i32);
@@ -71,7 +72,7 @@ table! {
         /// the recording or is still running.
         born_ns: u64 [since 3],
         exited_ns: u64 [since 3],
-        /// The index of the vCPU it runs, as KVM tells it; -1 when none
+        /// The id of the vCPU it runs, as KVM numbers it; -1 when none
         /// (since 4).
         vcpu: VcpuIndex [since 4],
     }

@@ -187,8 +187,10 @@ impl Collector for KvmRecorder {
     fn facts(&self, facts: &mut Facts) {
         facts.vcpu_tids.extend(self.last.vcpu_tids());
         // A thread KVM names as a vCPU's ran KVM_RUN: a vCPU, exits seen or not.
-        facts.vcpu_tids.extend(self.stats.vcpu_index.keys());
-        facts.vcpu_index.extend(&self.stats.vcpu_index);
+        for (tid, id) in self.stats.vcpu_index() {
+            facts.vcpu_tids.insert(tid);
+            facts.vcpu_index.insert(tid, id);
+        }
     }
 
     fn forget(&mut self) -> Result<()> {

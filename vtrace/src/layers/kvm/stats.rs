@@ -45,9 +45,9 @@ pub struct KvmStatsSampler {
     /// vtrace's own count of each VM's paired statistics at their first
     /// and last reading, read around it (see [`read_paired`]).
     vtrace_paired: BTreeMap<(String, &'static str), (u64, u64)>,
-    /// tid -> the index of the vCPU it ran when last read
-    /// ([`snapshot::vcpu_threads`]).
-    pub vcpu_index: BTreeMap<u32, u32>,
+    /// Each VM's vCPU threads when last read ([`snapshot::vcpu_threads`]):
+    /// (tid, vCPU id), kept once the VM is gone.
+    vcpu_threads: BTreeMap<String, Vec<(u32, u32)>>,
     start_mono: u64,
     /// Why statistics could not be read, once.
     pub error: Option<String>,
@@ -69,10 +69,6 @@ impl KvmStatsSampler {
     /// Reads every VM's statistics now (`now_mono`); `count_of` gives
     /// vtrace's count of a paired statistic of the given threads.
     pub fn sample(&mut self, now_mono: u64, count_of: CountOf) {
-        // Refused once (lockdown), refused always: do not retry every interval.
-        if self.error.is_some() {
-            return;
-        }
         let Ok(dir) = std::fs::read_dir(KVM_DEBUGFS) else {
             return;
         };
@@ -83,7 +79,14 @@ impl KvmStatsSampler {
                 continue;
             }
             let pid = name.split('-').next().unwrap_or("");
-            self.vcpu_index.extend(snapshot::vcpu_threads(&vm.path()));
+            let vcpus = snapshot::vcpu_threads(&vm.path());
+            if !vcpus.is_empty() {
+                self.vcpu_threads.insert(name.clone(), vcpus);
+            }
+            // Refused once (lockdown), refused always: do not retry every interval.
+            if self.error.is_some() {
+                continue;
+            }
             for &stat in PAIRED_STATS {
                 if let Some((kvm, vtrace)) = read_paired(&vm.path(), pid, stat, count_of) {
                     self.first.entry((name.clone(), stat)).or_insert(kvm);
@@ -116,6 +119,11 @@ impl KvmStatsSampler {
                 }
             }
         }
+    }
+
+    /// tid -> the id of the vCPU it ran, over every VM seen.
+    pub fn vcpu_index(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.vcpu_threads.values().flatten().copied()
     }
 
     pub fn rows(&self) -> Vec<KvmStatRow> {
