@@ -39,7 +39,7 @@ pub fn vcpu_threads(dir: &Path) -> Vec<(u32, u32)> {
 }
 
 /// [`vcpu_threads`] of every VM: tid -> vCPU index.
-fn all_vcpu_threads() -> HashMap<u32, u32> {
+pub fn all_vcpu_threads() -> HashMap<u32, u32> {
     fs::read_dir(KVM_DEBUGFS)
         .into_iter()
         .flatten()
@@ -216,7 +216,7 @@ fn read_proc(pid: u32, vcpus: &HashMap<u32, u32>) -> Option<ProcInfo> {
     // A process in the middle of exec has its new name before its new
     // arguments: matched now, it would be by name alone (a QEMU/KVM VM as
     // the catch-all `linuxvm`). It roots no instance until they are there.
-    let kernel_thread = pid == 2 || st.ppid == 2 || st.flags & PF_KTHREAD != 0;
+    let kernel_thread = st.flags & PF_KTHREAD != 0;
     let args_pending = args.is_empty() && !kernel_thread;
     let cmdline = args.join(" ");
     let kernel_marks = if kernel_thread || args_pending {

@@ -29,7 +29,7 @@ pub(super) struct InstanceWatch {
     seen: HashMap<u32, String>,
     /// Root pid of each instance found -> its thread count then.
     roots: HashMap<u32, usize>,
-    /// The vCPUs KVM listed at the last look ([`kvm_vcpus`]): a VMM that
+    /// The vCPU threads KVM listed at the last look: a VMM that
     /// no name announces (crosvm, a renamed QEMU) shows by its vCPUs.
     vcpus: usize,
     /// Each detection's kept instances, oldest first.
@@ -48,18 +48,6 @@ fn has_args(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|a| !a.is_empty())
 }
 
-/// The vCPUs of every VM, as KVM's debugfs lists them (0 where it is not mounted).
-fn kvm_vcpus() -> usize {
-    std::fs::read_dir(platforms::snapshot::KVM_DEBUGFS)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|vm| std::fs::read_dir(vm.path()).ok())
-        .flat_map(|d| d.flatten())
-        .filter(|e| e.file_name().to_string_lossy().starts_with("vcpu"))
-        .count()
-}
-
 fn threads(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
 }
@@ -74,7 +62,7 @@ impl InstanceWatch {
             command: None,
             seen: HashMap::new(),
             roots: at_start.iter().map(|i| (i.root_pid, threads(i.root_pid))).collect(),
-            vcpus: kvm_vcpus(),
+            vcpus: platforms::snapshot::all_vcpu_threads().len(),
             sightings: Vec::new(),
         };
         for (pid, name) in watch.processes() {
@@ -123,7 +111,7 @@ impl InstanceWatch {
             }
         }
         due |= self.roots.iter().any(|(&root, &n)| threads(root) != n);
-        let vcpus = kvm_vcpus();
+        let vcpus = platforms::snapshot::all_vcpu_threads().len();
         due |= vcpus != self.vcpus;
         self.vcpus = vcpus;
         if due {
