@@ -497,6 +497,50 @@ fn serve_answers_its_endpoints_refuses_a_taken_port_and_stops_on_sigterm() {
     assert!(!Path::new(&staging).exists(), "{} left behind", staging.display());
 }
 
+/// The limits the exporter sets on hyper: a request head over 16 KiB is
+/// refused (431, hyper's answer), and a client that sends half a head and
+/// stops is dropped after the head's 10 s; neither holds the exporter,
+/// which answers /metrics meanwhile.
+#[test]
+fn an_oversized_head_is_refused_and_a_slow_client_is_dropped() {
+    if !root() {
+        return;
+    }
+    let (_serve, addr) = serve();
+    let mut big = TcpStream::connect(addr).expect("connect");
+    big.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let padding = "a".repeat(20 * 1024);
+    // The server may close before it has read everything: what it answered counts.
+    let _ = write!(big, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nX-Padding: {padding}\r\n\r\n");
+    let mut reply = Vec::new();
+    let _ = big.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 431"), "an oversized head: {reply}");
+
+    let mut slow = TcpStream::connect(addr).expect("connect");
+    slow.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    let since = Instant::now();
+    let (status, body) = get(addr, "/metrics");
+    assert_eq!(status, 200, "/metrics while a slow client waits: {body}");
+    slow.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+    let mut rest = Vec::new();
+    let ended = slow.read_to_end(&mut rest);
+    let waited = since.elapsed();
+    assert!(
+        ended.is_ok() || ended.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the slow client's connection was not closed: {ended:?} after {waited:?}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&rest).contains(" 200 "),
+        "a half head was answered: {}",
+        String::from_utf8_lossy(&rest)
+    );
+    assert!(
+        waited >= Duration::from_secs(9) && waited < Duration::from_secs(30),
+        "dropped after {waited:?}, not the head's 10 s"
+    );
+}
+
 /// A series count, RSS (KiB) and open fds of `pid`.
 fn footprint(serve: SocketAddr, pid: u32) -> (f64, u64, usize) {
     let (status, body) = get(serve, "/metrics");

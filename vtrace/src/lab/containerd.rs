@@ -21,10 +21,16 @@ use std::{
 };
 
 use super::{
-    ContainerRuntime, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE, kata,
-    ledger::RemoveContainer, net, quiet, rootfs, stdout_of, vms,
+    common::{ContainerRuntime, LabPlatform, Runtime, stdout_of},
+    containers::SERVE,
+    kata,
+    ledger::{LEDGER_DIR, Ledger, RemoveContainer, Resource},
+    net, rootfs, vms,
 };
-use crate::{Error, Result, workload::netns::sh};
+use crate::{
+    Error, Result,
+    workload::netns::{quiet, sh},
+};
 
 /// The shim a containerd platform runs its container with.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -12,9 +12,15 @@ use std::{
 use serde_json::json;
 
 use super::{
-    ContainerRuntime, LabPlatform, Ledger, Resource, Runtime, ledger::RemoveContainer, quiet, rootfs, veth_netns,
+    common::{ContainerRuntime, LabPlatform, Runtime},
+    ledger::{Ledger, RemoveContainer, Resource},
+    net::veth_netns,
+    rootfs,
 };
-use crate::{Result, workload::netns::sh};
+use crate::{
+    Result,
+    workload::netns::{quiet, sh},
+};
 
 pub const CONTAINER_ID: &str = "vtrace-lab";
 pub const SERVE: &str =

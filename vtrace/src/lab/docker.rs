@@ -10,10 +10,15 @@ use std::{
 };
 
 use super::{
-    ContainerRuntime, DATA_DIR, LEDGER_DIR, LabPlatform, Ledger, Resource, Runtime, containers::SERVE,
-    ledger::RemoveContainer, net, quiet, rootfs, stdout_of,
+    common::{ContainerRuntime, DATA_DIR, LabPlatform, Runtime, stdout_of},
+    containers::SERVE,
+    ledger::{LEDGER_DIR, Ledger, RemoveContainer, Resource},
+    net, rootfs,
 };
-use crate::{Error, Result, workload::netns::sh};
+use crate::{
+    Error, Result,
+    workload::netns::{quiet, sh},
+};
 
 pub const BRIDGE: &str = "vtl-docker0";
 const IMAGE: &str = "vtrace-lab/redis:1";

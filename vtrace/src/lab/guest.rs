@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{DATA_DIR, linuxvm, rootfs};
+use super::{common::DATA_DIR, linuxvm, rootfs};
 use crate::{Error, Result};
 
 /// Modules the guest loads: 9p for the share, then what the scenarios need

@@ -18,7 +18,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::{DATA_DIR, linuxvm, rootfs};
+use super::{common::DATA_DIR, linuxvm, rootfs};
 use crate::{Error, Result};
 
 /// Names the directory of the Kata install.
@@ -61,7 +61,7 @@ pub fn install_dir() -> std::result::Result<PathBuf, String> {
             Err(format!("{KATA_DIR_ENV}={} holds no {SHIM}", d.display()))
         };
     }
-    super::kinds::find_binary(SHIM, &["/opt/kata/bin"])
+    super::common::find_binary(SHIM, &["/opt/kata/bin"])
         .and_then(|shim| shim.parent().map(Path::to_path_buf))
         .ok_or_else(|| {
             format!("no {SHIM}: install Kata Containers (on PATH or in /opt/kata/bin) or name its directory with {KATA_DIR_ENV}=DIR")

@@ -4,70 +4,14 @@
 //! lwip.rs, vms.rs, containerd.rs, sriov.rs), behind [`Runtime`] and, for what a ledger's containers need,
 //! [`ContainerRuntime`].
 
-use std::{path::PathBuf, time::Duration};
-
 use super::{
-    Ledger,
+    common::{ContainerRuntime, LabPlatform, find_binary},
     containerd::{Containerd, Shim},
     containers, docker,
     ledger::RemoveContainer,
     linuxvm, lwip, lxc, sriov, vms,
 };
 use crate::{Error, Result};
-
-/// Platforms `lab` can start here, and what each needs.
-pub struct LabPlatform {
-    pub name: &'static str,
-    /// Third octet of the 10.99.X.0/24 network between host and instance.
-    pub net: u8,
-    pub binaries: &'static [&'static str],
-    /// The file that starts it.
-    pub runtime: &'static dyn Runtime,
-}
-
-/// What a platform's file knows of its instance: how it comes up, and how
-/// it serves once up.
-pub trait Runtime: Sync {
-    /// Makes the instance, recording every resource in the ledger before the
-    /// next step (the address too, where the runtime chooses it).
-    fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()>;
-
-    /// How long `up` waits for its redis to answer.
-    fn boot(&self) -> Duration {
-        Duration::from_secs(20)
-    }
-
-    /// The ports its instance serves (redis 6379, iperf3 5201, HTTP 8123):
-    /// `up` waits for each.
-    fn ports(&self) -> &'static [u16] {
-        &[6379, 5201]
-    }
-
-    /// What this machine lacks for it beyond its binaries (a KVM that boots
-    /// guests, an image), if anything.
-    fn missing(&self) -> Option<String> {
-        None
-    }
-
-    /// The platform its instances are recorded as (`record --platform`),
-    /// when not its own name.
-    fn recorded_as(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// The command line that runs a command inside an instance whose ledger
-    /// records no container (`vtrace lab exec`); None: nothing to exec in.
-    fn exec(&self, _ledger: &Ledger) -> Option<Vec<String>> {
-        None
-    }
-}
-
-/// What `down`, the leftover check ([`RemoveContainer`]) and `vtrace lab
-/// exec` do with a container a ledger records, by the runtime that made it.
-pub trait ContainerRuntime: RemoveContainer {
-    /// The runtime's own exec: the words before the command.
-    fn exec(&self, runtime: &str, id: &str, root: &str) -> Vec<String>;
-}
 
 /// [`container_runtime`], as the ledger removes it ([`super::ledger::Runtimes`]).
 pub fn remover(runtime: &str) -> &'static dyn RemoveContainer {
@@ -221,17 +165,6 @@ pub const RUNNABLE: &[LabPlatform] = &[
 
 pub fn which(binary: &str) -> bool {
     find_binary(binary, &["/usr/sbin", "/sbin"]).is_some()
-}
-
-/// `binary` in a directory of PATH, else of `also`.
-pub(super) fn find_binary(binary: &str, also: &[&str]) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain(also.iter().map(PathBuf::from))
-        .map(|d| d.join(binary))
-        .find(|p| p.is_file())
 }
 
 pub(super) fn lab_platform(name: &str) -> Result<&'static LabPlatform> {

@@ -17,12 +17,16 @@ use std::{
     time::Duration,
 };
 
-use super::{DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, net};
+use super::{
+    common::{DATA_DIR, HTTP_PORT, LabPlatform, Runtime},
+    ledger::{Ledger, Resource},
+    net::{self, address},
+};
 use crate::{Error, Result, workload::netns::sh};
 
 pub const TAP: &str = "vtl-vm0";
 /// What the Linux guests serve: redis, iperf3, HTTP.
-pub(super) const LINUX_GUEST_PORTS: &[u16] = &[6379, 5201, super::HTTP_PORT];
+pub(super) const LINUX_GUEST_PORTS: &[u16] = &[6379, 5201, HTTP_PORT];
 /// What the Linux guests run (with their shared libraries).
 const GUEST_BINARIES: &[&str] = &["busybox", "redis-server", "iperf3"];
 /// Bumped when the initramfs contents change.
@@ -209,7 +213,7 @@ pub(super) fn initramfs() -> Result<PathBuf> {
          mkdir -p /www\necho 'It works!' > /www/index.html\nhttpd -p {http} -h /www\n\
          redis-server --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no --daemonize yes\n\
          echo vtrace-linuxvm-ready\nexec sleep 2147483647\n",
-        http = super::HTTP_PORT
+        http = HTTP_PORT
     );
     let init_path = tree.join("init");
     fs::write(&init_path, init).map_err(crate::error::io("write init"))?;
@@ -350,7 +354,7 @@ fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
         &format!("tap,id=n0,ifname={TAP},script=no,downscript=no,vhost=off"),
     ])
     .args(["-device", "virtio-net-pci,netdev=n0"]);
-    super::vms::start_daemon(qemu, &run, ledger).map_err(unavailable)?;
+    start_daemon(qemu, &run, ledger).map_err(unavailable)?;
     ledger.note = format!(
         "accelerator: {accel}{}",
         if accel == "tcg" {
@@ -359,5 +363,45 @@ fn up(p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
             ""
         }
     );
+    Ok(())
+}
+
+/// Starts `qemu` (its machine and devices given) as a daemon with its
+/// console in `run`/console.log, recording its process in the ledger; Err:
+/// why it did not start (its own words), or a ledger error.
+pub(super) fn start_daemon(mut qemu: Command, run: &Path, ledger: &mut Ledger) -> std::result::Result<(), String> {
+    let pidfile = run.join("qemu.pid");
+    // Its pid is known only once it has daemonized: an `up` killed before
+    // that leaves it running, found by its own pidfile argument.
+    let pidfile_arg = format!("-pidfile {}", pidfile.display());
+    ledger
+        .add(Resource::Processes {
+            pattern: pidfile_arg.clone(),
+        })
+        .map_err(|e| e.to_string())?;
+    let status = qemu
+        .args(["-display", "none", "-monitor", "none", "-no-reboot"])
+        .args(["-serial", &format!("file:{}", run.join("console.log").display())])
+        .args(["-daemonize", "-pidfile", &pidfile.display().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run qemu-system-x86_64: {e}"))?;
+    let pid: Option<u32> = fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok());
+    if let Some(pid) = pid {
+        ledger
+            .add(Resource::Process {
+                pid,
+                comm: "qemu-system-x86".into(),
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    if !status.status.success() || pid.is_none() {
+        return Err(format!(
+            "qemu-system-x86_64 did not start: {}",
+            String::from_utf8_lossy(&status.stderr).trim()
+        ));
+    }
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::LEDGER_DIR;
+use super::ledger::LEDGER_DIR;
 use crate::{Error, Result};
 
 /// One `vtrace lab up` or `down` at a time per platform: a second one is

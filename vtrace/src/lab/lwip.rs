@@ -12,7 +12,11 @@ use std::{
     process::{Command, Stdio},
 };
 
-use super::{DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, net};
+use super::{
+    common::{DATA_DIR, LabPlatform, Runtime},
+    ledger::{Ledger, Resource},
+    net::{self, address},
+};
 use crate::{Error, Result};
 
 pub const TAP: &str = "vtl-lwip0";

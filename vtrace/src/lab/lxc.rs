@@ -5,10 +5,16 @@
 use std::{fs, path::Path};
 
 use super::{
-    ContainerRuntime, DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, containers::SERVE,
-    ledger::RemoveContainer, net, quiet, rootfs,
+    common::{ContainerRuntime, DATA_DIR, LabPlatform, Runtime},
+    containers::SERVE,
+    ledger::{Ledger, RemoveContainer, Resource},
+    net::{self, address},
+    rootfs,
 };
-use crate::{Result, workload::netns::sh};
+use crate::{
+    Result,
+    workload::netns::{quiet, sh},
+};
 
 pub const NAME: &str = "vtrace-lab";
 pub const HOST_IF: &str = "vtl-lxc0";

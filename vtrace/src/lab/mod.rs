@@ -7,10 +7,13 @@
 //! exactly what was made, also after a failed or interrupted `up`.
 //!
 //! `kinds.rs` is the table of platforms (and the file that implements each),
+//! `common.rs` what those files share (the traits a runtime implements),
 //! `ledger.rs` the record and its undoing, `net.rs` the host-instance
 //! network, `lock.rs` the one-at-a-time lock; the entry points below
-//! dispatch through the table.
+//! dispatch through the table. No file uses one that uses it back
+//! (scripts/check-layering.py).
 
+mod common;
 mod containerd;
 mod containers;
 mod docker;
@@ -27,33 +30,21 @@ pub mod rootfs;
 mod sriov;
 mod vms;
 
-use std::{
-    fs,
-    process::{Command, Stdio},
-    time::Duration,
-};
+use std::{fs, time::Duration};
 
 pub use self::{
-    kinds::{ContainerRuntime, LabPlatform, RUNNABLE, Runtime, availability, which},
+    common::{ContainerRuntime, DATA_DIR, HTTP_PORT, LabPlatform, Runtime, VOLUME_DIR, VOLUME_MOUNT},
+    kinds::{RUNNABLE, availability, which},
     ledger::{LEDGER_DIR, Ledger, Resource, leftovers},
     net::{address, ipv4_only, veth_netns, wait_listening},
     sriov::SRIOV_PF_ENV,
-    vms::{FIRECRACKER_ENV, HTTP_PORT, UNIKRAFT_IMAGE_ENV, kvm_cannot_boot_guests},
+    vms::{FIRECRACKER_ENV, UNIKRAFT_IMAGE_ENV, kvm_cannot_boot_guests},
 };
 use self::{
     kinds::{container_runtime, lab_platform},
     lock::PlatformLock,
 };
-use crate::{Error, Result, workload::netns::quiet};
-
-/// Where lab root filesystems and bundles live.
-pub const DATA_DIR: &str = "/var/lib/vtrace-lab";
-
-/// A host directory every container instance sees at [`VOLUME_MOUNT`]
-/// (bind-mounted; the host platform uses it in place): where the
-/// module-load workload's tree lives, as the studies' host volume did.
-pub const VOLUME_DIR: &str = "/var/lib/vtrace-lab/volume";
-pub const VOLUME_MOUNT: &str = "/volume";
+use crate::{Error, Result};
 
 /// Where the lab volume is inside an instance of `platform`.
 pub fn volume_in(platform: &str) -> &'static str {
@@ -61,23 +52,6 @@ pub fn volume_in(platform: &str) -> &'static str {
         VOLUME_DIR
     } else {
         VOLUME_MOUNT
-    }
-}
-
-/// What `program args` printed (trimmed), or its stderr as the error.
-fn stdout_of(program: &str, args: &[&str]) -> Result<String> {
-    let out = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(crate::error::io(format!("run {program}")))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    } else {
-        Err(Error::Io {
-            context: format!("{program} {}", args.join(" ")),
-            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        })
     }
 }
 

@@ -7,7 +7,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{LabPlatform, Ledger, Resource};
+use super::{
+    common::LabPlatform,
+    ledger::{Ledger, Resource},
+};
 use crate::{
     Error, Result,
     workload::netns::{NETNS_DIR, is_mount_point, sh},

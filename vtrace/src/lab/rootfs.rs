@@ -10,7 +10,7 @@ use std::{
     process::Command,
 };
 
-use super::DATA_DIR;
+use super::common::DATA_DIR;
 use crate::{Error, Result};
 
 const BINARIES: &[&str] = &["busybox", "redis-server", "iperf3", "fio"];

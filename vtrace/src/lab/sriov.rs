@@ -13,8 +13,17 @@
 
 use std::{fs, path::Path, process::Command, time::Duration};
 
-use super::{LabPlatform, Ledger, Resource, Runtime, address, linuxvm, net, quiet, vms};
-use crate::{Error, Result, workload::netns::sh};
+use super::{
+    common::{LabPlatform, Runtime},
+    ledger::{Ledger, Resource},
+    linuxvm,
+    net::{self, address},
+    vms,
+};
+use crate::{
+    Error, Result,
+    workload::netns::{quiet, sh},
+};
 
 /// Names the PF to take VFs from when the host has several.
 pub const SRIOV_PF_ENV: &str = "VTRACE_SRIOV_PF";
@@ -165,7 +174,7 @@ impl Runtime for Sriov {
             .args(["-append", &append])
             .args(["-device", &format!("vfio-pci,host={vf}")])
             .arg("-nodefaults");
-        vms::start_daemon(qemu, &run, ledger).map_err(unavailable)?;
+        linuxvm::start_daemon(qemu, &run, ledger).map_err(unavailable)?;
         ledger.note = format!("QEMU/KVM with VF {vf} of {pf} (MAC {mac}) passed through by vfio-pci; Linux guest");
         Ok(())
     }

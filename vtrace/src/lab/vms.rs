@@ -18,15 +18,18 @@ use std::{
     time::Duration,
 };
 
-use super::{DATA_DIR, LabPlatform, Ledger, Resource, Runtime, address, linuxvm, net};
+use super::{
+    common::{DATA_DIR, HTTP_PORT, LabPlatform, Runtime, find_binary},
+    ledger::{Ledger, Resource},
+    linuxvm::{self, start_daemon},
+    net::{self, address},
+};
 use crate::{Error, Result};
 
 /// Names the Firecracker binary when it is not `firecracker` on PATH.
 pub const FIRECRACKER_ENV: &str = "VTRACE_FIRECRACKER";
 /// Names the Unikraft image the unikraft platforms boot.
 pub const UNIKRAFT_IMAGE_ENV: &str = "VTRACE_UNIKRAFT_IMAGE";
-/// The port the Unikraft image's HTTP server answers on (app-httpreply).
-pub const HTTP_PORT: u16 = 8123;
 
 fn unavailable(platform: &str, reason: String) -> Error {
     Error::LabUnavailable {
@@ -73,7 +76,7 @@ pub fn firecracker_binary() -> std::result::Result<PathBuf, String> {
             Err(format!("{FIRECRACKER_ENV}={} is no file", path.display()))
         };
     }
-    super::kinds::find_binary("firecracker", &[])
+    find_binary("firecracker", &[])
         .ok_or_else(|| format!("no firecracker binary: put it on PATH or name it with {FIRECRACKER_ENV}=PATH"))
 }
 
@@ -113,46 +116,6 @@ pub struct QemuKvm {
 /// (virtio-mmio) served by the VMM's own thread from a tap.
 pub struct Firecracker {
     pub tap: &'static str,
-}
-
-/// Starts `qemu` (its machine and devices given) as a daemon with its
-/// console in `run`/console.log, recording its process in the ledger; Err:
-/// why it did not start (its own words), or a ledger error.
-pub(super) fn start_daemon(mut qemu: Command, run: &Path, ledger: &mut Ledger) -> std::result::Result<(), String> {
-    let pidfile = run.join("qemu.pid");
-    // Its pid is known only once it has daemonized: an `up` killed before
-    // that leaves it running, found by its own pidfile argument.
-    let pidfile_arg = format!("-pidfile {}", pidfile.display());
-    ledger
-        .add(Resource::Processes {
-            pattern: pidfile_arg.clone(),
-        })
-        .map_err(|e| e.to_string())?;
-    let status = qemu
-        .args(["-display", "none", "-monitor", "none", "-no-reboot"])
-        .args(["-serial", &format!("file:{}", run.join("console.log").display())])
-        .args(["-daemonize", "-pidfile", &pidfile.display().to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| format!("cannot run qemu-system-x86_64: {e}"))?;
-    let pid: Option<u32> = fs::read_to_string(&pidfile).ok().and_then(|s| s.trim().parse().ok());
-    if let Some(pid) = pid {
-        ledger
-            .add(Resource::Process {
-                pid,
-                comm: "qemu-system-x86".into(),
-            })
-            .map_err(|e| e.to_string())?;
-    }
-    if !status.status.success() || pid.is_none() {
-        return Err(format!(
-            "qemu-system-x86_64 did not start: {}",
-            String::from_utf8_lossy(&status.stderr).trim()
-        ));
-    }
-    Ok(())
 }
 
 pub(super) fn run_dir(ledger: &mut Ledger, platform: &str) -> Result<PathBuf> {

@@ -8,7 +8,8 @@
 //! `probes.rs` (catalog entries), `collector.rs` (reading the kernel, and
 //! snapshot -> rows where that is short; `rows.rs` where it is not),
 //! `tables.rs` (what it records), `analysis.rs` and `summary.rs` (its report
-//! section). [`REGISTRY`] lists them; `record` runs them through one generic
+//! section). [`REGISTRY`] (`registry.rs`) lists them, and collects their
+//! switches (`switches.rs`); `record` runs them through one generic
 //! loop (docs/adding-a-layer.md).
 
 use std::{
@@ -19,7 +20,6 @@ use std::{
 use aya::Ebpf;
 use vtrace_common::Config;
 
-use self::options::RecordOptions;
 use crate::{
     Result,
     platforms::{SystemSnapshot, attribute::Attribution},
@@ -34,35 +34,47 @@ pub mod faults;
 pub mod fs;
 pub mod kvm;
 pub mod net;
-pub mod options;
 pub mod path;
+pub mod registry;
 pub mod runq;
 pub mod sample;
+pub mod switches;
 pub mod tun;
 pub mod uprobe;
 pub mod vsock;
 
-/// Every layer, in attach and emit order. The CPU engine comes first: its
-/// probes must attach before any other (see `cpu::probes`), and its thread
-/// table is what every other layer attributes its rows with.
-pub const REGISTRY: &[&dyn Layer] = &[
-    &cpu::CpuLayer,
-    &net::NetLayer,
-    &tun::TunLayer,
-    &kvm::KvmLayer,
-    &uprobe::UprobeLayer,
-    &runq::RunqLayer,
-    &block::BlockLayer,
-    &fs::FsLayer,
-    &faults::FaultsLayer,
-    &vsock::VsockLayer,
-    &path::PathLayer,
-    &sample::SampleLayer,
-];
+pub use self::{
+    registry::{REGISTRY, catalog, default_names, find, kernel_config, names, read, recover_into, table_kinds},
+    switches::{CommonSwitches, Switch, SwitchGroup, Switches},
+};
+
+/// What a recording asks of the layers: `record` sets it from its options.
+#[derive(Clone, Debug, Default)]
+pub struct Request {
+    /// The layers named (`--layers`).
+    pub layers: Vec<String>,
+    /// The platform whose instances are selected (`--platform`).
+    pub platform: String,
+    /// Selected processes with their descendants, thread names, cgroups.
+    pub pids: Vec<u32>,
+    pub comms: Vec<String>,
+    pub cgroups: Vec<std::path::PathBuf>,
+    /// `vtrace serve`'s session: nothing written, no history kept.
+    pub live: bool,
+    /// Each layer's own switches.
+    pub switches: Switches,
+}
+
+impl Request {
+    /// Whether `--layers` names `layer`.
+    pub fn names(&self, layer: &str) -> bool {
+        self.layers.iter().any(|l| l == layer)
+    }
+}
 
 /// What a layer sees while the recording is set up.
 pub struct Setup<'a> {
-    pub opts: &'a RecordOptions,
+    pub asked: &'a Request,
     pub caps: &'a Capabilities,
     /// The system at the start: processes, network namespaces and devices.
     pub system: &'a SystemSnapshot,
@@ -81,8 +93,17 @@ pub trait Layer: Sync {
         true
     }
     /// Whether this recording asked for it.
-    fn wanted(&self, opts: &RecordOptions) -> bool {
-        opts.layers.iter().any(|l| l == self.name())
+    fn wanted(&self, asked: &Request) -> bool {
+        asked.names(self.name())
+    }
+    /// Its own command-line switches ([`Switches`]), if it has any.
+    fn switches(&self) -> Option<SwitchGroup> {
+        None
+    }
+    /// What its switches as set add to the recording's cost mode
+    /// ("exact split", "hops"...): none at their defaults.
+    fn cost_mode(&self, _asked: &Request) -> Vec<String> {
+        Vec::new()
     }
     /// Why it cannot run on this machine, if it cannot.
     fn can_run(&self, _setup: &Setup) -> Result<(), String> {
@@ -172,7 +193,7 @@ pub struct Facts {
 
 /// What a layer's collector sees when it emits its tables.
 pub struct Emit<'a> {
-    pub opts: &'a RecordOptions,
+    pub asked: &'a Request,
     pub caps: &'a Capabilities,
     /// The system at the start (the end's is in [`End`]).
     pub system: &'a SystemSnapshot,
@@ -255,7 +276,7 @@ pub trait Collector {
     }
     /// Facts other layers need (see [`Facts`]).
     fn facts(&self, _facts: &mut Facts) {}
-    /// `vtrace serve` (`RecordOptions::live`), right after an emit that was
+    /// `vtrace serve` (`Request::live`), right after an emit that was
     /// read: drop the history kept for a recording (time series, threads
     /// that exited), so that a session that never ends stays the same size.
     fn forget(&mut self) -> Result<()> {
@@ -264,95 +285,4 @@ pub trait Collector {
     /// Its tables, notes and loss counts ([`LayerOutput`]). Called at the
     /// end and, after [`Collector::checkpoint`], at each checkpoint.
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, overhead: &mut Overhead) -> Result<()>;
-}
-
-/// The layer named `name`.
-pub fn find(name: &str) -> Option<&'static dyn Layer> {
-    REGISTRY.iter().copied().find(|l| l.name() == name)
-}
-
-/// Names of every layer, for messages.
-pub fn names() -> Vec<&'static str> {
-    REGISTRY.iter().map(|l| l.name()).collect()
-}
-
-/// The configuration with every layer's offsets on this kernel and no
-/// switch on: what `vtrace probes` and the verifier test load.
-pub fn kernel_config(caps: &Capabilities) -> Config {
-    let kernel = KernelLayout::of(caps);
-    let mut config = Config::default();
-    for layer in REGISTRY {
-        layer.offsets(&kernel, &mut config);
-    }
-    config
-}
-
-/// The layers a plain `vtrace record` runs.
-pub fn default_names() -> Vec<String> {
-    REGISTRY
-        .iter()
-        .filter(|l| l.on_by_default())
-        .map(|l| l.name().to_string())
-        .collect()
-}
-
-/// Every probe of every layer, in attach order.
-pub fn catalog() -> Vec<ProbeSpec> {
-    REGISTRY.iter().flat_map(|l| l.catalog().iter().copied()).collect()
-}
-
-/// Reads any recording, its tables as the layers declare them; an
-/// unfinished one (vtrace was killed) is recovered from its journal.
-pub fn read(path: &Path) -> Result<Recording> {
-    crate::recording::read_with(path, &table_kinds(), cpu::journal::recover)
-}
-
-/// Writes the recording an unfinished directory holds (`vtrace recover`).
-pub fn recover_into(path: &Path, output: Option<&Path>) -> Result<std::path::PathBuf> {
-    cpu::journal::recover_into(path, output, &table_kinds())
-}
-
-/// How to read every table a layer (or the recording itself) writes.
-pub fn table_kinds() -> Vec<TableKind> {
-    let mut kinds = vec![TableKind::of::<crate::recording::ProgramRow>()];
-    kinds.extend(REGISTRY.iter().flat_map(|l| l.tables()));
-    kinds
-}
-
-#[cfg(test)]
-mod tests {
-    /// A loss counter is named after the layer that keeps it, once.
-    #[test]
-    fn loss_counters_are_named_layer_dot_counter() {
-        let mut seen = std::collections::HashSet::new();
-        for layer in super::REGISTRY {
-            for loss in layer.losses() {
-                assert!(
-                    loss.key.starts_with(&format!("{}.", layer.name())),
-                    "{} keeps {}",
-                    layer.name(),
-                    loss.key
-                );
-                assert!(seen.insert(loss.key), "{} declared twice", loss.key);
-                assert!(!loss.meaning.is_empty());
-            }
-        }
-    }
-
-    /// Every table a recording can hold is described in
-    /// docs/recording-schema.md: a section heading names `NAME.parquet`.
-    #[test]
-    fn every_table_has_a_section_in_the_schema_doc() {
-        let doc = include_str!("../../../docs/recording-schema.md");
-        let headings: Vec<&str> = doc.lines().filter(|l| l.starts_with("## ")).collect();
-        let missing: Vec<&str> = super::table_kinds()
-            .iter()
-            .map(|k| k.name)
-            .filter(|name| !headings.iter().any(|h| h.contains(&format!("{name}.parquet"))))
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "tables without a section in docs/recording-schema.md: {missing:?}"
-        );
-    }
 }

@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use super::{emit_all, programs, self_usage};
+use super::{
+    emit::{emit_all, self_usage},
+    programs,
+};
 use crate::{
     Result,
     layers::{Collector, Emit, End},

@@ -1,40 +1,13 @@
 //! vtrace as a library: [`Recorder`] starts a recording on a thread of its
-//! own and stops it when the embedding program says so; [`Control`] is how
-//! any recording is told to stop and tells that its probes are attached.
+//! own and stops it when the embedding program says so.
 
-use super::{RecordOptions, RecordOutcome, preflight, run, session::Signals};
+use super::{
+    RecordOptions,
+    preflight::preflight,
+    run::{RecordOutcome, run},
+    session::{Control, runtime},
+};
 use crate::{Error, Result};
-
-pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(crate::error::io("start the async runtime"))
-}
-
-/// How a recording is told to stop, besides its command and duration, and
-/// whom it tells that its probes are attached.
-pub(super) struct Control {
-    pub(super) signals: Option<Signals>,
-    pub(super) stop: Option<tokio::sync::oneshot::Receiver<()>>,
-    pub(super) attached: Option<std::sync::mpsc::Sender<()>>,
-    /// `vtrace serve`: the exporter's reads of a live session.
-    pub(super) scrapes: Option<tokio::sync::mpsc::Receiver<super::Scrape>>,
-    /// Embedded: the name of the recorder's threads (see [`Emit::own_threads`]).
-    pub(super) own_threads: Option<&'static str>,
-}
-
-impl Control {
-    pub(super) fn command_line() -> Result<Control> {
-        Ok(Control {
-            signals: Some(Signals::install()?),
-            stop: None,
-            attached: None,
-            scrapes: None,
-            own_threads: None,
-        })
-    }
-}
 
 /// The recorder thread's name (15 characters: a thread's comm holds no more).
 const RECORDER_THREAD: &str = "vtrace-recorder";

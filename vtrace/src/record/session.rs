@@ -1,5 +1,6 @@
-//! Session plumbing: the workload child, signals, external stop requests,
-//! and why a recording stopped.
+//! Session plumbing: the workload child, signals, external stop requests
+//! ([`Control`]: how any recording is told to stop, and tells that its
+//! probes are attached), a live session's reads, and why a recording stopped.
 
 use std::{
     io::Write,
@@ -16,7 +17,59 @@ use tokio::{
     task::JoinHandle,
 };
 
-use crate::{Result, recording::Workload};
+use crate::{
+    Result,
+    recording::{Overhead, TableSet, Workload},
+};
+
+pub(super) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(crate::error::io("start the async runtime"))
+}
+
+/// How a recording is told to stop, besides its command and duration, and
+/// whom it tells that its probes are attached.
+pub(super) struct Control {
+    pub(super) signals: Option<Signals>,
+    pub(super) stop: Option<tokio::sync::oneshot::Receiver<()>>,
+    pub(super) attached: Option<std::sync::mpsc::Sender<()>>,
+    /// `vtrace serve`: the exporter's reads of a live session.
+    pub(super) scrapes: Option<tokio::sync::mpsc::Receiver<Scrape>>,
+    /// Embedded: the name of the recorder's threads (see [`Emit::own_threads`]).
+    pub(super) own_threads: Option<&'static str>,
+}
+
+impl Control {
+    pub(super) fn command_line() -> Result<Control> {
+        Ok(Control {
+            signals: Some(Signals::install()?),
+            stop: None,
+            attached: None,
+            scrapes: None,
+            own_threads: None,
+        })
+    }
+}
+
+/// `vtrace serve` asks a live session ([`super::RecordOptions::live`]) for its
+/// readings: every layer read now, its tables emitted as for a recording.
+pub struct Scrape {
+    pub reply: tokio::sync::oneshot::Sender<Result<Scraped>>,
+}
+
+/// What one read of a live session gave.
+pub struct Scraped {
+    /// Every layer's tables, cumulative since the probes attached; threads
+    /// that exited since the last read are in them once more, then forgotten.
+    pub tables: TableSet,
+    /// The platform instances running now, each with its threads and devices.
+    pub instances: Vec<crate::platforms::Instance>,
+    /// vtrace's own CPU since the probes attached, and the BPF programs' cost.
+    pub overhead: Overhead,
+    pub notes: Vec<String>,
+}
 
 /// Why recording stopped.
 pub enum Stop {

@@ -11,12 +11,10 @@ use polars_io::{
 };
 
 use super::{
-    FORMAT_NAME, Metadata, OLDEST_READABLE_SCHEMA, Recording, SCHEMA_VERSION, StoredTable, TableKind, TableSet,
+    FORMAT_NAME, META, Metadata, OLDEST_READABLE_SCHEMA, Recording, SCHEMA_VERSION, StoredTable, TableKind, TableSet,
 };
 use crate::{Error, Result};
 
-/// The file whose presence marks a complete recording.
-pub const META: &str = "meta.json";
 /// The file of a recording that keeps its workload's output.
 pub const OUTPUT_FILE: &str = "workload.out";
 /// Space held in the staging directory until the tables are written.

@@ -13,7 +13,7 @@ mod schema;
 pub mod table;
 
 pub use events::{CHUNK_ROWS, EventRow, EventsWritten, NetEventWriter, NetEvents};
-pub use io::{META, OUTPUT_FILE, OutputSlot, Recover, move_aside_if_named_for_this_pid, read_with, write};
+pub use io::{OUTPUT_FILE, OutputSlot, Recover, move_aside_if_named_for_this_pid, read_with, write};
 pub use schema::*;
 pub(crate) use table::table;
 pub use table::{StoredTable, Table, TableKind, TableSet};

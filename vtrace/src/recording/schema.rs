@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 use super::table::table;
 use crate::probes::ProbeStatus;
 
+/// The file whose presence marks a complete recording.
+pub const META: &str = "meta.json";
+
 table! {
     /// Self-overhead per eBPF program: its runs over the whole recording
     /// (counted by the program itself) and the kernel's BPF run-time

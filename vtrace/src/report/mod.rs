@@ -3,11 +3,13 @@
 //! operation (`per_op.rs`), rendered as text, JSON or CSV by renderers that
 //! know no layer (`model.rs` is the typed report they share).
 
+mod cost;
 pub mod csv;
 mod html;
 mod json;
 mod overlay;
 /// The typed report model lives below the layers, which build its sections.
+pub use self::cost::{calibrated_ns_per_event, ns_per_event, whole_run_time_ns};
 pub use crate::report_model as model;
 mod per_op;
 pub mod plot;
@@ -101,37 +103,6 @@ pub fn render_sections(sections: &[model::Section], format: Format, title: &str)
         Format::Json => serde_json::to_string_pretty(&json::document(sections)).expect("report serializes"),
         Format::Html => html::render(title, sections),
         Format::Csv | Format::Folded | Format::Trace | Format::Flamegraph => String::new(),
-    }
-}
-
-/// ns per event of a program; 0 when it never ran.
-pub fn ns_per_event(run_time_ns: u64, run_count: u64) -> f64 {
-    if run_count == 0 {
-        0.0
-    } else {
-        run_time_ns as f64 / run_count as f64
-    }
-}
-
-/// A program's real cost per run: what the kernel's statistics measured,
-/// less what they add to every measured run themselves, plus the real cost
-/// of running an empty program at a hook, dispatch included, which no
-/// statistic counts (both measured at start-up: `bpf_stats::calibrate`).
-pub fn calibrated_ns_per_event(p: &crate::recording::ProgramRow, ov: &crate::recording::Overhead) -> f64 {
-    calibration(ov).ns_per_run(p.run_time_ns, p.run_count)
-}
-
-/// A program's run time over the whole recording: its exact number of runs
-/// times its calibrated cost per run, measured while the statistics were on.
-pub fn whole_run_time_ns(p: &crate::recording::ProgramRow, ov: &crate::recording::Overhead) -> u64 {
-    calibration(ov).whole_run_time_ns(p.run_time_ns, p.run_count, p.events)
-}
-
-/// The calibration a recording kept (none before it was measured: 0 and 0).
-fn calibration(ov: &crate::recording::Overhead) -> crate::collectors::bpf_stats::Calibration {
-    crate::collectors::bpf_stats::Calibration {
-        floor_ns: ov.bpf_stats_floor_ns,
-        hook_ns: ov.bpf_hook_ns,
     }
 }
 

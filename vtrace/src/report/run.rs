@@ -4,9 +4,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    calibrated_ns_per_event,
+    cost::{calibrated_ns_per_event, ns_per_event, whole_run_time_ns},
     model::{Figure, FigureKind, Section, Series, Table, col, left, secs, us},
-    ns_per_event, whole_run_time_ns,
 };
 use crate::recording::{ProgramRow, Recording};
 

@@ -28,7 +28,7 @@ use self::{
     collector::{CpuCollector, CpuSnapshot},
     rows::{GuestSampler, Selection, Series},
 };
-use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup};
+use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Request, Setup, SwitchGroup};
 use crate::probes::offsets::{self, KernelLayout};
 use crate::{
     Error, Result,
@@ -45,8 +45,17 @@ impl Layer for CpuLayer {
         "cpu"
     }
     /// Always: every other layer's rows are attributed through its threads.
-    fn wanted(&self, _opts: &crate::layers::options::RecordOptions) -> bool {
+    fn wanted(&self, _asked: &Request) -> bool {
         true
+    }
+    fn switches(&self) -> Option<SwitchGroup> {
+        Some(SwitchGroup::of::<CpuOptions>())
+    }
+    fn cost_mode(&self, asked: &Request) -> Vec<String> {
+        match asked.switches.get::<CpuOptions>().cpu_split {
+            CpuSplit::Syscalls => vec!["exact split".into()],
+            CpuSplit::Ticks => Vec::new(),
+        }
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::CPU
@@ -73,7 +82,7 @@ impl Layer for CpuLayer {
         offsets::syscall_args(k, o);
     }
     fn configure(&self, setup: &Setup, config: &mut Config) {
-        config.tick_split_on = (setup.opts.layer_opts.cpu.cpu_split == CpuSplit::Ticks) as u32;
+        config.tick_split_on = (setup.asked.switches.get::<CpuOptions>().cpu_split == CpuSplit::Ticks) as u32;
     }
     /// With the tick split the syscall hooks only serve tun fds.
     fn probes(&self, _setup: &Setup, config: &Config) -> Result<Vec<ProbeSpec>> {
@@ -116,12 +125,12 @@ impl Layer for CpuLayer {
         metrics::metrics(tables, out);
     }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, config: &Config) -> Result<Box<dyn Collector>> {
-        let split = setup.opts.layer_opts.cpu.cpu_split;
+        let split = setup.asked.switches.get::<CpuOptions>().cpu_split;
         let engine = CpuCollector::new(ebpf, split)?;
         let tasks_at_start = procfs::scan_tasks();
         Ok(Box::new(CpuRecorder {
             // `vtrace serve` writes nothing, the journal included.
-            journal: if setup.opts.live {
+            journal: if setup.asked.live {
                 None
             } else {
                 Some(Journal::create(setup.staging)?)
@@ -233,7 +242,7 @@ impl Collector for CpuRecorder {
                 }
             ));
         }
-        let selection = Selection::new(ctx.opts, ctx.own_threads, ctx.workload, &self.tasks_at_start, snap);
+        let selection = Selection::new(ctx.asked, ctx.own_threads, ctx.workload, &self.tasks_at_start, snap);
         let threads = rows::thread_rows(
             &rows::with_idle_instance_threads(snap, ctx.attribution),
             &selection,
@@ -281,14 +290,4 @@ pub struct CpuOptions {
     /// cost 9.8 % of capacity, against 0.98 and 3.7 % by default).
     #[arg(long, value_enum, default_value_t = CpuSplit::Ticks)]
     pub cpu_split: CpuSplit,
-}
-
-impl CpuOptions {
-    /// Its part of the cost mode (`RecordOptions::mode`).
-    pub fn mode(&self) -> Vec<String> {
-        match self.cpu_split {
-            CpuSplit::Syscalls => vec!["exact split".into()],
-            CpuSplit::Ticks => Vec::new(),
-        }
-    }
 }

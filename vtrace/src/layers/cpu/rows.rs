@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     collectors::procfs::{self, TaskStat},
-    layers::{Facts, options::RecordOptions},
+    layers::{Facts, Request},
     platforms::{Instance, attribute::Attribution},
     recording::Workload,
 };
@@ -213,7 +213,7 @@ pub struct Selection {
 
 impl Selection {
     pub fn new(
-        opts: &RecordOptions,
+        asked: &Request,
         own_comm: Option<&'static str>,
         workload: Option<&Workload>,
         at_start: &HashMap<(u32, u32), TaskStat>,
@@ -227,7 +227,7 @@ impl Selection {
                 parent.insert(t.tgid, t.parent_tgid);
             }
         }
-        let roots: HashSet<u32> = opts.pids.iter().copied().chain(workload.map(|w| w.pid)).collect();
+        let roots: HashSet<u32> = asked.pids.iter().copied().chain(workload.map(|w| w.pid)).collect();
         let mut tgids = HashSet::new();
         for &tgid in parent.keys().chain(roots.iter()) {
             let mut cur = tgid;
@@ -243,7 +243,7 @@ impl Selection {
             }
         }
         let cgroup_ids = match procfs::cgroup2_root() {
-            Some(root) => opts
+            Some(root) => asked
                 .cgroups
                 .iter()
                 .flat_map(|c| {
@@ -260,7 +260,7 @@ impl Selection {
         Selection {
             parent,
             tgids,
-            comms: opts.comms.clone(),
+            comms: asked.comms.clone(),
             cgroup_ids,
             own_tgid: std::process::id(),
             own_comm,

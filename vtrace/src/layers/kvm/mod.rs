@@ -24,7 +24,7 @@ use self::{
     stats::KvmStatsSampler,
 };
 use super::{
-    Attached, Collector, Emit, End, Facts, Layer, LayerOutput, Setup,
+    Attached, Collector, Emit, End, Facts, Layer, LayerOutput, Request, Setup, SwitchGroup,
     cpu::{ThreadRow, monotonic_ns},
 };
 use crate::probes::offsets::KernelLayout;
@@ -42,6 +42,16 @@ impl Layer for KvmLayer {
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::KVM
+    }
+    fn switches(&self) -> Option<SwitchGroup> {
+        Some(SwitchGroup::of::<KvmOptions>())
+    }
+    fn cost_mode(&self, asked: &Request) -> Vec<String> {
+        if asked.switches.get::<KvmOptions>().kvm_run {
+            vec!["kvm-run".into()]
+        } else {
+            Vec::new()
+        }
     }
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
         let kvm = |ev: &str, field: &str| k.tracepoint("kvm", ev, field);
@@ -79,7 +89,8 @@ impl Layer for KvmLayer {
             .tracefs
             .as_ref()
             .is_ok_and(|t| tracepoint_field(t, "kvm", "kvm_userspace_exit", "reason").is_some());
-        let vcpus = setup.opts.layer_opts.kvm.kvm_run || setup.system.processes.iter().any(|p| p.kvm_vcpus);
+        let vcpus =
+            setup.asked.switches.get::<KvmOptions>().kvm_run || setup.system.processes.iter().any(|p| p.kvm_vcpus);
         Ok(probes::KVM
             .iter()
             .filter(|p| p.id != "kvm_run" || (uexit && vcpus))
@@ -251,15 +262,4 @@ pub struct KvmOptions {
     /// every syscall of every process to the kernel's slow entry path: 36 ns a syscall here.
     #[arg(long)]
     pub kvm_run: bool,
-}
-
-impl KvmOptions {
-    /// Its part of the cost mode (`RecordOptions::mode`).
-    pub fn mode(&self) -> Vec<String> {
-        if self.kvm_run {
-            vec!["kvm-run".into()]
-        } else {
-            Vec::new()
-        }
-    }
 }

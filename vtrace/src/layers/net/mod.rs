@@ -28,7 +28,9 @@ pub use tables::{NetDeviceRow, NetDropRow, NetHopRow, NetIntervalRow, NetLatency
 use vtrace_common::net_loss;
 
 use self::collector::{NetCollector, NetSnapshot};
-use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use super::{
+    Attached, Collector, CommonSwitches, Emit, End, Layer, LayerOutput, Request, Setup, SwitchGroup, cpu::ThreadRow,
+};
 use crate::platforms::netdev::{DeviceCounterReader, DeviceCounters};
 use crate::probes::offsets::{self, KernelLayout};
 use crate::{
@@ -65,9 +67,22 @@ impl Layer for NetLayer {
         o.dev_hard_header_len = k.member("net_device", "hard_header_len");
         o.napi_dev = k.member("napi_struct", "dev");
     }
+    fn switches(&self) -> Option<SwitchGroup> {
+        Some(SwitchGroup::of::<NetOptions>())
+    }
+    /// `--events` implies every hop.
+    fn cost_mode(&self, asked: &Request) -> Vec<String> {
+        if asked.switches.get::<CommonSwitches>().events {
+            vec!["events".into()]
+        } else if asked.switches.get::<NetOptions>().hops {
+            vec!["hops".into()]
+        } else {
+            Vec::new()
+        }
+    }
     fn configure(&self, setup: &Setup, config: &mut Config) {
         config.net_layer_on = 1;
-        config.net_events_on = setup.opts.layer_opts.net.events as u32;
+        config.net_events_on = setup.asked.switches.get::<CommonSwitches>().events as u32;
         config.net_hops_on = hop_correlation(setup) as u32;
         // Tun fds open at the start (a VMM's taps): their read/write syscalls are followed.
         config.tun_fds_on = !collector::tun_fds(setup.system).is_empty() as u32;
@@ -119,7 +134,7 @@ impl Layer for NetLayer {
         let maps = NetCollector::new(ebpf)?;
         let tun_io_map = crate::collectors::maps::take(ebpf, "TUN_IO")?;
         let events_stop = Arc::new(AtomicBool::new(false));
-        let events_reader = if setup.opts.layer_opts.net.events {
+        let events_reader = if setup.asked.switches.get::<CommonSwitches>().events {
             let writer = NetEventWriter::create(setup.staging, setup.start_mono)?;
             Some(collector::spawn_event_reader(ebpf, writer, events_stop.clone())?)
         } else {
@@ -154,7 +169,7 @@ impl Layer for NetLayer {
 /// Every hop is counted and skbs are followed from hop to hop (`--hops`, or
 /// `--events`, whose records come from the same code).
 fn hop_correlation(setup: &Setup) -> bool {
-    setup.opts.layer_opts.net.hops || setup.opts.layer_opts.net.events
+    setup.asked.switches.get::<NetOptions>().hops || setup.asked.switches.get::<CommonSwitches>().events
 }
 
 struct NetRecorder {
@@ -369,29 +384,10 @@ impl Collector for NetRecorder {
 /// The net layer's switches (`record`, `bench`).
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct NetOptions {
-    /// Also record every packet at every hop (per-packet journeys; 64 MiB kernel ring buffer;
-    /// implies --hops); with the path layer, also every rx interrupt's and tx kick's first frame
-    /// through each stage of a VM's virtio path (path_packets: round trips, slowest packets). Cost: redis GET/SET over loopback kept 0.82 of its untraced throughput
-    /// (default: 0.98), tracing cost 13.4 % of capacity (default: 3.7 %); docs/overhead.md.
-    #[arg(long)]
-    pub events: bool,
     /// Count every hop (queue, start_xmit, rx, gro), NAPI polls, and follow each packet from hop to
     /// hop for per-hop latency (net_latency). The default counts only the two hops that match the
     /// devices' own counters (xmit, receive). Cost: redis over loopback 0.87 of untraced
     /// throughput (default 0.98), tracing cost 8.2 % of capacity (default 3.7 %).
     #[arg(long)]
     pub hops: bool,
-}
-
-impl NetOptions {
-    /// Its part of the cost mode (`RecordOptions::mode`).
-    pub fn mode(&self) -> Vec<String> {
-        if self.events {
-            vec!["events".into()]
-        } else if self.hops {
-            vec!["hops".into()]
-        } else {
-            Vec::new()
-        }
-    }
 }

@@ -95,7 +95,7 @@ impl Layer for PathLayer {
         }
     }
     fn configure(&self, setup: &Setup, config: &mut Config) {
-        config.path_packets_on = setup.opts.layer_opts.net.events as u32;
+        config.path_packets_on = setup.asked.switches.get::<super::CommonSwitches>().events as u32;
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

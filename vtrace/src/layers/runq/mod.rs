@@ -16,12 +16,11 @@ use vtrace_common::Config;
 pub use tables::{RunqHistRow, RunqIntervalRow, RunqRow};
 
 use self::collector::{RunqMaps, RunqSnapshot};
-use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use super::{Collector, Emit, End, Layer, LayerOutput, Request, Setup, cpu::ThreadRow};
 use crate::probes::offsets::KernelLayout;
 use crate::{
     Result,
     layers::cpu::monotonic_ns,
-    layers::options::RecordOptions,
     platforms,
     probes::ProbeSpec,
     recording::{Overhead, TableKind},
@@ -38,8 +37,8 @@ impl Layer for RunqLayer {
     fn on_by_default(&self) -> bool {
         false
     }
-    fn wanted(&self, opts: &RecordOptions) -> bool {
-        opts.layers.iter().any(|l| l == self.name()) || opts.platform != platforms::HOST
+    fn wanted(&self, asked: &Request) -> bool {
+        asked.names(self.name()) || asked.platform != platforms::HOST
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::RUNQ
@@ -159,12 +158,16 @@ mod tests {
     #[test]
     fn runs_when_asked_for_or_a_platform_is_named() {
         let layer = RunqLayer;
-        let mut opts = RecordOptions::default();
-        assert!(!layer.wanted(&opts), "not in a plain record");
-        opts.platform = "kata".into();
-        assert!(layer.wanted(&opts), "--platform kata");
-        opts.platform = platforms::HOST.into();
-        opts.layers.push("runq".into());
-        assert!(layer.wanted(&opts), "--layers ...,runq");
+        let mut asked = Request {
+            platform: platforms::HOST.into(),
+            layers: vec!["cpu".into(), "net".into()],
+            ..Request::default()
+        };
+        assert!(!layer.wanted(&asked), "not in a plain record");
+        asked.platform = "kata".into();
+        assert!(layer.wanted(&asked), "--platform kata");
+        asked.platform = platforms::HOST.into();
+        asked.layers.push("runq".into());
+        assert!(layer.wanted(&asked), "--layers ...,runq");
     }
 }

@@ -14,10 +14,9 @@ pub use collector::PROGRAM;
 pub use tables::SampleRow;
 
 use self::collector::{FoldedStack, Sampler};
-use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use super::{Collector, Emit, End, Layer, LayerOutput, Request, Setup, SwitchGroup, cpu::ThreadRow};
 use crate::{
     Result,
-    layers::options::RecordOptions,
     probes::{ProbeSpec, ProbeStatus},
     recording::{Overhead, TableKind},
 };
@@ -28,12 +27,9 @@ pub const DEFAULT_HZ: u64 = 99;
 pub struct SampleLayer;
 
 impl SampleLayer {
-    fn hz(opts: &RecordOptions) -> u64 {
-        if opts.layer_opts.sample.sample_hz > 0 {
-            opts.layer_opts.sample.sample_hz
-        } else {
-            DEFAULT_HZ
-        }
+    fn hz(asked: &Request) -> u64 {
+        let hz = asked.switches.get::<SampleOptions>().sample_hz;
+        if hz > 0 { hz } else { DEFAULT_HZ }
     }
 }
 
@@ -44,8 +40,17 @@ impl Layer for SampleLayer {
     fn on_by_default(&self) -> bool {
         false
     }
-    fn wanted(&self, opts: &RecordOptions) -> bool {
-        opts.layer_opts.sample.sample_hz > 0 || opts.layers.iter().any(|l| l == self.name())
+    fn wanted(&self, asked: &Request) -> bool {
+        asked.switches.get::<SampleOptions>().sample_hz > 0 || asked.names(self.name())
+    }
+    fn switches(&self) -> Option<SwitchGroup> {
+        Some(SwitchGroup::of::<SampleOptions>())
+    }
+    fn cost_mode(&self, asked: &Request) -> Vec<String> {
+        match asked.switches.get::<SampleOptions>().sample_hz {
+            0 => Vec::new(),
+            hz => vec![format!("stacks {hz} Hz")],
+        }
     }
     /// Not a probe point: it attaches to perf events itself.
     fn catalog(&self) -> &'static [ProbeSpec] {
@@ -65,7 +70,7 @@ impl Layer for SampleLayer {
     }
     fn start(&self, _ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
         Ok(Box::new(SampleRecorder {
-            hz: Self::hz(setup.opts),
+            hz: Self::hz(setup.asked),
             sampler: None,
             folded: Vec::new(),
             drops: 0,
@@ -128,15 +133,4 @@ pub struct SampleOptions {
     /// 7.0 % of capacity (default 3.7 %).
     #[arg(long = "sample", default_value_t = 0)]
     pub sample_hz: u64,
-}
-
-impl SampleOptions {
-    /// Its part of the cost mode (`RecordOptions::mode`).
-    pub fn mode(&self) -> Vec<String> {
-        if self.sample_hz > 0 {
-            vec![format!("stacks {} Hz", self.sample_hz)]
-        } else {
-            Vec::new()
-        }
-    }
 }

@@ -17,11 +17,10 @@ use std::collections::BTreeMap;
 use vtrace_common::{UprobeKey, UprobeStats};
 
 use self::collector::UprobeCollector;
-use super::{Collector, Emit, End, Layer, LayerOutput, Setup, cpu::ThreadRow};
+use super::{Collector, Emit, End, Layer, LayerOutput, Request, Setup, SwitchGroup, cpu::ThreadRow};
 use crate::{
     Error, Result,
     collectors::maps::delta,
-    layers::options::RecordOptions,
     platforms,
     probes::{ProbeSpec, ProbeStatus, catalog::user_uprobe},
     recording::{Overhead, TableKind},
@@ -34,20 +33,23 @@ impl Layer for UprobeLayer {
         "uprobe"
     }
     /// Named in `--layers`, or asked for with `--uprobe`.
-    fn wanted(&self, opts: &RecordOptions) -> bool {
-        opts.layers.iter().any(|l| l == self.name()) || !opts.layer_opts.uprobe.uprobes.is_empty()
+    fn wanted(&self, asked: &Request) -> bool {
+        asked.names(self.name()) || !asked.switches.get::<UprobeOptions>().uprobes.is_empty()
+    }
+    fn switches(&self) -> Option<SwitchGroup> {
+        Some(SwitchGroup::of::<UprobeOptions>())
     }
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::UPROBE
     }
     /// The catalog's when the layer was named, and every `--uprobe`.
     fn probes(&self, setup: &Setup, _config: &Config) -> Result<Vec<ProbeSpec>> {
-        let mut specs = if setup.opts.layers.iter().any(|l| l == self.name()) {
+        let mut specs = if setup.asked.names(self.name()) {
             probes::UPROBE.to_vec()
         } else {
             Vec::new()
         };
-        for u in &setup.opts.layer_opts.uprobe.uprobes {
+        for u in &setup.asked.switches.get::<UprobeOptions>().uprobes {
             specs.extend(user_uprobe(u).map_err(Error::BadArgument)?);
         }
         Ok(specs)

@@ -1,32 +1,19 @@
-//! What to record and how: the layers to run, what selects the threads of
-//! interest, and every layer's switches. Below `record` (which re-exports
-//! it), so that layers read it without reaching up.
+//! What to record and how: `vtrace record`'s command line, also what a
+//! program that embeds vtrace fills in. The layers see what they need of it
+//! as a [`layers::Request`]; each layer's own switches are its own
+//! (`layers::switches`), gathered here as one flattened group.
 
 use std::{path::PathBuf, time::Duration};
 
 use crate::{
     Error, Result,
     collectors::bpf_stats::SelfStats,
-    layers::{self, cpu::CpuSplit},
+    layers::{
+        self, CommonSwitches, Request, Switches, cpu::CpuOptions, cpu::CpuSplit, kvm::KvmOptions, net::NetOptions,
+        sample::SampleOptions, uprobe::UprobeOptions,
+    },
     platforms,
 };
-
-/// Every layer's own switches, each layer's `clap::Args` group (declared in
-/// its `mod.rs`) flattened into `record` and `bench`: one line here per
-/// layer that has switches, as in the registry.
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct LayerOptions {
-    #[command(flatten)]
-    pub cpu: layers::cpu::CpuOptions,
-    #[command(flatten)]
-    pub net: layers::net::NetOptions,
-    #[command(flatten)]
-    pub kvm: layers::kvm::KvmOptions,
-    #[command(flatten)]
-    pub uprobe: layers::uprobe::UprobeOptions,
-    #[command(flatten)]
-    pub sample: layers::sample::SampleOptions,
-}
 
 /// What to record and how: the `vtrace record` command line, and what a
 /// program that embeds vtrace fills in. `RecordOptions::default()` is a
@@ -48,9 +35,9 @@ pub struct RecordOptions {
     /// that is on by default.
     #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
     pub layers: Vec<String>,
-    /// Each layer's own switches.
+    /// Each layer's own switches (declared in its folder).
     #[command(flatten)]
-    pub layer_opts: LayerOptions,
+    pub switches: Switches,
     /// When the kernel's BPF statistics (vtrace's own cost per program) are on: sampled windows
     /// (cheap; totals extrapolated), always (exact totals, costs every event two clock reads,
     /// about 100 ns on this repository's machine), or off.
@@ -109,7 +96,7 @@ impl Default for RecordOptions {
             instance: None,
             platform_file: None,
             layers: layers::default_names(),
-            layer_opts: LayerOptions::default(),
+            switches: layers::registry::default_switches(),
             self_stats: SelfStats::Sampled,
             ops: None,
             pids: Vec::new(),
@@ -131,16 +118,28 @@ impl RecordOptions {
     /// The cost mode in words: "default", or the default plus each costlier
     /// option turned on (README "What it costs" measures each).
     pub fn mode(&self) -> String {
-        let l = &self.layer_opts;
+        let asked = self.request();
         let mut mode = vec!["default".to_string()];
-        mode.extend(l.cpu.mode());
-        mode.extend(l.net.mode());
-        mode.extend(l.kvm.mode());
-        mode.extend(l.sample.mode());
+        for layer in layers::REGISTRY {
+            mode.extend(layer.cost_mode(&asked));
+        }
         if self.self_stats == SelfStats::Always {
             mode.push("stats always".into());
         }
         mode.join(" + ")
+    }
+
+    /// What the layers see of it.
+    pub fn request(&self) -> Request {
+        Request {
+            layers: self.layers.clone(),
+            platform: self.platform.clone(),
+            pids: self.pids.clone(),
+            comms: self.comms.clone(),
+            cgroups: self.cgroups.clone(),
+            live: self.live,
+            switches: self.switches.clone(),
+        }
     }
 }
 
@@ -183,7 +182,7 @@ impl RecordOptions {
         self
     }
     pub fn cpu_split(mut self, split: CpuSplit) -> Self {
-        self.layer_opts.cpu.cpu_split = split;
+        self.switches.edit(|o: &mut CpuOptions| o.cpu_split = split);
         self
     }
     pub fn self_stats(mut self, mode: SelfStats) -> Self {
@@ -191,19 +190,19 @@ impl RecordOptions {
         self
     }
     pub fn sample_hz(mut self, hz: u64) -> Self {
-        self.layer_opts.sample.sample_hz = hz;
+        self.switches.edit(|o: &mut SampleOptions| o.sample_hz = hz);
         self
     }
     pub fn events(mut self, on: bool) -> Self {
-        self.layer_opts.net.events = on;
+        self.switches.edit(|o: &mut CommonSwitches| o.events = on);
         self
     }
     pub fn hops(mut self, on: bool) -> Self {
-        self.layer_opts.net.hops = on;
+        self.switches.edit(|o: &mut NetOptions| o.hops = on);
         self
     }
     pub fn kvm_run(mut self, on: bool) -> Self {
-        self.layer_opts.kvm.kvm_run = on;
+        self.switches.edit(|o: &mut KvmOptions| o.kvm_run = on);
         self
     }
     pub fn force(mut self, on: bool) -> Self {
@@ -221,7 +220,7 @@ impl RecordOptions {
     }
 
     pub fn uprobe(mut self, spec: impl Into<String>) -> Self {
-        self.layer_opts.uprobe.uprobes.push(spec.into());
+        self.switches.edit(|o: &mut UprobeOptions| o.uprobes.push(spec.into()));
         self
     }
 
@@ -245,7 +244,7 @@ impl RecordOptions {
                 )));
             }
         }
-        for u in &self.layer_opts.uprobe.uprobes {
+        for u in &self.switches.get::<UprobeOptions>().uprobes {
             for spec in crate::probes::catalog::user_uprobe(u).map_err(Error::BadArgument)? {
                 for s in spec.strategies {
                     if let crate::probes::Strategy::UProbe { binary, .. } = s
