@@ -1,12 +1,22 @@
 //! The exporter's HTTP side: `/metrics` (OpenMetrics text when the scraper
 //! asks for it, as Prometheus does, else the classic text format), `/-/healthy`,
 //! and `/`, a page naming them; over TLS and behind basic auth where the
-//! web configuration file says (`web_config.rs`). One request per
-//! connection, bounded in size and time: a slow or broken client cannot
-//! hold the exporter.
+//! web configuration file says (`web_config.rs`). HTTP/1.1 is hyper's; one
+//! request per connection, bounded in size and time: a slow or broken
+//! client cannot hold the exporter.
 
-use std::{sync::Arc, time::Duration};
+use std::{convert::Infallible, sync::Arc, time::Duration};
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{
+    Method, Request, Response, StatusCode,
+    body::Incoming,
+    header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue, WWW_AUTHENTICATE},
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, NoLabelSet},
@@ -14,7 +24,7 @@ use prometheus_client::{
     registry::{Registry, Unit as PromUnit},
 };
 use tokio::{
-    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
+    io::{AsyncRead, AsyncWrite},
     net::TcpListener,
     sync::Mutex,
 };
@@ -22,9 +32,13 @@ use tokio::{
 use super::{Exporter, series::Series, web_config::WebConfig};
 use crate::exposition::{Family, Kind, SUM, Unit};
 
-/// A request's head may be no larger, and must come within this long.
+/// A request's head may be no larger (hyper answers 431), and must come
+/// within this long (else the connection is closed); a TLS handshake too.
 const MAX_HEAD: usize = 16 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// A whole connection, the answer written included: a client that stops
+/// reading cannot hold it longer.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -47,109 +61,77 @@ pub async fn serve(listener: TcpListener, exporter: Arc<Mutex<Exporter>>, web: A
                 // The handshake is bounded like the request's head.
                 Some(tls) => {
                     if let Ok(Ok(stream)) = tokio::time::timeout(HEAD_TIMEOUT, tls.accept(stream)).await {
-                        let _ = handle(stream, exporter, web).await;
+                        connection(stream, exporter, web).await;
                     }
                 }
-                None => {
-                    let _ = handle(stream, exporter, web).await;
-                }
+                None => connection(stream, exporter, web).await,
             }
         });
     }
 }
 
-struct Request {
-    method: String,
-    path: String,
-    accept: String,
-    authorization: Option<String>,
-}
-
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S) -> Option<Request> {
-    let mut head = Vec::with_capacity(1024);
-    let mut buf = [0u8; 2048];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = stream.read(&mut buf).await.ok()?;
-        if n == 0 || head.len() + n > MAX_HEAD {
-            return None;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let text = String::from_utf8_lossy(&head);
-    let mut lines = text.split("\r\n");
-    let mut first = lines.next()?.split(' ');
-    let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
-    let headers: Vec<(&str, &str)> = lines.filter_map(|l| l.split_once(':')).collect();
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim().to_string())
-    };
-    Some(Request {
-        method,
-        path,
-        accept: header("accept").unwrap_or_default(),
-        authorization: header("authorization"),
-    })
-}
-
-async fn handle<S: AsyncRead + AsyncWrite + Unpin>(
-    mut stream: S,
+/// One connection: one request, its head bounded in size and time.
+async fn connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    stream: S,
     exporter: Arc<Mutex<Exporter>>,
     web: Arc<WebConfig>,
-) -> std::io::Result<()> {
-    let Ok(Some(req)) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut stream)).await else {
-        return respond(&mut stream, 400, "text/plain", b"bad request\n").await;
-    };
-    if !web.users.allows(req.authorization.as_deref()) {
-        return respond(&mut stream, 401, "text/plain", b"Unauthorized\n").await;
+) {
+    let service = service_fn(move |req| answer(req, exporter.clone(), web.clone()));
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(MAX_HEAD)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    exporter: Arc<Mutex<Exporter>>,
+    web: Arc<WebConfig>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let authorization = req.headers().get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if !web.users.allows(authorization) {
+        let mut r = reply(StatusCode::UNAUTHORIZED, "text/plain", "Unauthorized\n");
+        // The challenge that makes a client send its credentials.
+        r.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"vtrace\", charset=\"UTF-8\""),
+        );
+        return Ok(r);
     }
-    if req.method != "GET" && req.method != "HEAD" {
-        return respond(&mut stream, 405, "text/plain", b"only GET\n").await;
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return Ok(reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "only GET\n"));
     }
-    let path = req.path.split('?').next().unwrap_or("");
-    match path {
+    Ok(match req.uri().path() {
         "/metrics" => {
-            let openmetrics = req.accept.contains("application/openmetrics-text");
+            let openmetrics = req
+                .headers()
+                .get_all(hyper::header::ACCEPT)
+                .iter()
+                .any(|v| v.to_str().is_ok_and(|v| v.contains("application/openmetrics-text")));
             let mut exporter = exporter.lock().await;
             match exporter.read().await {
                 Ok(()) => {
                     let body = encode(exporter.series.iter(), openmetrics);
                     let kind = if openmetrics { OPENMETRICS } else { PROMETHEUS_TEXT };
-                    respond(&mut stream, 200, kind, body.as_bytes()).await
+                    reply(StatusCode::OK, kind, body)
                 }
-                Err(e) => respond(&mut stream, 503, "text/plain", format!("vtrace: {e}\n").as_bytes()).await,
+                Err(e) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("vtrace: {e}\n")),
             }
         }
-        "/-/healthy" => respond(&mut stream, 200, "text/plain", b"vtrace is healthy.\n").await,
-        "/" => respond(&mut stream, 200, "text/html; charset=utf-8", INDEX.as_bytes()).await,
-        _ => respond(&mut stream, 404, "text/plain", b"not found: try /metrics\n").await,
-    }
+        "/-/healthy" => reply(StatusCode::OK, "text/plain", "vtrace is healthy.\n"),
+        "/" => reply(StatusCode::OK, "text/html; charset=utf-8", INDEX),
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found: try /metrics\n"),
+    })
 }
 
-async fn respond<S: AsyncWrite + Unpin>(stream: &mut S, status: u16, kind: &str, body: &[u8]) -> std::io::Result<()> {
-    let reason = match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        _ => "Service Unavailable",
-    };
-    // The challenge that makes a client send its credentials.
-    let challenge = if status == 401 {
-        "WWW-Authenticate: Basic realm=\"vtrace\", charset=\"UTF-8\"\r\n"
-    } else {
-        ""
-    };
-    let head = format!(
-        "HTTP/1.1 {status} {reason}\r\n{challenge}Content-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    stream.write_all(body).await?;
-    stream.shutdown().await
+fn reply(status: StatusCode, kind: &'static str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(kind));
+    r
 }
 
 /// One family's series: label pairs and values in base units.
