@@ -511,7 +511,10 @@ fn an_oversized_head_is_refused_and_a_slow_client_is_dropped() {
     big.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let padding = "a".repeat(20 * 1024);
     // The server may close before it has read everything: what it answered counts.
-    let _ = write!(big, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nX-Padding: {padding}\r\n\r\n");
+    let _ = write!(
+        big,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nX-Padding: {padding}\r\n\r\n"
+    );
     let mut reply = Vec::new();
     let _ = big.read_to_end(&mut reply);
     let reply = String::from_utf8_lossy(&reply);
@@ -527,7 +530,10 @@ fn an_oversized_head_is_refused_and_a_slow_client_is_dropped() {
     let ended = slow.read_to_end(&mut rest);
     let waited = since.elapsed();
     assert!(
-        ended.is_ok() || ended.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        ended.is_ok()
+            || ended
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
         "the slow client's connection was not closed: {ended:?} after {waited:?}"
     );
     assert!(

@@ -14,7 +14,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 use vtrace_common::state;
 
-use super::{CpuRow, IntervalRow, ThreadRow, analysis::StateTimes, rows::ThreadKey};
+use super::{CpuRow, IntervalRow, ThreadRow, analysis::StateTimes, series::ThreadKey};
 use crate::{
     Error, Result,
     recording::{
@@ -92,7 +92,7 @@ impl Journal {
     /// (or renamed), identities first so that every row's thread is known;
     /// then the interval's end with what the threads' snapshots still owe
     /// (a snapshot charges time a later one can take back: rows sum to the
-    /// last snapshot only once it is settled, layers::cpu::rows::settle).
+    /// last snapshot only once it is settled, layers::cpu::series::settle).
     /// Rows after the last end line are of an interval the kill cut short.
     pub fn append(
         &mut self,
@@ -193,7 +193,7 @@ pub fn recover(dir: &Path, kinds: &[TableKind]) -> Result<Recording> {
             }
         }
     }
-    let intervals = super::rows::settle(intervals, owed);
+    let intervals = super::series::settle(intervals, owed);
     let mut unreadable = None;
     let checkpoint = match read_checkpoint(dir, kinds) {
         Some(Ok(rec)) => Some(rec),

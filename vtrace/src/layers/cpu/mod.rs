@@ -5,12 +5,16 @@
 
 pub mod analysis;
 pub mod collector;
+mod guest_time;
 pub mod index;
+mod irqs;
 pub mod journal;
 pub mod metrics;
 mod ownership;
 pub mod probes;
 pub mod rows;
+mod selection;
+mod series;
 pub mod summary;
 pub mod tables;
 pub mod ticks;
@@ -26,7 +30,9 @@ pub use tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow};
 
 use self::{
     collector::{CpuCollector, CpuSnapshot},
-    rows::{GuestSampler, Selection, Series},
+    guest_time::GuestSampler,
+    selection::Selection,
+    series::Series,
 };
 use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Request, Setup, SwitchGroup};
 use crate::probes::offsets::{self, KernelLayout};
@@ -272,7 +278,7 @@ impl Collector for CpuRecorder {
         out.tables.put(threads);
         out.tables.put(rows::cpu_rows(snap));
         out.tables.put(rows::softirq_rows(snap));
-        out.tables.put(rows::irq_rows(snap, ctx.attribution.instances()));
+        out.tables.put(irqs::irq_rows(snap, ctx.attribution.instances()));
         // At a checkpoint the journal holds the series, line by line.
         if !ctx.checkpoint {
             out.tables.put(self.series.finish());
