@@ -102,9 +102,16 @@ fn offsets_come_from_this_kernel() {
     vtrace::probes::capabilities::ensure_tracefs().expect("tracefs (run as root)");
     let caps = Capabilities::detect();
     let o = vtrace::layers::kernel_config(&caps);
-    assert!(o.task_pid > 0 && o.task_tgid > 0, "task_struct offsets from BTF: {o:?}");
-    assert_eq!(o.task_tgid, o.task_pid + 4, "pid and tgid are adjacent pid_t fields");
+    assert!(
+        o.cpu.task_pid > 0 && o.cpu.task_tgid > 0,
+        "task_struct offsets from BTF: {o:?}"
+    );
+    assert_eq!(
+        o.cpu.task_tgid,
+        o.cpu.task_pid + 4,
+        "pid and tgid are adjacent pid_t fields"
+    );
     // sched_switch record: 8-byte common header, prev_comm[16] at 8.
-    assert_eq!(o.tp_switch_next_pid, 56, "{o:?}");
-    assert_eq!(o.tp_softirq_vec, 8, "{o:?}");
+    assert_eq!(o.cpu.tp_switch_next_pid, 56, "{o:?}");
+    assert_eq!(o.cpu.tp_softirq_vec, 8, "{o:?}");
 }

@@ -96,3 +96,17 @@ pub mod block_op {
     /// Names by `REQ_OP_*` value; others read as "op<N>".
     pub const NAMES: [&str; 4] = ["read", "write", "flush", "discard"];
 }
+
+/// The block layer's offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockConfig {
+    /// struct request: `cmd_flags`, `part` (its block_device), `__data_len`
+    /// (its bytes), `start_time_ns`; struct block_device: `bd_dev` (the
+    /// block layer).
+    pub request_cmd_flags: u32,
+    pub request_part: u32,
+    pub request_data_len: u32,
+    pub request_start_time_ns: u32,
+    pub bdev_dev: u32,
+}

@@ -235,3 +235,47 @@ pub struct IrqStat {
     pub ns: u64,
     pub count: u64,
 }
+
+/// The CPU layer's offsets and switch (its task and sched_switch offsets serve the run-queue layer too: the CPU layer always runs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuConfig {
+    /// `offsetof(struct task_struct, pid)` from BTF.
+    pub task_pid: u32,
+    /// `offsetof(struct task_struct, tgid)` from BTF.
+    pub task_tgid: u32,
+    /// `offsetof(struct task_struct, flags)` from BTF.
+    pub task_flags: u32,
+    /// `offsetof(struct task_struct, se) + offsetof(struct sched_entity, sum_exec_runtime)`.
+    pub task_runtime: u32,
+    /// `offsetof(struct task_struct, utime)` and `stime` from BTF (read with `TICK_SPLIT_ON`).
+    pub task_utime: u32,
+    pub task_stime: u32,
+    /// `offsetof(struct task_struct, start_time)`: tells a reused tid apart.
+    pub task_start_time: u32,
+    /// The path from a task to its runqueue's current task, which the
+    /// classic sched_switch record lacks (the scheduler sets `rq->curr` to
+    /// `next` before the tracepoint): `task->se.cfs_rq` (with
+    /// FAIR_GROUP_SCHED), `cfs_rq->rq`, `rq->curr`; 0 where missing.
+    pub task_cfs_rq: u32,
+    pub cfs_rq_rq: u32,
+    pub rq_curr: u32,
+    /// 1: `--cpu-split ticks`: the syscall hooks do no accounting (they are
+    /// attached only when tun fd tracking needs them), process-context
+    /// time stays unsplit and each slice's utime/stime ticks are kept.
+    pub tick_split_on: u32,
+    /// sched/sched_switch record: offset of `prev_state`.
+    pub tp_switch_prev_state: u32,
+    /// sched/sched_switch record: offset of `next_pid`.
+    pub tp_switch_next_pid: u32,
+    /// sched/sched_process_fork record: offset of `child_pid`.
+    pub tp_fork_child_pid: u32,
+    /// irq/irq_handler_entry and _exit records: offset of `irq`.
+    pub tp_irq_irq: u32,
+    /// irq/irq_handler_entry records: offset of the `name` __data_loc word.
+    pub tp_irq_name: u32,
+    /// `struct irqaction`: offset of `name` (raw irq_handler_entry's action).
+    pub irqaction_name: u32,
+    /// irq/softirq_entry and _exit records: offset of `vec`.
+    pub tp_softirq_vec: u32,
+}

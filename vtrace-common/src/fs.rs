@@ -125,3 +125,25 @@ pub mod fs_op {
         }
     }
 }
+
+/// The fs layer's offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsConfig {
+    /// The fs layer's walk from the current task to a superblock:
+    /// task_struct `files`, `fs`; files_struct `fdt`; fdtable `max_fds`,
+    /// `fd`; file `f_inode`; inode `i_sb`; super_block `s_magic`;
+    /// fs_struct `pwd.dentry`, `root.dentry`; dentry `d_sb`; pt_regs `si`
+    /// (a syscall's second argument), `orig_ax` (its number at exit).
+    pub task_files: u32,
+    pub task_fs: u32,
+    pub files_fdt: u32,
+    pub fdtable_max_fds: u32,
+    pub fdtable_fd: u32,
+    pub file_inode: u32,
+    pub inode_sb: u32,
+    pub sb_magic: u32,
+    pub fs_pwd_dentry: u32,
+    pub fs_root_dentry: u32,
+    pub dentry_sb: u32,
+}

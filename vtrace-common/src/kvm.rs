@@ -175,3 +175,31 @@ pub struct VcpuPending {
     /// read beside KVM's `irq_injections` the same way.
     pub injections: u64,
 }
+
+/// The KVM layer's tracepoint offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvmConfig {
+    /// kvm/* records (from their format files): the fields the programs read.
+    pub tp_kvm_exit_reason: u32,
+    pub tp_kvm_exit_isa: u32,
+    pub tp_kvm_uexit_reason: u32,
+    pub tp_kvm_uexit_errno: u32,
+    pub tp_kvm_pio_rw: u32,
+    pub tp_kvm_pio_port: u32,
+    pub tp_kvm_pio_size: u32,
+    pub tp_kvm_pio_count: u32,
+    pub tp_kvm_pio_val: u32,
+    pub tp_kvm_mmio_type: u32,
+    pub tp_kvm_mmio_len: u32,
+    pub tp_kvm_mmio_gpa: u32,
+    pub tp_kvm_fast_mmio_gpa: u32,
+    pub tp_kvm_set_irq_gsi: u32,
+    pub tp_kvm_set_irq_level: u32,
+    pub tp_kvm_msi_address: u32,
+    pub tp_kvm_msi_data: u32,
+    pub tp_kvm_inj_virq_vector: u32,
+    pub tp_kvm_inj_virq_soft: u32,
+    pub tp_kvm_wakeup_ns: u32,
+    pub tp_kvm_wakeup_waited: u32,
+}

@@ -318,3 +318,39 @@ pub struct DropKey {
 
 /// Distinct (reason, protocol, device, location) drop keys kept.
 pub const DROP_KEYS: u32 = 1024;
+
+/// The net layer's offsets and switches (`tun_fds_on` also turns on the CPU layer's syscall hooks for tun fds).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetConfig {
+    pub skb_dev: u32,
+    pub skb_head: u32,
+    pub skb_data: u32,
+    pub skb_end: u32,
+    pub skb_mac_header: u32,
+    pub skb_protocol: u32,
+    /// Bit offset of `sk_buff.redirected` (set by a tc redirect); 0: unknown.
+    pub skb_redirected_bit: u32,
+    /// skb/kfree_skb record: offsets of `location`, `protocol`, `reason`.
+    pub tp_kfree_skb_location: u32,
+    pub tp_kfree_skb_protocol: u32,
+    pub tp_kfree_skb_reason: u32,
+    /// struct skb_shared_info: `gso_size`, `gso_segs`.
+    pub shinfo_gso_size: u32,
+    pub shinfo_gso_segs: u32,
+    /// 1: some process holds a tun fd: follow read/write syscalls on them.
+    pub tun_fds_on: u32,
+    /// struct napi_struct: `dev`.
+    pub napi_dev: u32,
+    /// 1: stream every packet at every hop to NET_EVENTS (`record --events`).
+    pub net_events_on: u32,
+    /// 1: the net layer is traced: NET_RX softirq time is kept per device.
+    pub net_layer_on: u32,
+    /// 1: follow each skb across hops (per-hop latency, `record --hops`;
+    /// also with `--events`). Off by default: it costs a map update per
+    /// packet and hop, and a program on every freed skb.
+    pub net_hops_on: u32,
+    /// struct net_device: `mtu` and `hard_header_len` (the size histograms' MTU edge).
+    pub dev_mtu: u32,
+    pub dev_hard_header_len: u32,
+}

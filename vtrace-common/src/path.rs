@@ -232,3 +232,24 @@ pub mod path_loss {
 
 /// Processes x stages the path layer keeps latencies for.
 pub const MAX_PATH_STATS: u32 = 256;
+
+/// The path layer's offsets and switch; the KVM and tun offsets its programs read it resolves itself, so it runs without those layers.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathConfig {
+    pub tp_kvm_set_irq_level: u32,
+    pub tp_kvm_msi_data: u32,
+    pub tp_kvm_inj_virq_vector: u32,
+    pub tp_kvm_inj_virq_soft: u32,
+    pub msghdr_control: u32,
+    pub tun_msg_ctl_type: u32,
+    pub tun_msg_ctl_num: u32,
+    /// `offsetof(struct task_struct, mm)`: the path layer's key of a VM
+    /// (its vCPUs, its VMM's threads and its vhost workers, which run with
+    /// their owner's mm, share one); 0 when unknown (nothing is keyed).
+    pub task_mm: u32,
+    /// kvm_apic_accept_irq's `vec` (the path layer learns lines' vectors).
+    pub tp_kvm_apic_accept_irq_vec: u32,
+    /// Non-zero: the path layer streams followed packets (`--events`).
+    pub path_packets_on: u32,
+}

@@ -24,3 +24,13 @@ pub struct RunqStats {
     pub hist: LatencyHist,
     pub worst: RunqWorst,
 }
+
+/// The run-queue layer's tracepoint offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunqConfig {
+    /// sched/sched_switch record: offset of `prev_pid` (the run-queue layer).
+    pub tp_switch_prev_pid: u32,
+    /// sched/sched_wakeup and sched_wakeup_new records: offset of `pid`.
+    pub tp_wakeup_pid: u32,
+}

@@ -95,3 +95,28 @@ pub struct TunStats {
     /// The device's name when first seen (a tap may be gone by the end).
     pub name: [u8; 16],
 }
+
+/// The tun layer's offsets (the tun module's own structs from its BTF).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TunConfig {
+    /// The tun layer: `struct tun_struct` and `struct tun_file` live in the
+    /// tun module's BTF (split on vmlinux's), the rest in vmlinux's.
+    pub tun_struct_dev: u32,
+    pub tun_file_tun: u32,
+    pub tun_file_socket: u32,
+    pub msghdr_control: u32,
+    pub tun_msg_ctl_type: u32,
+    pub tun_msg_ctl_num: u32,
+    pub tun_msg_ctl_ptr: u32,
+    pub xdp_buff_data: u32,
+    pub xdp_buff_data_end: u32,
+    /// `sizeof(struct xdp_buff)`: the stride of a vhost-net batch.
+    pub xdp_buff_size: u32,
+    pub xdp_frame_len: u32,
+    pub iov_iter_count: u32,
+    /// struct kiocb `ki_filp`, struct file `private_data` (a tap's tun_file):
+    /// tun_chr_read_iter's way from its kiocb to the tap.
+    pub kiocb_filp: u32,
+    pub file_private_data: u32,
+}

@@ -61,3 +61,17 @@ pub mod vsock_op {
 
 /// Distinct (thread, peer, port, direction, kind) counted.
 pub const MAX_VSOCK_KEYS: u32 = 4096;
+
+/// The vsock layer's tracepoint offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VsockConfig {
+    /// The vsock layer: fields of vsock:virtio_transport_recv_pkt's record,
+    /// which virtio_transport_alloc_pkt's shares (the layer checks).
+    pub tp_vsock_src_cid: u32,
+    pub tp_vsock_src_port: u32,
+    pub tp_vsock_dst_cid: u32,
+    pub tp_vsock_dst_port: u32,
+    pub tp_vsock_len: u32,
+    pub tp_vsock_op: u32,
+}

@@ -78,7 +78,7 @@ pub fn entry_from<K, V>(map: &PerCpuHashMap<K, V>, zero: &Array<V>, key: &K) -> 
 /// True with `--cpu-split ticks`: user/system is not decided in the kernel.
 #[inline(always)]
 pub fn tick_split() -> bool {
-    conf!(tick_split_on) != 0
+    conf!(cpu.tick_split_on) != 0
 }
 
 /// The base state of a thread known to be in the kernel now but about to

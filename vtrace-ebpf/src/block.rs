@@ -228,7 +228,7 @@ fn finish<M: KernelMem>(rq: u64, p: &BlockPending, bytes: u32) {
     let now = account::now();
     let _ = BLOCK_PENDING.remove(&rq);
     inflight(p.dev, u64::MAX);
-    let cmd_flags: u32 = M::read(rq, conf!(request_cmd_flags)).unwrap_or(0);
+    let cmd_flags: u32 = M::read(rq, conf!(block.request_cmd_flags)).unwrap_or(0);
     let Some(s) = account::entry_from(&BLOCK_STATS, &ZERO_BLOCK, &key_of(p, cmd_flags & 0xff)) else {
         return dropped();
     };
@@ -252,22 +252,25 @@ fn finish<M: KernelMem>(rq: u64, p: &BlockPending, bytes: u32) {
 /// grown it since its insert).
 #[inline(always)]
 fn op_and_bytes<M: KernelMem>(rq: u64) -> (u32, u32) {
-    let cmd_flags: u32 = M::read(rq, conf!(request_cmd_flags)).unwrap_or(0);
-    (cmd_flags & 0xff, M::read(rq, conf!(request_data_len)).unwrap_or(0))
+    let cmd_flags: u32 = M::read(rq, conf!(block.request_cmd_flags)).unwrap_or(0);
+    (
+        cmd_flags & 0xff,
+        M::read(rq, conf!(block.request_data_len)).unwrap_or(0),
+    )
 }
 
 /// The request's start time (request.start_time_ns; 0 where not kept).
 #[inline(always)]
 fn start_of<M: KernelMem>(rq: u64) -> u64 {
-    M::read(rq, conf!(request_start_time_ns)).unwrap_or(0)
+    M::read(rq, conf!(block.request_start_time_ns)).unwrap_or(0)
 }
 
 /// The request's device: its partition's dev_t (0 without one).
 #[inline(always)]
 fn dev_of<M: KernelMem>(rq: u64) -> u32 {
-    match M::read::<u64>(rq, conf!(request_part)).unwrap_or(0) {
+    match M::read::<u64>(rq, conf!(block.request_part)).unwrap_or(0) {
         0 => 0,
-        part => M::read::<u32>(part, conf!(bdev_dev)).unwrap_or(0),
+        part => M::read::<u32>(part, conf!(block.bdev_dev)).unwrap_or(0),
     }
 }
 

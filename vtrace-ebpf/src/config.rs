@@ -7,11 +7,11 @@ use vtrace_common::Config;
 #[unsafe(no_mangle)]
 pub static CONFIG: Config = unsafe { core::mem::zeroed() };
 
-/// `conf!(skb_len)`: one field of [`CONFIG`], read without letting the
+/// `conf!(net_device.skb_len)`: one field of [`CONFIG`], read without letting the
 /// compiler fold it to its initial 0.
 macro_rules! conf {
-    ($field:ident) => {
-        $crate::config::read(core::ptr::addr_of!($crate::config::CONFIG.$field))
+    ($group:ident . $field:ident) => {
+        $crate::config::read(core::ptr::addr_of!($crate::config::CONFIG.$group.$field))
     };
 }
 pub(crate) use conf;

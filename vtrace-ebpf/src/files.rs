@@ -78,17 +78,17 @@ fn fd_magic(fd: i64) -> u64 {
     }
     let task = unsafe { bpf_get_current_task() };
     let walk = || -> Option<u64> {
-        let files: u64 = ProbeRead::read(task, conf!(task_files))?;
-        let fdt: u64 = ProbeRead::read(files, conf!(files_fdt))?;
-        let max: u32 = ProbeRead::read(fdt, conf!(fdtable_max_fds))?;
+        let files: u64 = ProbeRead::read(task, conf!(fs.task_files))?;
+        let fdt: u64 = ProbeRead::read(files, conf!(fs.files_fdt))?;
+        let max: u32 = ProbeRead::read(fdt, conf!(fs.fdtable_max_fds))?;
         if fd as u64 >= max as u64 {
             return None;
         }
-        let fds: u64 = ProbeRead::read(fdt, conf!(fdtable_fd))?;
+        let fds: u64 = ProbeRead::read(fdt, conf!(fs.fdtable_fd))?;
         let file: u64 = ProbeRead::read(fds, (fd as u32) * 8)?;
-        let inode: u64 = ProbeRead::read(file, conf!(file_inode))?;
-        let sb: u64 = ProbeRead::read(inode, conf!(inode_sb))?;
-        ProbeRead::read(sb, conf!(sb_magic))
+        let inode: u64 = ProbeRead::read(file, conf!(fs.file_inode))?;
+        let sb: u64 = ProbeRead::read(inode, conf!(fs.inode_sb))?;
+        ProbeRead::read(sb, conf!(fs.sb_magic))
     };
     walk().unwrap_or(0)
 }
@@ -98,15 +98,15 @@ fn fd_magic(fd: i64) -> u64 {
 fn dir_magic(root: bool) -> u64 {
     let task = unsafe { bpf_get_current_task() };
     let walk = || -> Option<u64> {
-        let fs: u64 = ProbeRead::read(task, conf!(task_fs))?;
+        let fs: u64 = ProbeRead::read(task, conf!(fs.task_fs))?;
         let at = if root {
-            conf!(fs_root_dentry)
+            conf!(fs.fs_root_dentry)
         } else {
-            conf!(fs_pwd_dentry)
+            conf!(fs.fs_pwd_dentry)
         };
         let dentry: u64 = ProbeRead::read(fs, at)?;
-        let sb: u64 = ProbeRead::read(dentry, conf!(dentry_sb))?;
-        ProbeRead::read(sb, conf!(sb_magic))
+        let sb: u64 = ProbeRead::read(dentry, conf!(fs.dentry_sb))?;
+        ProbeRead::read(sb, conf!(fs.sb_magic))
     };
     walk().unwrap_or(0)
 }
@@ -195,8 +195,8 @@ hook_programs! {
             return 0;
         }
         let regs: u64 = ctx.arg(0);
-        let arg0: u64 = ProbeRead::read(regs, conf!(pt_regs_di)).unwrap_or(u64::MAX);
-        let arg1: u64 = ProbeRead::read(regs, conf!(pt_regs_si)).unwrap_or(0);
+        let arg0: u64 = ProbeRead::read(regs, conf!(syscall_args.pt_regs_di)).unwrap_or(u64::MAX);
+        let arg1: u64 = ProbeRead::read(regs, conf!(syscall_args.pt_regs_si)).unwrap_or(0);
         on_enter(nr, arg0, arg1);
     }
     tp tp_fs_sys_enter(ctx) => {
@@ -215,12 +215,12 @@ hook_programs! {
     "sys_exit", "raw_syscalls", counted "fs_sys_exit";
     raw raw_fs_sys_exit(ctx) => {
         let regs: u64 = ctx.arg(0);
-        let nr: u64 = ProbeRead::read(regs, conf!(pt_regs_orig_ax)).unwrap_or(u64::MAX);
+        let nr: u64 = ProbeRead::read(regs, conf!(syscall_args.pt_regs_orig_ax)).unwrap_or(u64::MAX);
         let ret: u64 = ctx.arg(1);
         on_exit(nr, ret as i64);
     }
     tp tp_fs_sys_exit(ctx) => {
-        let nr: u64 = unsafe { ctx.read_at(conf!(tp_sys_exit_id) as usize) }.unwrap_or(u64::MAX);
+        let nr: u64 = unsafe { ctx.read_at(conf!(syscall_args.tp_sys_exit_id) as usize) }.unwrap_or(u64::MAX);
         let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
         on_exit(nr, ret);
     }

@@ -79,7 +79,7 @@ fn on_softirq_entry(vec: u32) {
 #[inline(always)]
 fn on_softirq_exit() {
     let now = account::now();
-    if conf!(net_layer_on) != 0 {
+    if conf!(net.net_layer_on) != 0 {
         account::net_softirq_switch(Some(now), 0, vtrace_common::DEV_SLOTS);
     }
     let Some(st) = account::enter(now, state::UNRESOLVED) else {
@@ -98,7 +98,7 @@ hook_programs! {
     raw raw_irq_handler_entry(ctx) => {
         let irq: u64 = ctx.arg(0);
         let slot = device_slot(irq as u32);
-        let at = conf!(irqaction_name);
+        let at = conf!(cpu.irqaction_name);
         if at != 0 {
             let action: u64 = ctx.arg(1);
             let name: u64 = read_or_zero(action, at);
@@ -107,10 +107,10 @@ hook_programs! {
         on_hardirq_entry(slot);
     }
     tp tp_irq_handler_entry(ctx) => {
-        let irq: i32 = unsafe { ctx.read_at(conf!(tp_irq_irq) as usize) }.unwrap_or(0);
+        let irq: i32 = unsafe { ctx.read_at(conf!(cpu.tp_irq_irq) as usize) }.unwrap_or(0);
         let slot = device_slot(irq as u32);
         // __data_loc: the string's offset in the record in the low 16 bits.
-        let at = conf!(tp_irq_name);
+        let at = conf!(cpu.tp_irq_name);
         if at != 0 {
             let loc: u32 = unsafe { ctx.read_at(at as usize) }.unwrap_or(0);
             keep_name(slot, unsafe { (ctx.as_ptr() as *const u8).add((loc & 0xffff) as usize) });
@@ -137,7 +137,7 @@ hook_programs! {
         on_softirq_entry(vec as u32);
     }
     tp tp_softirq_entry(ctx) => {
-        let vec: u32 = unsafe { ctx.read_at(conf!(tp_softirq_vec) as usize) }.unwrap_or(u32::MAX);
+        let vec: u32 = unsafe { ctx.read_at(conf!(cpu.tp_softirq_vec) as usize) }.unwrap_or(u32::MAX);
         on_softirq_entry(vec);
     }
 }

@@ -150,8 +150,8 @@ hook_programs! {
         on_exit(u32::MAX, isa as u32);
     }
     tp tp_kvm_exit(ctx) => {
-        let reason: u32 = tp_field(&ctx, conf!(tp_kvm_exit_reason));
-        let isa: u32 = tp_field(&ctx, conf!(tp_kvm_exit_isa));
+        let reason: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_exit_reason));
+        let isa: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_exit_isa));
         // VMX keeps flags in the upper half of the basic exit reason.
         let reason = if isa == 1 { reason & 0xffff } else { reason };
         on_exit(reason, isa);
@@ -171,8 +171,8 @@ hook_programs! {
 hook_programs! {
     "kvm_userspace_exit", "kvm";
     tp tp_kvm_userspace_exit(ctx) => {
-        let reason: u32 = tp_field(&ctx, conf!(tp_kvm_uexit_reason));
-        let errno: i32 = tp_field(&ctx, conf!(tp_kvm_uexit_errno));
+        let reason: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_uexit_reason));
+        let errno: i32 = tp_field(&ctx, conf!(kvm.tp_kvm_uexit_errno));
         let reason = if errno < 0 { KVM_RUN_INTERRUPTED } else { reason };
         if let Some(p) = pending(account::current_tid()) {
             p.userspace_ns = account::now();
@@ -186,11 +186,11 @@ hook_programs! {
 hook_programs! {
     "kvm_pio", "kvm";
     tp tp_kvm_pio(ctx) => {
-        let rw: u32 = tp_field(&ctx, conf!(tp_kvm_pio_rw));
-        let port: u32 = tp_field(&ctx, conf!(tp_kvm_pio_port));
-        let size: u32 = tp_field(&ctx, conf!(tp_kvm_pio_size));
-        let count: u32 = tp_field(&ctx, conf!(tp_kvm_pio_count));
-        let value: u32 = tp_field(&ctx, conf!(tp_kvm_pio_val));
+        let rw: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_pio_rw));
+        let port: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_pio_port));
+        let size: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_pio_size));
+        let count: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_pio_count));
+        let value: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_pio_val));
         let op = match kvm_event::legacy_virtio_queue(port, rw != 0, size, value) {
             Some(queue) => rw | ((queue + 1) << kvm_event::PIO_QUEUE_SHIFT),
             None => rw,
@@ -202,9 +202,9 @@ hook_programs! {
 hook_programs! {
     "kvm_mmio", "kvm";
     tp tp_kvm_mmio(ctx) => {
-        let kind: u32 = tp_field(&ctx, conf!(tp_kvm_mmio_type));
-        let len: u32 = tp_field(&ctx, conf!(tp_kvm_mmio_len));
-        let gpa: u64 = tp_field(&ctx, conf!(tp_kvm_mmio_gpa));
+        let kind: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_mmio_type));
+        let len: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_mmio_len));
+        let gpa: u64 = tp_field(&ctx, conf!(kvm.tp_kvm_mmio_gpa));
         count_event(kvm_event::MMIO, gpa, kind, len, len as u64);
     }
 }
@@ -212,7 +212,7 @@ hook_programs! {
 hook_programs! {
     "kvm_fast_mmio", "kvm";
     tp tp_kvm_fast_mmio(ctx) => {
-        let gpa: u64 = tp_field(&ctx, conf!(tp_kvm_fast_mmio_gpa));
+        let gpa: u64 = tp_field(&ctx, conf!(kvm.tp_kvm_fast_mmio_gpa));
         count_event(kvm_event::FAST_MMIO, gpa, 0, 0, 0);
     }
 }
@@ -220,8 +220,8 @@ hook_programs! {
 hook_programs! {
     "kvm_set_irq", "kvm";
     tp tp_kvm_set_irq(ctx) => {
-        let gsi: u32 = tp_field(&ctx, conf!(tp_kvm_set_irq_gsi));
-        let level: i32 = tp_field(&ctx, conf!(tp_kvm_set_irq_level));
+        let gsi: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_set_irq_gsi));
+        let level: i32 = tp_field(&ctx, conf!(kvm.tp_kvm_set_irq_level));
         count_event(kvm_event::SET_IRQ, gsi as u64, level as u32, 0, 0);
     }
 }
@@ -229,8 +229,8 @@ hook_programs! {
 hook_programs! {
     "kvm_msi_set_irq", "kvm";
     tp tp_kvm_msi_set_irq(ctx) => {
-        let address: u64 = tp_field(&ctx, conf!(tp_kvm_msi_address));
-        let data: u64 = tp_field(&ctx, conf!(tp_kvm_msi_data));
+        let address: u64 = tp_field(&ctx, conf!(kvm.tp_kvm_msi_address));
+        let data: u64 = tp_field(&ctx, conf!(kvm.tp_kvm_msi_data));
         count_event(kvm_event::MSI, address, (data & 0xff) as u32, 0, 0);
     }
 }
@@ -238,8 +238,8 @@ hook_programs! {
 hook_programs! {
     "kvm_inj_virq", "kvm";
     tp tp_kvm_inj_virq(ctx) => {
-        let vector: u32 = tp_field(&ctx, conf!(tp_kvm_inj_virq_vector));
-        let soft: u8 = tp_field(&ctx, conf!(tp_kvm_inj_virq_soft));
+        let vector: u32 = tp_field(&ctx, conf!(kvm.tp_kvm_inj_virq_vector));
+        let soft: u8 = tp_field(&ctx, conf!(kvm.tp_kvm_inj_virq_soft));
         count_event(kvm_event::INJ_VIRQ, vector as u64, soft as u32, 0, 0);
         if let Some(p) = pending(account::current_tid()) {
             p.injections += 1;
@@ -250,8 +250,8 @@ hook_programs! {
 hook_programs! {
     "kvm_vcpu_wakeup", "kvm";
     tp tp_kvm_vcpu_wakeup(ctx) => {
-        let ns: u64 = tp_field(&ctx, conf!(tp_kvm_wakeup_ns));
-        let waited: u8 = tp_field(&ctx, conf!(tp_kvm_wakeup_waited));
+        let ns: u64 = tp_field(&ctx, conf!(kvm.tp_kvm_wakeup_ns));
+        let waited: u8 = tp_field(&ctx, conf!(kvm.tp_kvm_wakeup_waited));
         let key = KvmLatencyKey {
             tid: account::current_tid(),
             kind: kvm_latency::HALT,

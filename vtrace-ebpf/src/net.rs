@@ -72,7 +72,7 @@ fn mark_of(skb: u64) -> Option<&'static mut SkbMark> {
 /// The skb's journey ended (freed): its slot is free again.
 #[inline(always)]
 fn forget(skb: u64) {
-    if conf!(net_hops_on) == 0 {
+    if conf!(net.net_hops_on) == 0 {
         return;
     }
     if let Some(m) = mark_of(skb)
@@ -118,7 +118,7 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32, redirected: impl FnOnce() 
     mark.ts = now;
     mark.dev = dev;
     mark.hop = hop_id;
-    if conf!(net_events_on) != 0 {
+    if conf!(net.net_events_on) != 0 {
         match NET_EVENTS.reserve::<NetEvent>(0) {
             Some(mut e) => {
                 e.write(NetEvent {
@@ -147,8 +147,8 @@ fn journey(skb: u64, dev: u64, hop_id: u32, len: u32, redirected: impl FnOnce() 
 /// would keep the old namespace: not seen in practice.)
 #[inline(always)]
 fn device_stats<M: KernelMem>(dev: u64, hop_id: u32) -> Option<(DevKey, u32, &'static mut DevStats)> {
-    let ifindex: u32 = M::read(dev, conf!(dev_ifindex))?;
-    let net: u64 = M::read(dev, conf!(dev_nd_net))?;
+    let ifindex: u32 = M::read(dev, conf!(net_device.dev_ifindex))?;
+    let net: u64 = M::read(dev, conf!(net_device.dev_nd_net))?;
     let index = dev_slot(ifindex, hop_id);
     if let Some(slot) = DEV_SLOT_STATS.get_ptr_mut(index) {
         let slot = unsafe { &mut *slot };
@@ -182,8 +182,8 @@ fn device_id<M: KernelMem>(dev: u64) -> Option<(u32, u32)> {
     if dev == 0 {
         return None;
     }
-    let ifindex: u32 = M::read(dev, conf!(dev_ifindex))?;
-    let net: u64 = M::read(dev, conf!(dev_nd_net))?;
+    let ifindex: u32 = M::read(dev, conf!(net_device.dev_ifindex))?;
+    let net: u64 = M::read(dev, conf!(net_device.dev_nd_net))?;
     Some((netns_inum::<M>(net), ifindex))
 }
 
@@ -193,14 +193,14 @@ fn netns_inum<M: KernelMem>(net: u64) -> u32 {
     if net == 0 {
         0
     } else {
-        M::read(net, conf!(net_ns_inum)).unwrap_or(0)
+        M::read(net, conf!(net_device.net_ns_inum)).unwrap_or(0)
     }
 }
 
 /// `mtu + hard_header_len` of a net_device; 0 when BTF lacks either member.
 #[inline(always)]
 fn mtu_edge<M: KernelMem>(dev: u64) -> u64 {
-    let (mtu_at, header_at) = (conf!(dev_mtu), conf!(dev_hard_header_len));
+    let (mtu_at, header_at) = (conf!(net.dev_mtu), conf!(net.dev_hard_header_len));
     if mtu_at == 0 || header_at == 0 {
         return 0;
     }
@@ -224,7 +224,7 @@ fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id:
     let dev = if dev != 0 {
         dev
     } else {
-        M::read::<u64>(skb, conf!(skb_dev)).unwrap_or(0)
+        M::read::<u64>(skb, conf!(net.skb_dev)).unwrap_or(0)
     };
     if dev == 0 {
         return;
@@ -236,16 +236,16 @@ fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id:
     let (len, head): (u32, u64) = match xmit_len {
         Some(l) => (l, 0),
         None => (
-            M::read(skb, conf!(skb_len)).unwrap_or(0),
-            M::read(skb, conf!(skb_head)).unwrap_or(0),
+            M::read(skb, conf!(net_device.skb_len)).unwrap_or(0),
+            M::read(skb, conf!(net.skb_head)).unwrap_or(0),
         ),
     };
     let mut wire = len as u64;
     if !hop::is_tx(hop_id) && head != 0 {
         // Received skbs had their link-layer header pulled: add it back, as
         // the device's own byte counters include it.
-        let data: u64 = M::read(skb, conf!(skb_data)).unwrap_or(0);
-        let mac: u16 = M::read(skb, conf!(skb_mac_header)).unwrap_or(u16::MAX);
+        let data: u64 = M::read(skb, conf!(net.skb_data)).unwrap_or(0);
+        let mac: u16 = M::read(skb, conf!(net.skb_mac_header)).unwrap_or(u16::MAX);
         if mac != u16::MAX && head != 0 && data >= head + mac as u64 {
             wire += data - (head + mac as u64);
         }
@@ -254,7 +254,7 @@ fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id:
     if hop_id == hop::RECEIVE {
         account::net_softirq_switch(None, dev_key(netns, ifindex), slot);
     }
-    if conf!(net_hops_on) != 0 {
+    if conf!(net.net_hops_on) != 0 {
         // At net_dev_start_xmit and net_dev_xmit the skb is the driver's
         // (or freed): only the hops a redirect can lead to read the mark.
         let redirect_hop = matches!(hop_id, hop::QUEUE | hop::RX | hop::RECEIVE);
@@ -278,7 +278,7 @@ fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id:
     // reached through `head`, a plain number to the verifier) is not read.
     // A GSO skb that fits in one frame is counted as a plain packet.
     let (gso_size, gso_segs) = if head != 0 && (s.mtu_edge == 0 || wire > s.mtu_edge) {
-        let end: u32 = M::read(skb, conf!(skb_end)).unwrap_or(0);
+        let end: u32 = M::read(skb, conf!(net.skb_end)).unwrap_or(0);
         gso(head + end as u64)
     } else {
         (0, 1)
@@ -304,7 +304,7 @@ fn count<M: KernelMem>(skb: u64, skb_id: impl FnOnce() -> u64, dev: u64, hop_id:
 /// bitfield: its byte read, its bit tested); false where BTF lacks it.
 #[inline(always)]
 fn redirected<M: KernelMem>(skb: u64) -> bool {
-    let bit = conf!(skb_redirected_bit);
+    let bit = conf!(net.skb_redirected_bit);
     if bit == 0 {
         return false;
     }
@@ -316,7 +316,7 @@ fn redirected<M: KernelMem>(skb: u64) -> bool {
 /// they are adjacent (they are in every kernel so far), two otherwise.
 #[inline(always)]
 fn gso(shinfo: u64) -> (u16, u16) {
-    let (size_at, segs_at) = (conf!(shinfo_gso_size), conf!(shinfo_gso_segs));
+    let (size_at, segs_at) = (conf!(net.shinfo_gso_size), conf!(net.shinfo_gso_segs));
     if segs_at == size_at + 2 {
         let both: [u16; 2] = ProbeRead::read(shinfo, size_at).unwrap_or([0, 1]);
         return (both[0], if both[0] != 0 { both[1] } else { 1 });
@@ -428,7 +428,7 @@ hook_programs! {
         let dev: u64 = if napi == 0 {
             0
         } else {
-            ProbeRead::read(napi, conf!(napi_dev)).unwrap_or(0)
+            ProbeRead::read(napi, conf!(net.napi_dev)).unwrap_or(0)
         };
         let Some((netns, ifindex)) = device_id::<ProbeRead>(dev) else {
             return 0;
@@ -456,7 +456,7 @@ fn dropped(skb: u64, location: u64, reason: u32, protocol: u16) {
     let dev: u64 = if skb == 0 {
         0
     } else {
-        ProbeRead::read(skb, conf!(skb_dev)).unwrap_or(0)
+        ProbeRead::read(skb, conf!(net.skb_dev)).unwrap_or(0)
     };
     let (netns, ifindex) = device_id::<ProbeRead>(dev).unwrap_or((0, 0));
     let key = DropKey {
@@ -480,16 +480,16 @@ hook_programs! {
         let skb: u64 = ctx.arg(0);
         let location: u64 = ctx.arg(1);
         let reason: u64 = ctx.arg(2);
-        let protocol: u16 = if skb == 0 { 0 } else { ProbeRead::read(skb, conf!(skb_protocol)).unwrap_or(0) };
+        let protocol: u16 = if skb == 0 { 0 } else { ProbeRead::read(skb, conf!(net.skb_protocol)).unwrap_or(0) };
         dropped(skb, location, reason as u32, protocol);
         forget(skb);
     }
     tp tp_kfree_skb(ctx) => {
         let skb: u64 = tp_field(&ctx, 8);
-        let location: u64 = tp_field(&ctx, conf!(tp_kfree_skb_location));
-        let reason: u32 = tp_field(&ctx, conf!(tp_kfree_skb_reason));
+        let location: u64 = tp_field(&ctx, conf!(net.tp_kfree_skb_location));
+        let reason: u32 = tp_field(&ctx, conf!(net.tp_kfree_skb_reason));
         // The record's protocol is already in host order.
-        let protocol: u16 = tp_field(&ctx, conf!(tp_kfree_skb_protocol));
+        let protocol: u16 = tp_field(&ctx, conf!(net.tp_kfree_skb_protocol));
         dropped(skb, location, reason, protocol.to_be());
         forget(skb);
     }

@@ -158,7 +158,7 @@ fn add_irq(stage: u32, ns: u64, frames: u64, irq: u32) {
 /// and for kernel threads that borrowed none).
 #[inline(always)]
 fn current_mm() -> u64 {
-    let at = conf!(task_mm);
+    let at = conf!(path.task_mm);
     if at == 0 {
         return 0;
     }
@@ -445,7 +445,7 @@ fn on_entry() {
 /// A packet followed to its path's end (`--events`), ended by the current thread.
 #[inline(always)]
 fn followed(mut p: PathPacket) {
-    if conf!(path_packets_on) == 0 {
+    if conf!(path.path_packets_on) == 0 {
         return;
     }
     let id = bpf_get_current_pid_tgid();
@@ -561,9 +561,9 @@ fn tap_entered(frames: u64) {
 /// batch of `num` frames in msg_control, else one frame for tun_get_user.
 #[inline(always)]
 fn sendmsg_frames(msg: u64) -> u64 {
-    let ctl: u64 = read_or_zero(msg, conf!(msghdr_control));
-    if ctl != 0 && read_or_zero::<u16>(ctl, conf!(tun_msg_ctl_type)) == TUN_MSG_PTR {
-        read_or_zero::<u16>(ctl, conf!(tun_msg_ctl_num)) as u64
+    let ctl: u64 = read_or_zero(msg, conf!(path.msghdr_control));
+    if ctl != 0 && read_or_zero::<u16>(ctl, conf!(path.tun_msg_ctl_type)) == TUN_MSG_PTR {
+        read_or_zero::<u16>(ctl, conf!(path.tun_msg_ctl_num)) as u64
     } else {
         1
     }
@@ -606,7 +606,7 @@ kfunc_programs!(kprobe_path_tun_net_xmit, fentry_path_tun_net_xmit, "tun_net_xmi
 // tun_recvmsg(struct socket *sock, struct msghdr *m, size_t total_len, int flags):
 // vhost-net hands the frame it took in m->msg_control (NULL: tun_do_read
 // takes one itself, through tun_ring_recv).
-kfunc_programs!(kprobe_path_tun_recvmsg, fentry_path_tun_recvmsg, "tun_recvmsg", counted "path_tun_recvmsg", [_sock, msg] => dequeued(read_or_zero(msg, conf!(msghdr_control))));
+kfunc_programs!(kprobe_path_tun_recvmsg, fentry_path_tun_recvmsg, "tun_recvmsg", counted "path_tun_recvmsg", [_sock, msg] => dequeued(read_or_zero(msg, conf!(path.msghdr_control))));
 // irqfd_wakeup(wait_queue_entry_t *wait, unsigned mode, int sync, void *key)
 kfunc_programs!(kprobe_path_irqfd_wakeup, fentry_path_irqfd_wakeup, "irqfd_wakeup", counted "path_irqfd_wakeup", [_wait, _mode, _sync, key] => on_irqfd(key));
 // handle_tx(struct vhost_net *net), in the vhost worker (its owner's mm).
@@ -669,14 +669,14 @@ pub fn kretprobe_path_ioeventfd_write(ctx: RetProbeContext) -> u32 {
 hook_programs! {
     "kvm_set_irq", "kvm", counted "path_kvm_set_irq";
     tp tp_path_kvm_set_irq(ctx) => {
-        on_set_irq(tp_field(&ctx, conf!(tp_kvm_set_irq_level)));
+        on_set_irq(tp_field(&ctx, conf!(path.tp_kvm_set_irq_level)));
     }
 }
 
 hook_programs! {
     "kvm_apic_accept_irq", "kvm", counted "path_kvm_apic_accept_irq";
     tp tp_path_kvm_apic_accept_irq(ctx) => {
-        let vector: u8 = tp_field(&ctx, conf!(tp_kvm_apic_accept_irq_vec));
+        let vector: u8 = tp_field(&ctx, conf!(path.tp_kvm_apic_accept_irq_vec));
         on_apic_accept(vector as u32);
     }
 }
@@ -684,7 +684,7 @@ hook_programs! {
 hook_programs! {
     "kvm_msi_set_irq", "kvm", counted "path_kvm_msi_set_irq";
     tp tp_path_kvm_msi_set_irq(ctx) => {
-        let data: u64 = tp_field(&ctx, conf!(tp_kvm_msi_data));
+        let data: u64 = tp_field(&ctx, conf!(path.tp_kvm_msi_data));
         on_msi((data & 0xff) as u32);
     }
 }
@@ -692,9 +692,9 @@ hook_programs! {
 hook_programs! {
     "kvm_inj_virq", "kvm", counted "path_kvm_inj_virq";
     tp tp_path_kvm_inj_virq(ctx) => {
-        let vector: u32 = tp_field(&ctx, conf!(tp_kvm_inj_virq_vector));
+        let vector: u32 = tp_field(&ctx, conf!(path.tp_kvm_inj_virq_vector));
         // Records before Linux 6.0 have no `soft` (offset 0: unknown).
-        let soft_at = conf!(tp_kvm_inj_virq_soft);
+        let soft_at = conf!(path.tp_kvm_inj_virq_soft);
         let soft: u8 = if soft_at != 0 { tp_field(&ctx, soft_at) } else { 0 };
         on_inject(vector, soft);
     }
@@ -846,7 +846,7 @@ fn vf_entered() {
 hook_programs! {
     "irq_handler_entry", "irq", counted "path_irq_handler_entry";
     raw raw_path_irq_handler_entry(ctx) => {
-        let at = conf!(irqaction_name);
+        let at = conf!(cpu.irqaction_name);
         if at != 0 {
             let action: u64 = ctx.arg(1);
             let name: u64 = read_or_zero(action, at);
@@ -854,9 +854,9 @@ hook_programs! {
         }
     }
     tp tp_path_irq_handler_entry(ctx) => {
-        let at = conf!(tp_irq_name);
+        let at = conf!(cpu.tp_irq_name);
         if at != 0 {
-            let irq: i32 = tp_field(&ctx, conf!(tp_irq_irq));
+            let irq: i32 = tp_field(&ctx, conf!(cpu.tp_irq_irq));
             let loc: u32 = tp_field(&ctx, at);
             let name = unsafe { (aya_ebpf::EbpfContext::as_ptr(&ctx) as *const u8).add((loc & 0xffff) as usize) };
             vf_irq_entry(irq as u32, name);

@@ -40,7 +40,7 @@ pub static RUNQ_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn tid_of<M: KernelMem>(task: u64) -> u32 {
-    M::read::<u32>(task, conf!(task_pid)).unwrap_or(0)
+    M::read::<u32>(task, conf!(cpu.task_pid)).unwrap_or(0)
 }
 
 /// The entry of `tid`, created if it has none.
@@ -122,9 +122,9 @@ hook_programs! {
         );
     }
     tp tp_runq_switch(ctx) => {
-        let prev_state: i64 = unsafe { ctx.read_at(conf!(tp_switch_prev_state) as usize) }.unwrap_or(1);
-        let prev_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_prev_pid) as usize) }.unwrap_or(0);
-        let next_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_next_pid) as usize) }.unwrap_or(0);
+        let prev_state: i64 = unsafe { ctx.read_at(conf!(cpu.tp_switch_prev_state) as usize) }.unwrap_or(1);
+        let prev_tid: u32 = unsafe { ctx.read_at(conf!(runq.tp_switch_prev_pid) as usize) }.unwrap_or(0);
+        let next_tid: u32 = unsafe { ctx.read_at(conf!(cpu.tp_switch_next_pid) as usize) }.unwrap_or(0);
         on_switch(prev_tid, prev_state == 0, next_tid);
     }
 }
@@ -144,7 +144,7 @@ hook_programs! {
         runnable_now(tid_of::<ProbeRead>(ctx.arg(0)));
     }
     tp tp_runq_wakeup(ctx) => {
-        runnable_now(unsafe { ctx.read_at(conf!(tp_wakeup_pid) as usize) }.unwrap_or(0));
+        runnable_now(unsafe { ctx.read_at(conf!(runq.tp_wakeup_pid) as usize) }.unwrap_or(0));
     }
 }
 
@@ -157,7 +157,7 @@ hook_programs! {
         runnable_now(tid_of::<ProbeRead>(ctx.arg(0)));
     }
     tp tp_runq_wakeup_new(ctx) => {
-        runnable_now(unsafe { ctx.read_at(conf!(tp_wakeup_pid) as usize) }.unwrap_or(0));
+        runnable_now(unsafe { ctx.read_at(conf!(runq.tp_wakeup_pid) as usize) }.unwrap_or(0));
     }
 }
 

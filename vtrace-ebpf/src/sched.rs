@@ -33,7 +33,7 @@ fn read_task_u64<M: KernelMem>(task: u64, offset: u32) -> Option<u64> {
 /// in every kernel so far), two otherwise.
 #[inline(always)]
 fn read_utime_stime<M: KernelMem>(task: u64) -> Option<(u64, u64)> {
-    let (u, s) = (conf!(task_utime), conf!(task_stime));
+    let (u, s) = (conf!(cpu.task_utime), conf!(cpu.task_stime));
     if u == 0 || s == 0 {
         return None;
     }
@@ -48,10 +48,10 @@ fn read_utime_stime<M: KernelMem>(task: u64) -> Option<(u64, u64)> {
 /// loads, one helper call otherwise.
 #[inline(always)]
 fn current_ids<M: KernelMem>(task: u64) -> (u32, u32) {
-    if M::DIRECT && conf!(task_pid) != 0 && conf!(task_tgid) != 0 {
+    if M::DIRECT && conf!(cpu.task_pid) != 0 && conf!(cpu.task_tgid) != 0 {
         return (
-            read_task_u32::<M>(task, conf!(task_pid)),
-            read_task_u32::<M>(task, conf!(task_tgid)),
+            read_task_u32::<M>(task, conf!(cpu.task_pid)),
+            read_task_u32::<M>(task, conf!(cpu.task_tgid)),
         );
     }
     let id = bpf_get_current_pid_tgid();
@@ -62,7 +62,7 @@ fn current_ids<M: KernelMem>(task: u64) -> (u32, u32) {
 /// thread's task at switch-in (and again from the same task at switch-out).
 #[inline(always)]
 fn read_clocks<M: KernelMem>(task: u64) -> (Option<u64>, Option<(u64, u64)>) {
-    let runtime = read_task_u64::<M>(task, conf!(task_runtime));
+    let runtime = read_task_u64::<M>(task, conf!(cpu.task_runtime));
     let ticks = if account::tick_split() {
         read_utime_stime::<M>(task)
     } else {
@@ -161,7 +161,7 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next: Option<u64>, nex
             }
         }
         // The idle task's flags are never used (its time stays per CPU).
-        let kthread = prev_tid != 0 && read_task_u32::<M>(prev, conf!(task_flags)) & PF_KTHREAD != 0;
+        let kthread = prev_tid != 0 && read_task_u32::<M>(prev, conf!(cpu.task_flags)) & PF_KTHREAD != 0;
         let tick_split = account::tick_split();
         if st.base == state::UNRESOLVED as u32 && !tick_split {
             let mode = if kthread || !prev_running {
@@ -185,7 +185,7 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next: Option<u64>, nex
             st.idle_switches += 1;
         } else {
             let (runtime, ticks) = read_clocks::<M>(prev);
-            let start_time = read_task_u64::<M>(prev, conf!(task_start_time)).unwrap_or(0);
+            let start_time = read_task_u64::<M>(prev, conf!(cpu.task_start_time)).unwrap_or(0);
             let out = LastSwitchOut {
                 tid: prev_tid,
                 clocks: if runtime.is_some() { clocks_in::RUNTIME } else { 0 }
@@ -248,14 +248,14 @@ fn on_switch<M: KernelMem>(prev: u64, prev_running: bool, next: Option<u64>, nex
 /// if it is `next_tid`.
 #[inline(always)]
 fn runqueue_current(prev: u64, next_tid: u32) -> Option<u64> {
-    let (cfs_rq_at, rq_at, curr_at) = (conf!(task_cfs_rq), conf!(cfs_rq_rq), conf!(rq_curr));
+    let (cfs_rq_at, rq_at, curr_at) = (conf!(cpu.task_cfs_rq), conf!(cpu.cfs_rq_rq), conf!(cpu.rq_curr));
     if cfs_rq_at == 0 || rq_at == 0 || curr_at == 0 || next_tid == 0 {
         return None;
     }
     let cfs_rq: u64 = ProbeRead::read(prev, cfs_rq_at)?;
     let rq: u64 = ProbeRead::read(cfs_rq, rq_at)?;
     let next: u64 = ProbeRead::read(rq, curr_at)?;
-    (read_task_u32::<ProbeRead>(next, conf!(task_pid)) == next_tid).then_some(next)
+    (read_task_u32::<ProbeRead>(next, conf!(cpu.task_pid)) == next_tid).then_some(next)
 }
 
 /// A thread created while recording starts inside the kernel (returning from
@@ -323,7 +323,7 @@ hook_programs! {
             ctx.arg(1),
             prev_state as u32 == 0,
             Some(next),
-            read_task_u32::<BtfLoad>(next, conf!(task_pid)),
+            read_task_u32::<BtfLoad>(next, conf!(cpu.task_pid)),
         );
     }
     raw raw_sched_switch(ctx) => {
@@ -333,12 +333,12 @@ hook_programs! {
             ctx.arg(1),
             prev_state as u32 == 0,
             Some(next),
-            read_task_u32::<ProbeRead>(next, conf!(task_pid)),
+            read_task_u32::<ProbeRead>(next, conf!(cpu.task_pid)),
         );
     }
     tp tp_sched_switch(ctx) => {
-        let prev_state: i64 = unsafe { ctx.read_at(conf!(tp_switch_prev_state) as usize) }.unwrap_or(1);
-        let next_tid: u32 = unsafe { ctx.read_at(conf!(tp_switch_next_pid) as usize) }.unwrap_or(0);
+        let prev_state: i64 = unsafe { ctx.read_at(conf!(cpu.tp_switch_prev_state) as usize) }.unwrap_or(1);
+        let next_tid: u32 = unsafe { ctx.read_at(conf!(cpu.tp_switch_next_pid) as usize) }.unwrap_or(0);
         let prev = unsafe { bpf_get_current_task() };
         on_switch::<ProbeRead>(prev, prev_state == 0, runqueue_current(prev, next_tid), next_tid);
     }
@@ -350,12 +350,12 @@ hook_programs! {
     raw raw_sched_process_fork(ctx) => {
         let child: u64 = ctx.arg(1);
         on_fork(
-            read_task_u32::<ProbeRead>(child, conf!(task_pid)),
-            read_task_u32::<ProbeRead>(child, conf!(task_tgid)),
+            read_task_u32::<ProbeRead>(child, conf!(cpu.task_pid)),
+            read_task_u32::<ProbeRead>(child, conf!(cpu.task_tgid)),
         );
     }
     tp tp_sched_process_fork(ctx) => {
-        let child_tid: u32 = unsafe { ctx.read_at(conf!(tp_fork_child_pid) as usize) }.unwrap_or(0);
+        let child_tid: u32 = unsafe { ctx.read_at(conf!(cpu.tp_fork_child_pid) as usize) }.unwrap_or(0);
         // The record has no tgid; the first switch-out of the child fills it in.
         on_fork(child_tid, 0);
     }

@@ -114,18 +114,18 @@ hook_programs! {
     "sys_enter", "raw_syscalls";
     raw raw_sys_enter(ctx) => {
         on_sys_enter();
-        if conf!(tun_fds_on) != 0 {
+        if conf!(net.tun_fds_on) != 0 {
             let id: u64 = ctx.arg(1);
             if id <= NR_WRITEV {
                 let regs: u64 = ctx.arg(0);
-                let fd: u64 = ProbeRead::read(regs, conf!(pt_regs_di)).unwrap_or(u64::MAX);
+                let fd: u64 = ProbeRead::read(regs, conf!(syscall_args.pt_regs_di)).unwrap_or(u64::MAX);
                 tun_enter(id, fd);
             }
         }
     }
     tp tp_sys_enter(ctx) => {
         on_sys_enter();
-        if conf!(tun_fds_on) != 0 {
+        if conf!(net.tun_fds_on) != 0 {
             let id: u64 = unsafe { ctx.read_at(8) }.unwrap_or(u64::MAX);
             if id <= NR_WRITEV {
                 let fd: u64 = unsafe { ctx.read_at(16) }.unwrap_or(u64::MAX);
@@ -140,14 +140,14 @@ hook_programs! {
     "sys_exit", "raw_syscalls";
     raw raw_sys_exit(ctx) => {
         on_sys_exit();
-        if conf!(tun_fds_on) != 0 {
+        if conf!(net.tun_fds_on) != 0 {
             let ret: u64 = ctx.arg(1);
             tun_exit(ret as i64);
         }
     }
     tp tp_sys_exit(ctx) => {
         on_sys_exit();
-        if conf!(tun_fds_on) != 0 {
+        if conf!(net.tun_fds_on) != 0 {
             let ret: i64 = unsafe { ctx.read_at(16) }.unwrap_or(0);
             tun_exit(ret);
         }

@@ -33,17 +33,17 @@ pub static TUN_READS: HashMap<u32, u64> = HashMap::with_max_entries(4096, 0);
 /// The net_device of a `struct tun_struct *`.
 #[inline(always)]
 fn tun_dev(tun: u64) -> u64 {
-    read_or_zero(tun, conf!(tun_struct_dev))
+    read_or_zero(tun, conf!(tun.tun_struct_dev))
 }
 
 /// The net_device behind a tap's `struct socket *` (embedded in its tun_file).
 #[inline(always)]
 fn socket_dev(sock: u64) -> u64 {
-    let at = conf!(tun_file_socket) as u64;
+    let at = conf!(tun.tun_file_socket) as u64;
     if sock < at {
         return 0;
     }
-    tun_dev(read_or_zero(sock - at, conf!(tun_file_tun)))
+    tun_dev(read_or_zero(sock - at, conf!(tun.tun_file_tun)))
 }
 
 /// The stats of `function` on `dev` by the current process, with the
@@ -53,9 +53,9 @@ fn stats(function: u32, dev: u64) -> Option<&'static mut TunStats> {
     let (netns, ifindex) = if dev == 0 {
         (0, 0)
     } else {
-        let net: u64 = read_or_zero(dev, conf!(dev_nd_net));
-        let inum: u32 = read_or_zero(net, conf!(net_ns_inum));
-        (inum, read_or_zero::<u32>(dev, conf!(dev_ifindex)))
+        let net: u64 = read_or_zero(dev, conf!(net_device.dev_nd_net));
+        let inum: u32 = read_or_zero(net, conf!(net_device.net_ns_inum));
+        (inum, read_or_zero::<u32>(dev, conf!(net_device.dev_ifindex)))
     };
     let key = TunKey {
         dev: dev_key(netns, ifindex),
@@ -64,7 +64,8 @@ fn stats(function: u32, dev: u64) -> Option<&'static mut TunStats> {
     };
     let s = account::entry(&TUN_STATS, &key)?;
     if s.calls == 0 && dev != 0 {
-        s.name = unsafe { bpf_probe_read_kernel((dev + conf!(dev_name) as u64) as *const [u8; 16]) }.unwrap_or([0; 16]);
+        s.name = unsafe { bpf_probe_read_kernel((dev + conf!(net_device.dev_name) as u64) as *const [u8; 16]) }
+            .unwrap_or([0; 16]);
     }
     s.calls += 1;
     Some(s)
@@ -85,7 +86,7 @@ fn add_frame(s: &mut TunStats, bytes: u64) {
 #[inline(always)]
 fn get_user(tun: u64, from: u64) {
     if let Some(s) = stats(tun_fn::GET_USER, tun_dev(tun)) {
-        add_frame(s, read_or_zero::<u64>(from, conf!(iov_iter_count)));
+        add_frame(s, read_or_zero::<u64>(from, conf!(tun.iov_iter_count)));
     }
 }
 
@@ -97,21 +98,21 @@ fn sendmsg(sock: u64, msg: u64, total_len: u64) {
     let Some(s) = stats(tun_fn::SENDMSG, socket_dev(sock)) else {
         return;
     };
-    let ctl: u64 = read_or_zero(msg, conf!(msghdr_control));
-    if ctl == 0 || read_or_zero::<u16>(ctl, conf!(tun_msg_ctl_type)) != TUN_MSG_PTR {
+    let ctl: u64 = read_or_zero(msg, conf!(tun.msghdr_control));
+    if ctl == 0 || read_or_zero::<u16>(ctl, conf!(tun.tun_msg_ctl_type)) != TUN_MSG_PTR {
         add_frame(s, total_len);
         return;
     }
-    let num = read_or_zero::<u16>(ctl, conf!(tun_msg_ctl_num)) as u32;
-    let buffs: u64 = read_or_zero(ctl, conf!(tun_msg_ctl_ptr));
-    let stride = conf!(xdp_buff_size) as u64;
+    let num = read_or_zero::<u16>(ctl, conf!(tun.tun_msg_ctl_num)) as u32;
+    let buffs: u64 = read_or_zero(ctl, conf!(tun.tun_msg_ctl_ptr));
+    let stride = conf!(tun.xdp_buff_size) as u64;
     for i in 0..TUN_BATCH_MAX {
         if i >= num {
             break;
         }
         let xdp = buffs + i as u64 * stride;
-        let data: u64 = read_or_zero(xdp, conf!(xdp_buff_data));
-        let end: u64 = read_or_zero(xdp, conf!(xdp_buff_data_end));
+        let data: u64 = read_or_zero(xdp, conf!(tun.xdp_buff_data));
+        let end: u64 = read_or_zero(xdp, conf!(tun.xdp_buff_data_end));
         add_frame(s, end.saturating_sub(data));
     }
 }
@@ -123,11 +124,11 @@ fn recvmsg(sock: u64, msg: u64) {
     let Some(s) = stats(tun_fn::RECVMSG, socket_dev(sock)) else {
         return;
     };
-    let ptr: u64 = read_or_zero(msg, conf!(msghdr_control));
+    let ptr: u64 = read_or_zero(msg, conf!(tun.msghdr_control));
     let bytes = if ptr & TUN_XDP_FLAG != 0 {
-        read_or_zero::<u32>(ptr & !TUN_XDP_FLAG, conf!(xdp_frame_len))
+        read_or_zero::<u32>(ptr & !TUN_XDP_FLAG, conf!(tun.xdp_frame_len))
     } else {
-        read_or_zero::<u32>(ptr, conf!(skb_len))
+        read_or_zero::<u32>(ptr, conf!(net_device.skb_len))
     };
     add_frame(s, bytes as u64);
 }
@@ -136,9 +137,9 @@ fn recvmsg(sock: u64, msg: u64) {
 /// tap of iocb->ki_filp->private_data (its tun_file), kept for the return.
 #[inline(always)]
 fn read_iter_enter(iocb: u64) {
-    let file: u64 = read_or_zero(iocb, conf!(kiocb_filp));
-    let tfile: u64 = read_or_zero(file, conf!(file_private_data));
-    let dev = tun_dev(read_or_zero(tfile, conf!(tun_file_tun)));
+    let file: u64 = read_or_zero(iocb, conf!(tun.kiocb_filp));
+    let tfile: u64 = read_or_zero(file, conf!(tun.file_private_data));
+    let dev = tun_dev(read_or_zero(tfile, conf!(tun.tun_file_tun)));
     if dev != 0 {
         let _ = TUN_READS.insert(&(bpf_get_current_pid_tgid() as u32), &dev, 0);
     }
@@ -165,7 +166,7 @@ fn read_iter_exit(ret: i64) {
 #[inline(always)]
 fn net_xmit(skb: u64, dev: u64) {
     if let Some(s) = stats(tun_fn::NET_XMIT, dev) {
-        add_frame(s, read_or_zero::<u32>(skb, conf!(skb_len)) as u64);
+        add_frame(s, read_or_zero::<u32>(skb, conf!(net_device.skb_len)) as u64);
     }
 }
 

@@ -21,12 +21,12 @@ pub static VSOCK_DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 #[inline(always)]
 fn count(ctx: &TracePointContext, dir: u16) {
-    let src_cid: u32 = tp_field(ctx, conf!(tp_vsock_src_cid));
-    let src_port: u32 = tp_field(ctx, conf!(tp_vsock_src_port));
-    let dst_cid: u32 = tp_field(ctx, conf!(tp_vsock_dst_cid));
-    let dst_port: u32 = tp_field(ctx, conf!(tp_vsock_dst_port));
-    let len: u32 = tp_field(ctx, conf!(tp_vsock_len));
-    let op: u16 = tp_field(ctx, conf!(tp_vsock_op));
+    let src_cid: u32 = tp_field(ctx, conf!(vsock.tp_vsock_src_cid));
+    let src_port: u32 = tp_field(ctx, conf!(vsock.tp_vsock_src_port));
+    let dst_cid: u32 = tp_field(ctx, conf!(vsock.tp_vsock_dst_cid));
+    let dst_port: u32 = tp_field(ctx, conf!(vsock.tp_vsock_dst_port));
+    let len: u32 = tp_field(ctx, conf!(vsock.tp_vsock_len));
+    let op: u16 = tp_field(ctx, conf!(vsock.tp_vsock_op));
     let key = VsockKey {
         tid: account::current_tid(),
         peer_cid: if dir == vsock_dir::RECEIVED { src_cid } else { dst_cid },

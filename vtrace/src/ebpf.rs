@@ -17,7 +17,10 @@ pub fn load(config: &Config) -> Result<Ebpf> {
     let mut loader = EbpfLoader::new();
     loader.override_global("CONFIG", config, true);
     // The per-packet event ring costs 64 MiB of kernel memory: only with --events.
-    loader.map_max_entries("NET_EVENTS", if config.net_events_on != 0 { 64 << 20 } else { 4096 });
+    loader.map_max_entries(
+        "NET_EVENTS",
+        if config.net.net_events_on != 0 { 64 << 20 } else { 4096 },
+    );
     // Maps made small on purpose, so that a test sees each layer's losses
     // counted and reported (tests/tests/losses.rs): "NAME=ENTRIES,...".
     for item in small.split(',').filter(|i| !i.is_empty()) {

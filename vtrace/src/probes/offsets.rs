@@ -64,20 +64,20 @@ impl<'a> KernelLayout<'a> {
 
 /// What the net and tun layers both read of a network device and an skb.
 pub fn net_device(k: &KernelLayout, o: &mut Config) {
-    o.skb_len = k.member("sk_buff", "len");
-    o.dev_ifindex = k.member("net_device", "ifindex");
-    o.dev_nd_net = k.member("net_device", "nd_net");
-    o.dev_name = k.member("net_device", "name");
-    o.net_ns_inum = k.nested("net", "ns", "ns_common", "inum");
+    o.net_device.skb_len = k.member("sk_buff", "len");
+    o.net_device.dev_ifindex = k.member("net_device", "ifindex");
+    o.net_device.dev_nd_net = k.member("net_device", "nd_net");
+    o.net_device.dev_name = k.member("net_device", "name");
+    o.net_device.net_ns_inum = k.nested("net", "ns", "ns_common", "inum");
 }
 
 /// A syscall's arguments and number, as the CPU engine (tun fds) and the fs
 /// layer read them at sys_enter/sys_exit.
 pub fn syscall_args(k: &KernelLayout, o: &mut Config) {
-    o.pt_regs_di = k.member("pt_regs", "di");
-    o.pt_regs_si = k.member("pt_regs", "si");
-    o.pt_regs_orig_ax = k.member("pt_regs", "orig_ax");
-    o.tp_sys_exit_id = k.tracepoint("raw_syscalls", "sys_exit", "id");
+    o.syscall_args.pt_regs_di = k.member("pt_regs", "di");
+    o.syscall_args.pt_regs_si = k.member("pt_regs", "si");
+    o.syscall_args.pt_regs_orig_ax = k.member("pt_regs", "orig_ax");
+    o.syscall_args.tp_sys_exit_id = k.tracepoint("raw_syscalls", "sys_exit", "id");
 }
 
 /// A loaded module's BTF (`/sys/kernel/btf/<module>`, split on vmlinux's).

@@ -39,11 +39,11 @@ impl Layer for BlockLayer {
         probes::BLOCK
     }
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
-        o.request_cmd_flags = k.member("request", "cmd_flags");
-        o.request_part = k.member("request", "part");
-        o.request_data_len = k.member("request", "__data_len");
-        o.request_start_time_ns = k.member("request", "start_time_ns");
-        o.bdev_dev = k.member("block_device", "bd_dev");
+        o.block.request_cmd_flags = k.member("request", "cmd_flags");
+        o.block.request_part = k.member("request", "part");
+        o.block.request_data_len = k.member("request", "__data_len");
+        o.block.request_start_time_ns = k.member("request", "start_time_ns");
+        o.block.bdev_dev = k.member("block_device", "bd_dev");
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

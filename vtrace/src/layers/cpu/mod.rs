@@ -67,28 +67,28 @@ impl Layer for CpuLayer {
         probes::CPU
     }
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
-        o.task_pid = k.member("task_struct", "pid");
-        o.task_tgid = k.member("task_struct", "tgid");
-        o.task_flags = k.member("task_struct", "flags");
-        o.task_runtime = k.nested("task_struct", "se", "sched_entity", "sum_exec_runtime");
-        o.task_utime = k.member("task_struct", "utime");
-        o.task_stime = k.member("task_struct", "stime");
-        o.task_start_time = k.member("task_struct", "start_time");
-        o.task_cfs_rq = k.nested("task_struct", "se", "sched_entity", "cfs_rq");
-        o.cfs_rq_rq = k.member("cfs_rq", "rq");
-        o.rq_curr = k.member("rq", "curr");
-        o.tp_switch_prev_state = k.tracepoint("sched", "sched_switch", "prev_state");
-        o.tp_switch_next_pid = k.tracepoint("sched", "sched_switch", "next_pid");
-        o.tp_fork_child_pid = k.tracepoint("sched", "sched_process_fork", "child_pid");
-        o.tp_irq_irq = k.tracepoint("irq", "irq_handler_entry", "irq");
-        o.tp_irq_name = k.tracepoint("irq", "irq_handler_entry", "name");
-        o.irqaction_name = k.member("irqaction", "name");
-        o.tp_softirq_vec = k.tracepoint("irq", "softirq_entry", "vec");
+        o.cpu.task_pid = k.member("task_struct", "pid");
+        o.cpu.task_tgid = k.member("task_struct", "tgid");
+        o.cpu.task_flags = k.member("task_struct", "flags");
+        o.cpu.task_runtime = k.nested("task_struct", "se", "sched_entity", "sum_exec_runtime");
+        o.cpu.task_utime = k.member("task_struct", "utime");
+        o.cpu.task_stime = k.member("task_struct", "stime");
+        o.cpu.task_start_time = k.member("task_struct", "start_time");
+        o.cpu.task_cfs_rq = k.nested("task_struct", "se", "sched_entity", "cfs_rq");
+        o.cpu.cfs_rq_rq = k.member("cfs_rq", "rq");
+        o.cpu.rq_curr = k.member("rq", "curr");
+        o.cpu.tp_switch_prev_state = k.tracepoint("sched", "sched_switch", "prev_state");
+        o.cpu.tp_switch_next_pid = k.tracepoint("sched", "sched_switch", "next_pid");
+        o.cpu.tp_fork_child_pid = k.tracepoint("sched", "sched_process_fork", "child_pid");
+        o.cpu.tp_irq_irq = k.tracepoint("irq", "irq_handler_entry", "irq");
+        o.cpu.tp_irq_name = k.tracepoint("irq", "irq_handler_entry", "name");
+        o.cpu.irqaction_name = k.member("irqaction", "name");
+        o.cpu.tp_softirq_vec = k.tracepoint("irq", "softirq_entry", "vec");
         // The syscall hooks read a tun fd's number (tun_fds_on).
         offsets::syscall_args(k, o);
     }
     fn configure(&self, setup: &Setup, config: &mut Config) {
-        config.tick_split_on = (setup.asked.switches.get::<CpuOptions>().cpu_split == CpuSplit::Ticks) as u32;
+        config.cpu.tick_split_on = (setup.asked.switches.get::<CpuOptions>().cpu_split == CpuSplit::Ticks) as u32;
     }
     /// With the tick split the syscall hooks only serve tun fds.
     fn probes(&self, _setup: &Setup, config: &Config) -> Result<Vec<ProbeSpec>> {
@@ -154,7 +154,7 @@ impl Layer for CpuLayer {
 }
 
 fn syscall_hooks(config: &Config) -> bool {
-    config.tick_split_on == 0 || config.tun_fds_on != 0
+    config.cpu.tick_split_on == 0 || config.net.tun_fds_on != 0
 }
 
 struct CpuRecorder {

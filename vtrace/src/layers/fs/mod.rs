@@ -41,17 +41,17 @@ impl Layer for FsLayer {
     }
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
         offsets::syscall_args(k, o);
-        o.task_files = k.member("task_struct", "files");
-        o.task_fs = k.member("task_struct", "fs");
-        o.files_fdt = k.member("files_struct", "fdt");
-        o.fdtable_max_fds = k.member("fdtable", "max_fds");
-        o.fdtable_fd = k.member("fdtable", "fd");
-        o.file_inode = k.member("file", "f_inode");
-        o.inode_sb = k.member("inode", "i_sb");
-        o.sb_magic = k.member("super_block", "s_magic");
-        o.fs_pwd_dentry = k.nested("fs_struct", "pwd", "path", "dentry");
-        o.fs_root_dentry = k.nested("fs_struct", "root", "path", "dentry");
-        o.dentry_sb = k.member("dentry", "d_sb");
+        o.fs.task_files = k.member("task_struct", "files");
+        o.fs.task_fs = k.member("task_struct", "fs");
+        o.fs.files_fdt = k.member("files_struct", "fdt");
+        o.fs.fdtable_max_fds = k.member("fdtable", "max_fds");
+        o.fs.fdtable_fd = k.member("fdtable", "fd");
+        o.fs.file_inode = k.member("file", "f_inode");
+        o.fs.inode_sb = k.member("inode", "i_sb");
+        o.fs.sb_magic = k.member("super_block", "s_magic");
+        o.fs.fs_pwd_dentry = k.nested("fs_struct", "pwd", "path", "dentry");
+        o.fs.fs_root_dentry = k.nested("fs_struct", "root", "path", "dentry");
+        o.fs.dentry_sb = k.member("dentry", "d_sb");
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

@@ -55,27 +55,27 @@ impl Layer for KvmLayer {
     }
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
         let kvm = |ev: &str, field: &str| k.tracepoint("kvm", ev, field);
-        o.tp_kvm_exit_reason = kvm("kvm_exit", "exit_reason");
-        o.tp_kvm_exit_isa = kvm("kvm_exit", "isa");
-        o.tp_kvm_uexit_reason = kvm("kvm_userspace_exit", "reason");
-        o.tp_kvm_uexit_errno = kvm("kvm_userspace_exit", "errno");
-        o.tp_kvm_pio_rw = kvm("kvm_pio", "rw");
-        o.tp_kvm_pio_port = kvm("kvm_pio", "port");
-        o.tp_kvm_pio_size = kvm("kvm_pio", "size");
-        o.tp_kvm_pio_count = kvm("kvm_pio", "count");
-        o.tp_kvm_pio_val = kvm("kvm_pio", "val");
-        o.tp_kvm_mmio_type = kvm("kvm_mmio", "type");
-        o.tp_kvm_mmio_len = kvm("kvm_mmio", "len");
-        o.tp_kvm_mmio_gpa = kvm("kvm_mmio", "gpa");
-        o.tp_kvm_fast_mmio_gpa = kvm("kvm_fast_mmio", "gpa");
-        o.tp_kvm_set_irq_gsi = kvm("kvm_set_irq", "gsi");
-        o.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
-        o.tp_kvm_msi_address = kvm("kvm_msi_set_irq", "address");
-        o.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
-        o.tp_kvm_inj_virq_vector = kvm("kvm_inj_virq", "vector");
-        o.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
-        o.tp_kvm_wakeup_ns = kvm("kvm_vcpu_wakeup", "ns");
-        o.tp_kvm_wakeup_waited = kvm("kvm_vcpu_wakeup", "waited");
+        o.kvm.tp_kvm_exit_reason = kvm("kvm_exit", "exit_reason");
+        o.kvm.tp_kvm_exit_isa = kvm("kvm_exit", "isa");
+        o.kvm.tp_kvm_uexit_reason = kvm("kvm_userspace_exit", "reason");
+        o.kvm.tp_kvm_uexit_errno = kvm("kvm_userspace_exit", "errno");
+        o.kvm.tp_kvm_pio_rw = kvm("kvm_pio", "rw");
+        o.kvm.tp_kvm_pio_port = kvm("kvm_pio", "port");
+        o.kvm.tp_kvm_pio_size = kvm("kvm_pio", "size");
+        o.kvm.tp_kvm_pio_count = kvm("kvm_pio", "count");
+        o.kvm.tp_kvm_pio_val = kvm("kvm_pio", "val");
+        o.kvm.tp_kvm_mmio_type = kvm("kvm_mmio", "type");
+        o.kvm.tp_kvm_mmio_len = kvm("kvm_mmio", "len");
+        o.kvm.tp_kvm_mmio_gpa = kvm("kvm_mmio", "gpa");
+        o.kvm.tp_kvm_fast_mmio_gpa = kvm("kvm_fast_mmio", "gpa");
+        o.kvm.tp_kvm_set_irq_gsi = kvm("kvm_set_irq", "gsi");
+        o.kvm.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
+        o.kvm.tp_kvm_msi_address = kvm("kvm_msi_set_irq", "address");
+        o.kvm.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
+        o.kvm.tp_kvm_inj_virq_vector = kvm("kvm_inj_virq", "vector");
+        o.kvm.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
+        o.kvm.tp_kvm_wakeup_ns = kvm("kvm_vcpu_wakeup", "ns");
+        o.kvm.tp_kvm_wakeup_waited = kvm("kvm_vcpu_wakeup", "waited");
     }
     /// User-space exits are timed until the thread's next ioctl(KVM_RUN),
     /// watched through syscalls/sys_enter_ioctl where kvm_userspace_exit

@@ -51,21 +51,21 @@ impl Layer for NetLayer {
     }
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
         offsets::net_device(k, o);
-        o.skb_dev = k.member("sk_buff", "dev");
-        o.skb_head = k.member("sk_buff", "head");
-        o.skb_data = k.member("sk_buff", "data");
-        o.skb_end = k.member("sk_buff", "end");
-        o.skb_mac_header = k.member("sk_buff", "mac_header");
-        o.skb_protocol = k.member("sk_buff", "protocol");
-        o.skb_redirected_bit = k.member_bit("sk_buff", "redirected");
-        o.tp_kfree_skb_location = k.tracepoint("skb", "kfree_skb", "location");
-        o.tp_kfree_skb_protocol = k.tracepoint("skb", "kfree_skb", "protocol");
-        o.tp_kfree_skb_reason = k.tracepoint("skb", "kfree_skb", "reason");
-        o.shinfo_gso_size = k.member("skb_shared_info", "gso_size");
-        o.shinfo_gso_segs = k.member("skb_shared_info", "gso_segs");
-        o.dev_mtu = k.member("net_device", "mtu");
-        o.dev_hard_header_len = k.member("net_device", "hard_header_len");
-        o.napi_dev = k.member("napi_struct", "dev");
+        o.net.skb_dev = k.member("sk_buff", "dev");
+        o.net.skb_head = k.member("sk_buff", "head");
+        o.net.skb_data = k.member("sk_buff", "data");
+        o.net.skb_end = k.member("sk_buff", "end");
+        o.net.skb_mac_header = k.member("sk_buff", "mac_header");
+        o.net.skb_protocol = k.member("sk_buff", "protocol");
+        o.net.skb_redirected_bit = k.member_bit("sk_buff", "redirected");
+        o.net.tp_kfree_skb_location = k.tracepoint("skb", "kfree_skb", "location");
+        o.net.tp_kfree_skb_protocol = k.tracepoint("skb", "kfree_skb", "protocol");
+        o.net.tp_kfree_skb_reason = k.tracepoint("skb", "kfree_skb", "reason");
+        o.net.shinfo_gso_size = k.member("skb_shared_info", "gso_size");
+        o.net.shinfo_gso_segs = k.member("skb_shared_info", "gso_segs");
+        o.net.dev_mtu = k.member("net_device", "mtu");
+        o.net.dev_hard_header_len = k.member("net_device", "hard_header_len");
+        o.net.napi_dev = k.member("napi_struct", "dev");
     }
     fn switches(&self) -> Option<SwitchGroup> {
         Some(SwitchGroup::of::<NetOptions>())
@@ -81,11 +81,11 @@ impl Layer for NetLayer {
         }
     }
     fn configure(&self, setup: &Setup, config: &mut Config) {
-        config.net_layer_on = 1;
-        config.net_events_on = setup.asked.switches.get::<CommonSwitches>().events as u32;
-        config.net_hops_on = hop_correlation(setup) as u32;
+        config.net.net_layer_on = 1;
+        config.net.net_events_on = setup.asked.switches.get::<CommonSwitches>().events as u32;
+        config.net.net_hops_on = hop_correlation(setup) as u32;
         // Tun fds open at the start (a VMM's taps): their read/write syscalls are followed.
-        config.tun_fds_on = !collector::tun_fds(setup.system).is_empty() as u32;
+        config.net.tun_fds_on = !collector::tun_fds(setup.system).is_empty() as u32;
     }
     /// By default a packet costs two programs: at `xmit` (what the driver
     /// took) and at `receive` (entering the stack), the two hops whose counts

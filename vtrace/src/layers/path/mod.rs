@@ -75,27 +75,27 @@ impl Layer for PathLayer {
     /// The VM key (`task_struct.mm`), vhost-net's frame in its msghdr, and
     /// the kvm/* record fields the kvm layer reads too (same values).
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
-        o.task_mm = k.member("task_struct", "mm");
-        o.msghdr_control = k.member("msghdr", "msg_control");
+        o.path.task_mm = k.member("task_struct", "mm");
+        o.path.msghdr_control = k.member("msghdr", "msg_control");
         let kvm = |ev: &str, field: &str| k.tracepoint("kvm", ev, field);
-        o.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
-        o.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
+        o.path.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
+        o.path.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
         // `vector` (with `soft`) since Linux 6.0; `irq` before.
-        o.tp_kvm_inj_virq_vector = match kvm("kvm_inj_virq", "vector") {
+        o.path.tp_kvm_inj_virq_vector = match kvm("kvm_inj_virq", "vector") {
             0 => kvm("kvm_inj_virq", "irq"),
             at => at,
         };
-        o.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
-        o.tp_kvm_apic_accept_irq_vec = kvm("kvm_apic_accept_irq", "vec");
+        o.path.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
+        o.path.tp_kvm_apic_accept_irq_vec = kvm("kvm_apic_accept_irq", "vec");
         // vhost-net's batches into a tap (the tun module's own struct, as
         // the tun layer reads it).
         if let Some(tun) = k.module("tun") {
-            o.tun_msg_ctl_type = offsets::member_offset(&tun, "tun_msg_ctl", "type").unwrap_or(0);
-            o.tun_msg_ctl_num = offsets::member_offset(&tun, "tun_msg_ctl", "num").unwrap_or(0);
+            o.path.tun_msg_ctl_type = offsets::member_offset(&tun, "tun_msg_ctl", "type").unwrap_or(0);
+            o.path.tun_msg_ctl_num = offsets::member_offset(&tun, "tun_msg_ctl", "num").unwrap_or(0);
         }
     }
     fn configure(&self, setup: &Setup, config: &mut Config) {
-        config.path_packets_on = setup.asked.switches.get::<super::CommonSwitches>().events as u32;
+        config.path.path_packets_on = setup.asked.switches.get::<super::CommonSwitches>().events as u32;
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![
@@ -143,7 +143,7 @@ impl Layer for PathLayer {
         summary::section(rec, top)
     }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, config: &Config) -> Result<Box<dyn Collector>> {
-        let packets = if config.path_packets_on != 0 {
+        let packets = if config.path.path_packets_on != 0 {
             Some(take(ebpf, "PATH_PACKETS")?)
         } else {
             None

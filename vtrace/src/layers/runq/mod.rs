@@ -45,8 +45,8 @@ impl Layer for RunqLayer {
     }
     /// The task and sched_switch offsets it shares come from the CPU layer, which always runs.
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
-        o.tp_switch_prev_pid = k.tracepoint("sched", "sched_switch", "prev_pid");
-        o.tp_wakeup_pid = k.tracepoint("sched", "sched_wakeup", "pid");
+        o.runq.tp_switch_prev_pid = k.tracepoint("sched", "sched_switch", "prev_pid");
+        o.runq.tp_wakeup_pid = k.tracepoint("sched", "sched_wakeup", "pid");
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

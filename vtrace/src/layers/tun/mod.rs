@@ -37,24 +37,24 @@ impl Layer for TunLayer {
     }
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
         offsets::net_device(k, o);
-        o.msghdr_control = k.member("msghdr", "msg_control");
-        o.xdp_buff_data = k.member("xdp_buff", "data");
-        o.xdp_buff_data_end = k.member("xdp_buff", "data_end");
-        o.xdp_buff_size = k.size("xdp_buff");
-        o.xdp_frame_len = k.member("xdp_frame", "len");
-        o.iov_iter_count = k.member("iov_iter", "count");
-        o.kiocb_filp = k.member("kiocb", "ki_filp");
-        o.file_private_data = k.member("file", "private_data");
+        o.tun.msghdr_control = k.member("msghdr", "msg_control");
+        o.tun.xdp_buff_data = k.member("xdp_buff", "data");
+        o.tun.xdp_buff_data_end = k.member("xdp_buff", "data_end");
+        o.tun.xdp_buff_size = k.size("xdp_buff");
+        o.tun.xdp_frame_len = k.member("xdp_frame", "len");
+        o.tun.iov_iter_count = k.member("iov_iter", "count");
+        o.tun.kiocb_filp = k.member("kiocb", "ki_filp");
+        o.tun.file_private_data = k.member("file", "private_data");
         // The tun module's own structs: in its BTF, split on vmlinux's (read
         // when the module is loaded; its functions cannot be probed otherwise).
         if let Some(tun) = k.module("tun") {
             let t = |s: &str, f: &str| offsets::member_offset(&tun, s, f).unwrap_or(0);
-            o.tun_struct_dev = t("tun_struct", "dev");
-            o.tun_file_tun = t("tun_file", "tun");
-            o.tun_file_socket = t("tun_file", "socket");
-            o.tun_msg_ctl_type = t("tun_msg_ctl", "type");
-            o.tun_msg_ctl_num = t("tun_msg_ctl", "num");
-            o.tun_msg_ctl_ptr = t("tun_msg_ctl", "ptr");
+            o.tun.tun_struct_dev = t("tun_struct", "dev");
+            o.tun.tun_file_tun = t("tun_file", "tun");
+            o.tun.tun_file_socket = t("tun_file", "socket");
+            o.tun.tun_msg_ctl_type = t("tun_msg_ctl", "type");
+            o.tun.tun_msg_ctl_num = t("tun_msg_ctl", "num");
+            o.tun.tun_msg_ctl_ptr = t("tun_msg_ctl", "ptr");
         }
     }
     fn tables(&self) -> Vec<TableKind> {

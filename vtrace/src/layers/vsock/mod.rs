@@ -70,12 +70,12 @@ impl Layer for VsockLayer {
     }
     fn offsets(&self, k: &KernelLayout, o: &mut Config) {
         let field = |f: &str| k.tracepoint("vsock", "virtio_transport_recv_pkt", f);
-        o.tp_vsock_src_cid = field("src_cid");
-        o.tp_vsock_src_port = field("src_port");
-        o.tp_vsock_dst_cid = field("dst_cid");
-        o.tp_vsock_dst_port = field("dst_port");
-        o.tp_vsock_len = field("len");
-        o.tp_vsock_op = field("op");
+        o.vsock.tp_vsock_src_cid = field("src_cid");
+        o.vsock.tp_vsock_src_port = field("src_port");
+        o.vsock.tp_vsock_dst_cid = field("dst_cid");
+        o.vsock.tp_vsock_dst_port = field("dst_port");
+        o.vsock.tp_vsock_len = field("len");
+        o.vsock.tp_vsock_op = field("op");
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![TableKind::of::<VsockRow>()]
