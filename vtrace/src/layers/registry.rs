@@ -72,12 +72,12 @@ pub fn catalog() -> Vec<ProbeSpec> {
 /// Reads any recording, its tables as the layers declare them; an
 /// unfinished one (vtrace was killed) is recovered from its journal.
 pub fn read(path: &Path) -> Result<Recording> {
-    crate::recording::read_with(path, &table_kinds(), cpu::journal::recover)
+    crate::recording::read(path, &table_kinds(), cpu::journal::replay)
 }
 
 /// Writes the recording an unfinished directory holds (`vtrace recover`).
 pub fn recover_into(path: &Path, output: Option<&Path>) -> Result<std::path::PathBuf> {
-    cpu::journal::recover_into(path, output, &table_kinds())
+    crate::recording::recover_into(path, output, &table_kinds(), cpu::journal::replay)
 }
 
 /// How to read every table a layer (or the recording itself) writes.

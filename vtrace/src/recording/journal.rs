@@ -11,8 +11,8 @@
 //!
 //! Here: what every journal shares (its directory, the metadata at the
 //! start, checkpoints of every table, finding unfinished recordings); the
-//! CPU layer's interval lines and the recovery built on them are in
-//! `layers::cpu::journal`, which reads through [`read_checkpoint`].
+//! CPU layer's interval lines are in `layers::cpu::journal`, and the
+//! recovery built on both in `recording::recover`.
 //!
 //! Lines are appended without fsync: what a killed process wrote is in the
 //! page cache and survives it; a crash of the machine is not covered.

@@ -9,11 +9,15 @@
 mod events;
 mod io;
 pub mod journal;
+mod read;
+mod recover;
 mod schema;
 pub mod table;
 
 pub use events::{CHUNK_ROWS, EventRow, EventsWritten, NetEventWriter, NetEvents};
-pub use io::{OUTPUT_FILE, OutputSlot, Recover, move_aside_if_named_for_this_pid, read_with, write};
+pub use io::{OUTPUT_FILE, OutputSlot, move_aside_if_named_for_this_pid, write};
+pub use read::read;
+pub use recover::{Replay, Replayed, recover_into};
 pub use schema::*;
 pub(crate) use table::table;
 pub use table::{StoredTable, Table, TableKind, TableSet};
