@@ -75,6 +75,7 @@ class Source:
 
     def _parse(self):
         text = self.text
+        self.body = None  # the code with its use statements blanked
         # Use statements first, their groups expanded; then blanked so that
         # their inner paths are not read again as paths of their own.
         for m in re.finditer(r"\b(pub(?:\([^)]*\))?\s+)?use\s+([^;]*);", text):
@@ -83,6 +84,9 @@ class Source:
                 if segs and segs[-1] != "*":
                     self.paths.append((self.line_of(m.start()), segs[0], segs[1:], alias if public else None))
             text = text[:m.start()] + re.sub(r"[^\n]", " ", m.group(0)) + text[m.end():]
+        # Module declarations name no item.
+        self.body = re.sub(r"^[ \t]*(?:pub(?:\([^)]*\))?\s+)?mod\s+\w+\s*;", lambda m: " " * len(m.group(0)), text,
+                           flags=re.M)
         for m in re.finditer(rf"(?<![\w:])({IDENT})((?:::{IDENT})+)(::\{{)?", text):
             segs = m.group(2).split("::")[1:]
             if m.group(3):
@@ -195,7 +199,8 @@ class Tree:
         return self._exports[rel]
 
     def uses(self, rel):
-        """(line, file) of every other file of the crate that `rel` uses; re-exports are not uses."""
+        """(line, file) of every other file of the crate that `rel` uses; re-exports are not uses,
+        but a re-exported name the file itself uses is a use of the file that defines it."""
         src = self.files[rel]
         for line, head, segs, alias in src.paths:
             if alias:
@@ -203,6 +208,13 @@ class Tree:
             target = self.resolve(src, head, segs)
             if target and target != rel and target in self.files:
                 yield line, target
+        for name, target in self.exports(rel).items():
+            # A name in an expression or a type: not a method (`.name`), a
+            # definition (`fn name`), a field (`name: T`), or a path's later
+            # segment (`x::name`).
+            m = re.search(rf"(?<![\w:.])(?<!fn ){re.escape(name)}\b(?!\s*:(?!:))", src.body)
+            if m and target in self.files:
+                yield src.line_of(m.start()), target
 
 
 def top_module(rel):

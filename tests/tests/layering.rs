@@ -130,6 +130,12 @@ fn a_layer_using_the_registry_or_the_frame_using_a_layer_fails() {
         &[("layers/switches.rs", "use super::cpu::CpuOptions;")],
         "the frame (layers/switches.rs) uses layer 'cpu'",
     );
+    // Through the frame's own re-export of a registry item, used bare.
+    assert_fails(
+        "frame-reexport",
+        &[("layers/mod.rs", "pub fn layer_count() -> usize { REGISTRY.len() }")],
+        "the frame uses the registry",
+    );
 }
 
 #[test]

@@ -44,7 +44,9 @@ pub mod uprobe;
 pub mod vsock;
 
 pub use self::{
-    registry::{REGISTRY, catalog, default_names, find, kernel_config, names, read, recover_into, table_kinds},
+    registry::{
+        REGISTRY, catalog, default_names, find, kernel_config, loss_meaning, names, read, recover_into, table_kinds,
+    },
     switches::{CommonSwitches, Switch, SwitchGroup, Switches},
 };
 
@@ -150,15 +152,6 @@ pub struct Loss {
     /// `layer.counter`, e.g. `runq.drops`.
     pub key: &'static str,
     pub meaning: &'static str,
-}
-
-/// What loss counter `key` means, as the layer that keeps it says.
-pub fn loss_meaning(key: &str) -> Option<&'static str> {
-    REGISTRY
-        .iter()
-        .flat_map(|l| l.losses())
-        .find(|l| l.key == key)
-        .map(|l| l.meaning)
 }
 
 /// Per-thread columns a layer adds to the threads of the JSON report.

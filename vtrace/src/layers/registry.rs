@@ -87,6 +87,15 @@ pub fn table_kinds() -> Vec<TableKind> {
     kinds
 }
 
+/// What loss counter `key` means, as the layer that keeps it says.
+pub fn loss_meaning(key: &str) -> Option<&'static str> {
+    REGISTRY
+        .iter()
+        .flat_map(|l| l.losses())
+        .find(|l| l.key == key)
+        .map(|l| l.meaning)
+}
+
 /// The frame's switch group, then every layer's, in registry order.
 fn switch_groups() -> Vec<SwitchGroup> {
     std::iter::once(SwitchGroup::of::<CommonSwitches>())
