@@ -4,7 +4,8 @@ test command (scripts/test.sh); exits 1 naming every reference against it
 (file:line), after printing the module dependency order.
 
 1. Between modules: vtrace's top-level modules form levels (LEVELS). A module
-   may use only modules on its own level or below, and no cycle.
+   may use only modules on its own level or below, and no cycle. `report`
+   names no layer (NAMES_NO_LAYER): only the frame and the registry.
 2. Inside a module: the files and folders right under a top-level module
    (its `mod.rs` one of them) use one another without a cycle. A `pub use`
    re-export is the module's face, not a use: a reference to a re-exported
@@ -31,11 +32,16 @@ LEVELS = [
      "exposition"],
     ["recording"],
     ["layers"],
+    ["views"],
     ["report", "compare"],
     ["record", "lab", "bench", "demo"],
     ["serve"],
     ["cli"],
 ]
+# Modules that show every layer's output without naming one: they reach the
+# layers through the registry and the frame (`crate::layers::...` items of
+# layers/mod.rs and registry.rs), and a join of several layers through views/.
+NAMES_NO_LAYER = {"report"}
 LEVEL = {m: i for i, names in enumerate(LEVELS) for m in names}
 BASE_LAYER = "cpu"
 # layers/: the frame every layer is written against, and the registry.
@@ -303,6 +309,9 @@ def check(root):
                 continue
             if dst_mod != src_mod:
                 module_edges.setdefault(src_mod, {}).setdefault(dst_mod, where)
+                if src_mod in NAMES_NO_LAYER and dst_mod == "layers" and layer_part(target) not in ("frame", "registry"):
+                    problems.append(f"{where}: '{src_mod}' names layer '{layer_part(target)}' ({target}): it "
+                                    f"shows layers through the registry, and joins of several through views/")
                 if LEVEL[dst_mod] > LEVEL[src_mod]:
                     problems.append(f"{where}: '{src_mod}' (level {LEVEL[src_mod]}) uses '{dst_mod}' "
                                     f"(level {LEVEL[dst_mod]}), above it")

@@ -62,7 +62,7 @@ fn assert_fails(tag: &str, plants: &[(&str, &str)], says: &str) {
 fn the_tree_as_it_is_keeps_the_layering() {
     let (code, text) = check(&repo().join("vtrace/src"));
     assert_eq!(code, 0, "{text}");
-    assert!(text.contains("level 6: cli"), "the binary's commands on top:\n{text}");
+    assert!(text.contains("level 7: cli"), "the binary's commands on top:\n{text}");
 }
 
 #[test]
@@ -70,13 +70,22 @@ fn a_module_using_one_above_it_fails() {
     assert_fails(
         "up",
         &[("recording/schema.rs", "use crate::record::RecordOptions;")],
-        "'recording' (level 1) uses 'record' (level 4), above it",
+        "'recording' (level 1) uses 'record' (level 5), above it",
     );
     // A layer reaching for the command that runs it.
     assert_fails(
         "layer-up",
         &[("layers/cpu/mod.rs", "use crate::record::RecordOptions;")],
-        "'layers' (level 2) uses 'record' (level 4), above it",
+        "'layers' (level 2) uses 'record' (level 5), above it",
+    );
+}
+
+#[test]
+fn a_report_naming_a_layer_fails() {
+    assert_fails(
+        "report",
+        &[("report/mod.rs", "use crate::layers::cpu::ThreadRow;")],
+        "'report' names layer 'cpu'",
     );
 }
 

@@ -31,6 +31,7 @@ pub mod recording;
 pub mod report;
 pub mod report_model;
 pub mod serve;
+pub mod views;
 pub mod workload;
 
 pub use error::{Error, Result};

@@ -41,7 +41,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
         rec.set_ops(vtrace::workload::ops::Operations::given(n));
     }
     if args.format == Format::Flamegraph {
-        let svg = layers::sample::flamegraph::svg(&rec, &rec.title(), args.lines).map_err(anyhow::Error::msg)?;
+        let svg = vtrace::views::flamegraph(&rec, args.lines).map_err(anyhow::Error::msg)?;
         return emit(&svg, args.output.as_deref());
     }
     let text = if let Some(name) = &args.table {

@@ -1,24 +1,22 @@
-//! Reports: every layer's section (`layers/<name>/summary.rs`), the
-//! run's own (`run.rs`) and, when the work done is known, every figure per
-//! operation (`per_op.rs`), rendered as text, JSON or CSV by renderers that
-//! know no layer (`model.rs` is the typed report they share).
+//! Reports: every layer's section (`layers/<name>/summary.rs`, through the
+//! registry), the views that join several layers (`views/`), the run's own
+//! (`run.rs`) and, when the work done is known, every figure per operation
+//! (`per_op.rs`), rendered as text, JSON, CSV or HTML by renderers that know
+//! no layer (`report_model` is the typed report they share).
 
 mod cost;
 pub mod csv;
 mod html;
 mod json;
-mod overlay;
 /// The typed report model lives below the layers, which build its sections.
 pub use self::cost::{calibrated_ns_per_event, ns_per_event, whole_run_time_ns};
 pub use crate::report_model as model;
 mod per_op;
 pub mod plot;
 pub mod run;
-pub mod startup;
 mod text;
-mod trace;
 
-use crate::{layers, layers::cpu::analysis::CpuBreakdown, recording::Recording};
+use crate::{layers, recording::Recording, views};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -50,8 +48,8 @@ pub fn sections(rec: &Recording, top: usize) -> Vec<model::Section> {
     let mut sections = vec![run::header(rec)];
     sections.extend(layers::REGISTRY.iter().map(|l| l.summarize(rec, top)));
     join_thread_columns(&mut sections, rec);
-    overlay::join(&mut sections, rec);
-    sections.extend(startup::section(rec));
+    views::overlay::join(&mut sections, rec);
+    sections.extend(views::startup::section(rec));
     sections.extend([run::probes(rec), run::overhead(rec)]);
     if let Some(ops) = rec.ops() {
         per_op::divide(&mut sections, ops.count);
@@ -86,10 +84,10 @@ fn join_thread_columns(sections: &mut [model::Section], rec: &Recording) {
 
 pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
     match opts.format {
-        Format::Csv => csv::threads(&CpuBreakdown::of(rec)),
-        Format::Folded => folded(rec),
-        Format::Trace => trace::render(rec),
-        Format::Flamegraph => layers::sample::flamegraph::svg(rec, &rec.title(), false).unwrap_or_default(),
+        Format::Csv => views::threads_csv(rec),
+        Format::Folded => views::folded(rec),
+        Format::Trace => views::trace::render(rec),
+        Format::Flamegraph => views::flamegraph(rec, false).unwrap_or_default(),
         Format::Json => render_sections(&sections(rec, usize::MAX), Format::Json, &rec.title()),
         format => render_sections(&sections(rec, opts.top), format, &rec.title()),
     }
@@ -104,21 +102,4 @@ pub fn render_sections(sections: &[model::Section], format: Format, title: &str)
         Format::Html => html::render(title, sections),
         Format::Csv | Format::Folded | Format::Trace | Format::Flamegraph => String::new(),
     }
-}
-
-/// The recording's sampled stacks, each prefixed by its process name, merged
-/// over the threads of a process.
-pub fn folded(rec: &Recording) -> String {
-    let mut merged: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    for s in rec.rows::<crate::layers::sample::SampleRow>() {
-        let comm = rec
-            .rows::<crate::layers::cpu::ThreadRow>()
-            .iter()
-            .find(|t| t.tid == s.pid)
-            .map_or(s.comm.as_str(), |t| t.comm.as_str());
-        *merged
-            .entry(format!("{};{}", comm.replace(' ', "_"), s.stack))
-            .or_default() += s.count;
-    }
-    merged.into_iter().map(|(stack, n)| format!("{stack} {n}\n")).collect()
 }

@@ -1,0 +1,83 @@
+//! Views of a recording that join several layers' tables, above the layers
+//! (which each see only their own and the CPU layer's) and below the
+//! reports, which show them without naming a layer: the Chrome trace
+//! (`trace.rs`: CPU, net, KVM), start-up (`startup.rs`: CPU, net, vsock),
+//! the overlay cost (`overlay.rs`: fs beside sampled stacks), sampled
+//! stacks folded and drawn (each thread's process name from the CPU layer),
+//! and the threads' CPU breakdown as CSV.
+
+pub mod overlay;
+pub mod startup;
+pub mod trace;
+
+use crate::{
+    layers::{
+        cpu::{
+            ThreadRow,
+            analysis::{CpuBreakdown, StateTimes},
+        },
+        sample::{SampleRow, flamegraph},
+    },
+    recording::Recording,
+};
+
+/// The interactive flamegraph (SVG) of the recording's sampled stacks; with
+/// `lines`, a frame per source line where debug info has them.
+pub fn flamegraph(rec: &Recording, lines: bool) -> Result<String, String> {
+    flamegraph::svg(rec, &rec.title(), lines)
+}
+
+/// The recording's sampled stacks, each prefixed by its process name, merged
+/// over the threads of a process.
+pub fn folded(rec: &Recording) -> String {
+    let mut merged: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for s in rec.rows::<SampleRow>() {
+        let comm = rec
+            .rows::<ThreadRow>()
+            .iter()
+            .find(|t| t.tid == s.pid)
+            .map_or(s.comm.as_str(), |t| t.comm.as_str());
+        *merged
+            .entry(format!("{};{}", comm.replace(' ', "_"), s.stack))
+            .or_default() += s.count;
+    }
+    merged.into_iter().map(|(stack, n)| format!("{stack} {n}\n")).collect()
+}
+
+/// One row per thread: its CPU time by state (`report --format csv`).
+pub fn threads_csv(rec: &Recording) -> String {
+    let cpu = CpuBreakdown::of(rec);
+    let mut out = String::from(
+        "pid,tid,comm,platform,role,selected,user_ns,system_ns,softirq_ns,hardirq_ns,guest_ns,idle_ns,total_ns,guest_source\n",
+    );
+    for t in &cpu.threads {
+        let total = StateTimes::of_thread(t).busy_ns();
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            t.pid,
+            t.tid,
+            quote(&t.comm),
+            t.platform,
+            t.role,
+            t.selected,
+            t.user_ns,
+            t.system_ns,
+            t.softirq_ns,
+            t.hardirq_ns,
+            t.guest_ns,
+            t.idle_ns,
+            total,
+            t.guest_source
+        ));
+    }
+    out
+}
+
+/// RFC 4180 quoting for fields that need it (comm may hold commas or quotes).
+pub fn quote(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
