@@ -4,9 +4,10 @@
 # the stock-kernel guest's files first, with clippy beside them, then the rest.
 # Kernel-touching tests run one at a time (--test-threads=1) as root.
 #   test.sh           the whole suite (what CI's .ci/run calls)
-#   test.sh --quick   host only, for the loop while developing (about 5
-#                     minutes): no guest boots (the stock-kernel guest, the
-#                     lab's TCG VM), no benches, no serve end-to-end, no gates
+#   test.sh --quick   host only, for the loop while developing (under 5
+#                     minutes once built): no guest boots (the stock-kernel
+#                     guest, the lab's TCG VM), no benches, no serve end-to-end,
+#                     no fuzzing, no lab bring-ups, no gates
 set -uo pipefail
 cd "$(dirname "$0")/.."
 QUICK=0
@@ -33,10 +34,11 @@ set +e
 GUEST_FILES="stock_kernel vm_platforms kata sriov"
 GUEST_TESTS="qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap linuxvm_lab_instance \
   a_vm_up_killed_while_qemu_starts_is_undone"
-# Files that run for a minute or more without a guest: accuracy's long
-# runs against ground truth, benches over many rounds, and serve's
-# end-to-end runs with Prometheus and DuckDB.
-LONG_FILES="accuracy bench serve"
+# Files left out of --quick that run without a guest: accuracy's long
+# runs against ground truth, benches over many rounds, serve's end-to-end
+# runs with Prometheus and DuckDB, the fuzzing of hostile input, and the
+# lab's platforms brought up and down one by one.
+LONG_FILES="accuracy bench serve hostile_input lab"
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
