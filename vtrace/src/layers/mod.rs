@@ -45,7 +45,8 @@ pub mod vsock;
 
 pub use self::{
     registry::{
-        REGISTRY, catalog, default_names, find, kernel_config, loss_meaning, names, read, recover_into, table_kinds,
+        REGISTRY, catalog, default_names, find, kernel_config, layers_help, loss_meaning, names, read, recover_into,
+        table_kinds,
     },
     switches::{CommonSwitches, Switch, SwitchGroup, Switches},
 };

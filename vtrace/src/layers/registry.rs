@@ -55,6 +55,15 @@ pub fn kernel_config(caps: &Capabilities) -> Config {
     config
 }
 
+/// `--layers`' help: every layer by name, from the registry.
+pub fn layers_help() -> String {
+    format!(
+        "Layers to record, comma-separated (the CPU layer is always on): {}; e.g. `--layers cpu` for CPU \
+         attribution alone. Default: every layer that is on by default",
+        names().join(", ")
+    )
+}
+
 /// The layers a plain `vtrace record` runs.
 pub fn default_names() -> Vec<String> {
     REGISTRY

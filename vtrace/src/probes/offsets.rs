@@ -60,6 +60,16 @@ impl<'a> KernelLayout<'a> {
             .and_then(|t| tracepoint_field(t, category, event, field))
             .map_or(0, |f| f.offset)
     }
+
+    /// The offset of the first of `fields` the record has (a field renamed
+    /// between kernels, newest name first); 0 when it has none.
+    pub fn tracepoint_any(&self, category: &str, event: &str, fields: &[&str]) -> u32 {
+        fields
+            .iter()
+            .map(|f| self.tracepoint(category, event, f))
+            .find(|&at| at != 0)
+            .unwrap_or(0)
+    }
 }
 
 /// What the net and tun layers both read of a network device and an skb.

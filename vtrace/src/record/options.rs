@@ -30,10 +30,9 @@ pub struct RecordOptions {
     /// Extra platform profiles (TOML, the format of vtrace/src/platforms/profiles.toml).
     #[arg(long)]
     pub platform_file: Option<PathBuf>,
-    /// Layers to record, comma-separated (the CPU layer is always on): cpu, net, tun, kvm, uprobe,
-    /// runq, block, fs, faults, vsock, path, sample; e.g. `--layers cpu` for CPU attribution alone. Default: every layer
-    /// that is on by default.
-    #[arg(long, value_delimiter = ',', default_values_t = layers::default_names())]
+    /// Layers to record, comma-separated (the CPU layer is always on): every registered layer
+    /// ([`layers::layers_help`]).
+    #[arg(long, value_delimiter = ',', default_values_t = layers::default_names(), help = layers::layers_help())]
     pub layers: Vec<String>,
     /// Each layer's own switches (declared in its folder).
     #[command(flatten)]

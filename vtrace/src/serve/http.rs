@@ -81,6 +81,8 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
         .max_buf_size(MAX_HEAD)
+        // A client that closes its side after its request still gets the answer.
+        .half_close(true)
         .keep_alive(false)
         .serve_connection(TokioIo::new(stream), service);
     let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
@@ -111,14 +113,27 @@ async fn answer(
                 .get_all(hyper::header::ACCEPT)
                 .iter()
                 .any(|v| v.to_str().is_ok_and(|v| v.contains("application/openmetrics-text")));
-            let mut exporter = exporter.lock().await;
-            match exporter.read().await {
-                Ok(()) => {
-                    let body = encode(exporter.series.iter(), openmetrics);
+            // A task of its own: a client that goes away mid-read (a scrape
+            // timeout) cannot cancel the read, whose rows the live session
+            // forgets once read.
+            let read = tokio::spawn(async move {
+                let mut exporter = exporter.lock_owned().await;
+                match exporter.read().await {
+                    Ok(()) => Ok(encode(exporter.series.iter(), openmetrics)),
+                    Err(e) => Err(e.to_string()),
+                }
+            });
+            match read.await {
+                Ok(Ok(body)) => {
                     let kind = if openmetrics { OPENMETRICS } else { PROMETHEUS_TEXT };
                     reply(StatusCode::OK, kind, body)
                 }
-                Err(e) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("vtrace: {e}\n")),
+                Ok(Err(e)) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("vtrace: {e}\n")),
+                Err(e) => reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("vtrace: the read failed: {e}\n"),
+                ),
             }
         }
         "/-/healthy" => reply(StatusCode::OK, "text/plain", "vtrace is healthy.\n"),

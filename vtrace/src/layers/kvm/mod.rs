@@ -72,7 +72,8 @@ impl Layer for KvmLayer {
         o.kvm.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
         o.kvm.tp_kvm_msi_address = kvm("kvm_msi_set_irq", "address");
         o.kvm.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
-        o.kvm.tp_kvm_inj_virq_vector = kvm("kvm_inj_virq", "vector");
+        // `vector` (with `soft`) since Linux 6.0; `irq` before.
+        o.kvm.tp_kvm_inj_virq_vector = k.tracepoint_any("kvm", "kvm_inj_virq", &["vector", "irq"]);
         o.kvm.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
         o.kvm.tp_kvm_wakeup_ns = kvm("kvm_vcpu_wakeup", "ns");
         o.kvm.tp_kvm_wakeup_waited = kvm("kvm_vcpu_wakeup", "waited");

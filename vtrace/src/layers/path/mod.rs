@@ -81,10 +81,7 @@ impl Layer for PathLayer {
         o.path.tp_kvm_set_irq_level = kvm("kvm_set_irq", "level");
         o.path.tp_kvm_msi_data = kvm("kvm_msi_set_irq", "data");
         // `vector` (with `soft`) since Linux 6.0; `irq` before.
-        o.path.tp_kvm_inj_virq_vector = match kvm("kvm_inj_virq", "vector") {
-            0 => kvm("kvm_inj_virq", "irq"),
-            at => at,
-        };
+        o.path.tp_kvm_inj_virq_vector = k.tracepoint_any("kvm", "kvm_inj_virq", &["vector", "irq"]);
         o.path.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
         o.path.tp_kvm_apic_accept_irq_vec = kvm("kvm_apic_accept_irq", "vec");
         // vhost-net's batches into a tap (the tun module's own struct, as
