@@ -78,11 +78,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t.system_ns,
         t.softirq_ns,
         t.hardirq_ns,
-        t.role,
+        t.owner.role,
         rec.rows::<ThreadRow>()
             .iter()
-            .find(|t| t.comm == "vtrace-recorder")
-            .map_or("missing", |t| t.role.as_str()),
+            .find(|t| t.owner.comm == "vtrace-recorder")
+            .map_or("missing", |t| t.owner.role.as_str()),
         rec.meta.stopped_by
     );
     Ok(())

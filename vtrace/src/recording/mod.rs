@@ -9,6 +9,7 @@
 mod events;
 mod io;
 pub mod journal;
+mod owner;
 mod read;
 mod recover;
 mod schema;
@@ -16,6 +17,7 @@ pub mod table;
 
 pub use events::{CHUNK_ROWS, EventRow, EventsWritten, NetEventWriter, NetEvents};
 pub use io::{OUTPUT_FILE, OutputSlot, move_aside_if_named_for_this_pid, write};
+pub use owner::Owner;
 pub use read::read;
 pub use recover::{Replay, Replayed, recover_into};
 pub use schema::*;

@@ -139,6 +139,23 @@ pub trait ColumnValue: Sized + Clone {
     fn read(df: &DataFrame, name: &str) -> Result<Vec<Self>, ColumnError>;
 }
 
+/// A row field's columns: one column named after the field for a
+/// [`ColumnValue`], a column each of its own fields for a record flattened
+/// into the row (see [`super::Owner`]).
+pub trait Columns: Sized + Clone + Default {
+    fn columns(field: &str, values: Vec<Self>) -> Vec<Column>;
+    fn read(df: &DataFrame, field: &str) -> Result<Vec<Self>, ColumnError>;
+}
+
+impl<T: ColumnValue + Default> Columns for T {
+    fn columns(field: &str, values: Vec<Self>) -> Vec<Column> {
+        vec![T::column(field, values)]
+    }
+    fn read(df: &DataFrame, field: &str) -> Result<Vec<Self>, ColumnError> {
+        <T as ColumnValue>::read(df, field)
+    }
+}
+
 fn col<'a>(df: &'a DataFrame, name: &str) -> Result<&'a Column, ColumnError> {
     df.column(name).map_err(|_| ColumnError::Missing(name.into()))
 }
@@ -191,7 +208,9 @@ impl ColumnValue for String {
 /// fields, the Parquet columns and their order cannot drift apart.
 /// `Name = "file" version N { ... }` bumps the table's version; a column
 /// added in version N is declared `field: Type [since N]` and reads as its
-/// default from files of an older version.
+/// default from files of an older version. A record whose fields are
+/// columns of their own ([`super::Owner`]) is declared
+/// `#[serde(flatten)] owner: Owner`.
 macro_rules! table {
     ($(#[$meta:meta])* $name:ident = $table:literal $(version $version:literal)? {
         $($(#[$fmeta:meta])* $field:ident : $ty:ty $([since $since:literal])?),* $(,)?
@@ -204,22 +223,24 @@ macro_rules! table {
             const NAME: &'static str = $table;
             $(const VERSION: u32 = $version;)?
             fn to_frame(rows: &[Self]) -> polars_core::prelude::PolarsResult<polars_core::prelude::DataFrame> {
-                use $crate::recording::table::ColumnValue;
-                polars_core::prelude::DataFrame::new(rows.len(), vec![$(
-                    <$ty as ColumnValue>::column(stringify!($field), rows.iter().map(|r| r.$field.clone()).collect()),
-                )*])
+                use $crate::recording::table::Columns;
+                let mut columns = Vec::new();
+                $(
+                    columns.extend(<$ty as Columns>::columns(stringify!($field), rows.iter().map(|r| r.$field.clone()).collect()));
+                )*
+                polars_core::prelude::DataFrame::new(rows.len(), columns)
             }
             fn from_frame(
                 df: &polars_core::prelude::DataFrame,
                 version: u32,
             ) -> Result<Vec<Self>, $crate::recording::table::ColumnError> {
-                use $crate::recording::table::ColumnValue;
+                use $crate::recording::table::Columns;
                 $(
                     let since: u32 = 1 $(+ $since - 1)?;
                     let $field = if version < since {
                         vec![<$ty>::default(); df.height()]
                     } else {
-                        <$ty as ColumnValue>::read(df, stringify!($field))?
+                        <$ty as Columns>::read(df, stringify!($field))?
                     };
                 )*
                 let mut rows = Vec::with_capacity(df.height());

@@ -35,8 +35,8 @@ pub fn folded(rec: &Recording) -> String {
         let comm = rec
             .rows::<ThreadRow>()
             .iter()
-            .find(|t| t.tid == s.pid)
-            .map_or(s.comm.as_str(), |t| t.comm.as_str());
+            .find(|t| t.tid == s.owner.pid)
+            .map_or(s.owner.comm.as_str(), |t| t.owner.comm.as_str());
         *merged
             .entry(format!("{};{}", comm.replace(' ', "_"), s.stack))
             .or_default() += s.count;
@@ -54,11 +54,11 @@ pub fn threads_csv(rec: &Recording) -> String {
         let total = StateTimes::of_thread(t).busy_ns();
         out.push_str(&format!(
             "{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-            t.pid,
+            t.owner.pid,
             t.tid,
-            quote(&t.comm),
-            t.platform,
-            t.role,
+            quote(&t.owner.comm),
+            t.owner.platform,
+            t.owner.role,
             t.selected,
             t.user_ns,
             t.system_ns,

@@ -126,7 +126,7 @@ pub fn overlay_cost(rec: &Recording) -> Vec<OverlayCost> {
             })
     }
     for s in samples {
-        let e = entry(&mut instances, &s.platform, &s.instance);
+        let e = entry(&mut instances, &s.owner.platform, &s.owner.instance);
         e.samples += s.count;
         let in_creds = s.stack.split(';').any(|f| {
             f.strip_suffix("_[k]")
@@ -150,7 +150,7 @@ pub fn overlay_cost(rec: &Recording) -> Vec<OverlayCost> {
             continue;
         };
         let e = per_call
-            .entry((r.platform.clone(), r.instance.clone(), r.op.clone()))
+            .entry((r.owner.platform.clone(), r.owner.instance.clone(), r.op.clone()))
             .or_default();
         e[side].0 += r.count;
         e[side].1 += r.total_ns;
@@ -187,7 +187,7 @@ pub fn overlay_cost(rec: &Recording) -> Vec<OverlayCost> {
             } else {
                 creds
                     .iter()
-                    .filter(|c| c.platform == e.platform && c.instance == e.instance)
+                    .filter(|c| c.owner.platform == e.platform && c.owner.instance == e.instance)
                     .map(|c| c.override_calls)
                     .sum()
             });

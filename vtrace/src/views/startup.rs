@@ -80,15 +80,15 @@ pub fn starts(rec: &Recording) -> Vec<InstanceStart> {
     let intervals = rec.rows::<IntervalRow>();
     let mut instances: Vec<(&str, &str)> = threads
         .iter()
-        .filter(|t| !t.instance.is_empty())
-        .map(|t| (t.platform.as_str(), t.instance.as_str()))
+        .filter(|t| !t.owner.instance.is_empty())
+        .map(|t| (t.owner.platform.as_str(), t.owner.instance.as_str()))
         .collect();
     instances.sort();
     instances.dedup();
     instances.retain(|(_, instance)| {
         threads
             .iter()
-            .filter(|t| t.instance == *instance)
+            .filter(|t| t.owner.instance == *instance)
             .all(|t| t.born_ns > 0)
     });
     instances
@@ -107,7 +107,7 @@ pub fn starts(rec: &Recording) -> Vec<InstanceStart> {
 }
 
 fn milestones(rec: &Recording, threads: &[ThreadRow], intervals: &[IntervalRow], instance: &str) -> Vec<Milestone> {
-    let mine: Vec<&ThreadRow> = threads.iter().filter(|t| t.instance == instance).collect();
+    let mine: Vec<&ThreadRow> = threads.iter().filter(|t| t.owner.instance == instance).collect();
     let mut out = vec![Milestone {
         what: "recording started".into(),
         at_ns: 0,
@@ -126,7 +126,7 @@ fn milestones(rec: &Recording, threads: &[ThreadRow], intervals: &[IntervalRow],
     // The first thread of each role (every one was born during the run).
     let mut first: BTreeMap<&str, u64> = BTreeMap::new();
     for t in &mine {
-        let e = first.entry(&t.role).or_insert(u64::MAX);
+        let e = first.entry(&t.owner.role).or_insert(u64::MAX);
         *e = (*e).min(t.born_ns);
     }
     for (role, &at) in &first {
@@ -138,7 +138,7 @@ fn milestones(rec: &Recording, threads: &[ThreadRow], intervals: &[IntervalRow],
     }
     // The guest's first run.
     let vcpu_born = first.get("vcpu").copied();
-    let vcpus: Vec<u32> = mine.iter().filter(|t| t.role == "vcpu").map(|t| t.tid).collect();
+    let vcpus: Vec<u32> = mine.iter().filter(|t| t.owner.role == "vcpu").map(|t| t.tid).collect();
     if let Some(i) = intervals
         .iter()
         .filter(|i| i.guest_ns > 0 && vcpus.contains(&i.tid))
@@ -154,12 +154,12 @@ fn milestones(rec: &Recording, threads: &[ThreadRow], intervals: &[IntervalRow],
     // its host's vhost-vsock worker (one of the instance's threads) took.
     let mut accepted: BTreeMap<u32, u64> = BTreeMap::new();
     for r in rec.rows::<VsockRow>() {
-        if r.instance == instance && r.direction == "received" && r.op == "response" && r.first_ns > 0 {
+        if r.owner.instance == instance && r.direction == "received" && r.op == "response" && r.first_ns > 0 {
             let e = accepted.entry(r.port).or_insert(u64::MAX);
             *e = (*e).min(r.first_ns);
         }
     }
-    let platform = mine.first().map_or("", |t| t.platform.as_str());
+    let platform = mine.first().map_or("", |t| t.owner.platform.as_str());
     for (port, at) in accepted {
         let agent = if platform == "kata" && port == KATA_AGENT_PORT {
             ": agent reachable"
@@ -231,9 +231,9 @@ fn phases(
         let Some(t) = index.interval_thread(i.tid, i.born_ns) else {
             continue;
         };
-        let key = if t.instance == instance {
-            t.role.as_str()
-        } else if ROLES_LEFT_OUT.contains(&t.role.as_str()) {
+        let key = if t.owner.instance == instance {
+            t.owner.role.as_str()
+        } else if ROLES_LEFT_OUT.contains(&t.owner.role.as_str()) {
             continue;
         } else {
             ELSEWHERE
@@ -393,6 +393,7 @@ fn role_columns(phases: &[Phase]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recording::Owner;
 
     #[test]
     fn milestones_at_one_moment_share_their_words() {
@@ -410,9 +411,12 @@ mod tests {
     fn thread(tid: u32, role: &str, instance: &str, born_ns: u64, exited_ns: u64) -> ThreadRow {
         ThreadRow {
             tid,
-            pid: tid,
-            role: role.into(),
-            instance: instance.into(),
+            owner: Owner {
+                pid: tid,
+                role: role.into(),
+                instance: instance.into(),
+                ..Default::default()
+            },
             born_ns,
             exited_ns,
             ..Default::default()

@@ -42,11 +42,15 @@ pub fn render(rec: &Recording) -> String {
     // By tid alone for intervals written before they carried the fork.
     let index = ThreadIndex::new(rec.rows::<ThreadRow>());
     let role_of = |tid: u32, born_ns: u64| {
-        index
-            .interval_thread(tid, born_ns)
-            .map_or_else(|| "host/other".to_string(), |t| format!("{}/{}", t.platform, t.role))
+        index.interval_thread(tid, born_ns).map_or_else(
+            || "host/other".to_string(),
+            |t| format!("{}/{}", t.owner.platform, t.owner.role),
+        )
     };
-    let mut roles: Vec<String> = threads.values().map(|t| format!("{}/{}", t.platform, t.role)).collect();
+    let mut roles: Vec<String> = threads
+        .values()
+        .map(|t| format!("{}/{}", t.owner.platform, t.owner.role))
+        .collect();
     roles.sort();
     roles.dedup();
     let track = |role: &str| ROLE_TRACK_BASE + roles.iter().position(|r| r == role).unwrap_or(roles.len()) as u64;
@@ -55,10 +59,10 @@ pub fn render(rec: &Recording) -> String {
         events.push(json!({"ph": "M", "name": "process_name", "pid": track(role), "args": {"name": role}}));
     }
     for t in threads.values() {
-        let role = format!("{}/{}", t.platform, t.role);
+        let role = format!("{}/{}", t.owner.platform, t.owner.role);
         events.push(
             json!({"ph": "M", "name": "thread_name", "pid": track(&role), "tid": t.tid,
-                           "args": {"name": format!("{} ({})", t.comm, t.tid)}}),
+                           "args": {"name": format!("{} ({})", t.owner.comm, t.tid)}}),
         );
     }
 
@@ -157,7 +161,7 @@ pub fn render(rec: &Recording) -> String {
     for k in rec.rows::<KvmLatencyRow>() {
         events.push(
             json!({"ph": "i", "s": "t", "name": format!("{} {} (totals)", k.kind, k.reason_name),
-                           "pid": track(&format!("{}/{}", k.platform, k.role)), "tid": k.tid, "ts": end,
+                           "pid": track(&format!("{}/{}", k.owner.platform, k.owner.role)), "tid": k.tid, "ts": end,
                            "args": {"count": k.count, "sum_ns": k.sum_ns, "min_ns": k.min_ns, "max_ns": k.max_ns}}),
         );
     }

@@ -66,12 +66,12 @@ fn file_calls(recs: &[recording::Recording], platform: &str) -> Vec<(String, f64
         ops += r.ops().map_or(0.0, |o| o.count);
         for f in r.rows::<FsRow>().iter().filter(|f| {
             if platform == crate::platforms::HOST {
-                f.comm == "node"
+                f.owner.comm == "node"
             } else {
-                f.platform == recorded_as
+                f.owner.platform == recorded_as
             }
         }) {
-            let call = format!("{}:{}", f.role, f.op);
+            let call = format!("{}:{}", f.owner.role, f.op);
             match by_op.iter_mut().find(|(op, ..)| *op == call) {
                 Some(e) => {
                     e.1 += f.count;

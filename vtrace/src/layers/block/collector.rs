@@ -10,12 +10,12 @@ use aya::{
 use vtrace_common::{BLOCK_BUCKETS, BlockInflight, BlockKey, BlockPending, BlockStats, block_op, log2_index};
 
 use super::tables::{BlockDeviceRow, BlockHistRow, BlockRow};
-use crate::platforms::attribute::Attributed;
+use crate::recording::Owner;
 use crate::{
     Result,
     collectors::maps::{Counters, EndedProcesses, counters, delta, sum_per_cpu, take},
+    layers::cpu::ThreadIndex,
     layers::cpu::ThreadRow,
-    layers::cpu::{ThreadIndex, row_owner},
 };
 
 counters!(BlockStats { requests, bytes, queued, queue_ns, device_ns } [queue_hist, device_hist, size_hist]);
@@ -305,11 +305,17 @@ pub fn rows(
         if s.requests == 0 {
             continue;
         }
-        let Attributed { platform, instance, .. } = row_owner(index.cgroup(k.cgroup_id));
+        let Owner {
+            pid,
+            comm,
+            platform,
+            instance,
+            ..
+        } = index.cgroup_owner(k.cgroup_id, k.pid);
         let op = op_name(k.op);
         rows.push(BlockRow {
-            pid: k.pid,
-            comm: index.process_comm(k.pid),
+            pid,
+            comm,
             device: name(k.dev),
             dev: k.dev,
             op: op.clone(),

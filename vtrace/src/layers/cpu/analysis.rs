@@ -149,10 +149,10 @@ impl CpuBreakdown {
         for t in rec.rows::<crate::layers::cpu::ThreadRow>() {
             let times = StateTimes::of_thread(t);
             let g = roles
-                .entry((t.platform.clone(), t.role.clone()))
+                .entry((t.owner.platform.clone(), t.owner.role.clone()))
                 .or_insert_with(|| Group {
-                    platform: t.platform.clone(),
-                    role: t.role.clone(),
+                    platform: t.owner.platform.clone(),
+                    role: t.owner.role.clone(),
                     pid: None,
                     comm: String::new(),
                     threads: 0,
@@ -161,19 +161,19 @@ impl CpuBreakdown {
                 });
             g.threads += 1;
             g.times.add(&times);
-            let p = procs.entry(t.pid).or_insert_with(|| Group {
-                platform: t.platform.clone(),
-                role: t.role.clone(),
-                pid: Some(t.pid),
-                comm: t.comm.clone(),
+            let p = procs.entry(t.owner.pid).or_insert_with(|| Group {
+                platform: t.owner.platform.clone(),
+                role: t.owner.role.clone(),
+                pid: Some(t.owner.pid),
+                comm: t.owner.comm.clone(),
                 threads: 0,
                 times: StateTimes::default(),
                 total_ns: 0,
             });
             // The process is named after its main thread when that is seen.
-            if t.tid == t.pid {
-                p.comm = t.comm.clone();
-                p.role = t.role.clone();
+            if t.tid == t.owner.pid {
+                p.comm = t.owner.comm.clone();
+                p.role = t.owner.role.clone();
             }
             p.threads += 1;
             p.times.add(&times);

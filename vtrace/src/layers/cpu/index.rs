@@ -4,19 +4,20 @@
 use std::collections::HashMap;
 
 use super::ThreadRow;
-use crate::platforms::attribute::Attributed;
+use crate::recording::Owner;
 
-/// Who a row a layer counted belongs to, as the threads table names its
-/// thread or process: the host, no instance and role `other` for one the
-/// table does not know.
-pub fn row_owner(row: Option<&ThreadRow>) -> Attributed {
+/// Where a thread the threads table may not know sits: as the table
+/// says, else on the host, in no instance, with role `other`.
+fn place(row: Option<&ThreadRow>, pid: u32, comm: String) -> Owner {
     match row {
-        Some(t) => Attributed {
-            platform: t.platform.clone(),
-            instance: t.instance.clone(),
-            role: t.role.clone(),
+        Some(t) => Owner {
+            pid,
+            comm,
+            ..t.owner.clone()
         },
-        None => Attributed {
+        None => Owner {
+            pid,
+            comm,
             platform: crate::platforms::HOST.to_string(),
             instance: String::new(),
             role: "other".to_string(),
@@ -41,8 +42,8 @@ impl<'a> ThreadIndex<'a> {
     pub fn new(threads: &'a [ThreadRow]) -> Self {
         let mut by_pid: HashMap<u32, &'a ThreadRow> = HashMap::new();
         for t in threads {
-            let e = by_pid.entry(t.pid).or_insert(t);
-            if t.tid == t.pid {
+            let e = by_pid.entry(t.owner.pid).or_insert(t);
+            if t.tid == t.owner.pid {
                 *e = t;
             }
         }
@@ -51,7 +52,7 @@ impl<'a> ThreadIndex<'a> {
         let mut by_cgroup: HashMap<u64, &'a ThreadRow> = HashMap::new();
         for t in by_pid.values().filter(|t| t.cgroup_id != 0) {
             let e = by_cgroup.entry(t.cgroup_id).or_insert(t);
-            if (t.instance.is_empty(), t.pid) < (e.instance.is_empty(), e.pid) {
+            if (t.owner.instance.is_empty(), t.owner.pid) < (e.owner.instance.is_empty(), e.owner.pid) {
                 *e = t;
             }
         }
@@ -69,7 +70,7 @@ impl<'a> ThreadIndex<'a> {
     /// once gone.
     pub fn identity(&self, tid: u32) -> (u32, String) {
         if let Some(t) = self.thread(tid) {
-            return (t.pid, t.comm.clone());
+            return (t.owner.pid, t.owner.comm.clone());
         }
         let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
         let field = |name: &str| {
@@ -82,6 +83,26 @@ impl<'a> ThreadIndex<'a> {
             field("Tgid:").and_then(|v| v.parse().ok()).unwrap_or(0),
             field("Name:").unwrap_or_default(),
         )
+    }
+
+    /// Who a thread's rows belong to, as the threads table names it (see
+    /// [`Self::identity`] for one it lacks).
+    pub fn thread_owner(&self, tid: u32) -> Owner {
+        let (pid, comm) = self.identity(tid);
+        place(self.thread(tid), pid, comm)
+    }
+
+    /// Who a process's rows belong to: its pid and name, and where its main
+    /// thread sits (see [`Self::process`]).
+    pub fn process_owner(&self, pid: u32) -> Owner {
+        place(self.process(pid), pid, self.process_comm(pid))
+    }
+
+    /// Who a cgroup's rows belong to: process `pid` by name, placed where
+    /// the process that names the cgroup sits (work the kernel charges to
+    /// the cgroup, done on behalf of whichever of its tasks).
+    pub fn cgroup_owner(&self, id: u64, pid: u32) -> Owner {
+        place(self.cgroup(id), pid, self.process_comm(pid))
     }
 
     /// The process that names cgroup `id` (see [`ThreadIndex`]).
@@ -117,7 +138,7 @@ impl<'a> ThreadIndex<'a> {
                     .map(|c| c.trim().to_string())
                     .unwrap_or_default()
             },
-            |t| t.comm.clone(),
+            |t| t.owner.comm.clone(),
         )
     }
 }
@@ -129,10 +150,13 @@ mod tests {
     fn thread(tid: u32, pid: u32, cgroup_id: u64, instance: &str) -> ThreadRow {
         ThreadRow {
             tid,
-            pid,
+            owner: Owner {
+                pid,
+                comm: format!("t{tid}"),
+                instance: instance.into(),
+                ..Default::default()
+            },
             cgroup_id,
-            instance: instance.into(),
-            comm: format!("t{tid}"),
             ..Default::default()
         }
     }
@@ -155,8 +179,8 @@ mod tests {
             "the main thread names a process"
         );
         // A claimed process names the cgroup before a lower, unclaimed pid.
-        assert_eq!(index.cgroup(7).map(|t| t.pid), Some(30));
-        assert_eq!(index.cgroup(8).map(|t| t.pid), Some(20));
+        assert_eq!(index.cgroup(7).map(|t| t.owner.pid), Some(30));
+        assert_eq!(index.cgroup(8).map(|t| t.owner.pid), Some(20));
         assert!(index.cgroup(0).is_none() && index.cgroup(9).is_none());
     }
 }

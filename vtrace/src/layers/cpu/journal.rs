@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use vtrace_common::state;
 
 use super::{CpuRow, IntervalRow, ThreadRow, analysis::StateTimes, series::ThreadKey};
+use crate::recording::Owner;
 use crate::{
     Result,
     recording::{
@@ -247,10 +248,13 @@ fn journal_thread(
     };
     ThreadRow {
         tid: r.tid,
-        pid: r.pid,
-        comm: who.map(|w| w.comm.clone()).unwrap_or_default(),
-        platform: crate::platforms::HOST.into(),
-        role: role.into(),
+        owner: Owner {
+            pid: r.pid,
+            comm: who.map(|w| w.comm.clone()).unwrap_or_default(),
+            platform: crate::platforms::HOST.into(),
+            instance: String::new(),
+            role: role.into(),
+        },
         selected: Some(r.pid) == workload_pid,
         kthread,
         guest_source: "none".into(),

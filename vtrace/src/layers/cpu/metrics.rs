@@ -36,11 +36,11 @@ pub fn metrics(tables: &TableSet, out: &mut Samples) {
         // only grows while the tick split may move time between them.
         let thread = format!("{}/{}", t.tid, t.born_ns);
         let mut labels = vec![
-            ("platform", or(&t.platform, "host")),
-            (INSTANCE, or(&t.instance, "none")),
-            ("role", or(&t.role, "other")),
+            ("platform", or(&t.owner.platform, "host")),
+            (INSTANCE, or(&t.owner.instance, "none")),
+            ("role", or(&t.owner.role, "other")),
         ];
-        labels.extend(out.process_labels_for(t.pid, || index.process_comm(t.pid)));
+        labels.extend(out.process_labels_for(t.owner.pid, || index.process_comm(t.owner.pid)));
         for (state, ns) in StateTimes::of_thread(t).named() {
             let mut labels = labels.clone();
             labels.push(("state", state.to_string()));

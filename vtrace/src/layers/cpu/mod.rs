@@ -25,7 +25,7 @@ use aya::Ebpf;
 use vtrace_common::{Config, thread_flag};
 
 pub use collector::{CpuSplit, monotonic_ns};
-pub use index::{ThreadIndex, row_owner};
+pub use index::ThreadIndex;
 pub use tables::{CpuRow, IntervalRow, IrqRow, SoftirqRow, ThreadRow};
 
 use self::{

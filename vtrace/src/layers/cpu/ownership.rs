@@ -56,9 +56,9 @@ pub(super) struct Thread<'a> {
     pub vtrace: bool,
 }
 
-/// A thread's place: the threads table's platform, instance, role and selected.
+/// Where a thread sits: the threads table's platform, instance, role and selected.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Owner {
+pub(super) struct Place {
     pub platform: String,
     pub instance: String,
     pub role: String,
@@ -67,7 +67,7 @@ pub(super) struct Owner {
 
 /// Rules 1 and 2, one thread at a time. `parent` gives a process's parent
 /// pid (None when unknown).
-pub(super) fn owner(t: &Thread, attribution: &Attribution, parent: &dyn Fn(u32) -> Option<u32>) -> Owner {
+pub(super) fn place(t: &Thread, attribution: &Attribution, parent: &dyn Fn(u32) -> Option<u32>) -> Place {
     // Kernel threads belong to no instance, except those that serve a VM's
     // process (vhost workers before Linux 6.4, KVM's per-VM threads).
     let claimable = t.tid != 0 && (!t.kthread || platforms::detect::serves_pid(t.comm).is_some());
@@ -76,14 +76,14 @@ pub(super) fn owner(t: &Thread, attribution: &Attribution, parent: &dyn Fn(u32) 
         .flatten();
     let selected = t.selected || claimed.is_some();
     match claimed {
-        Some(a) => Owner {
+        Some(a) => Place {
             platform: a.platform,
             instance: a.instance,
             // What it does before what it is called.
             role: if t.vcpu && !t.kthread { "vcpu".into() } else { a.role },
             selected,
         },
-        None => Owner {
+        None => Place {
             platform: platforms::HOST.to_string(),
             instance: String::new(),
             role: role_of(t, selected).to_string(),
@@ -136,20 +136,25 @@ fn claim_vm_kernel_threads(rows: &mut [ThreadRow]) {
     let owners: HashMap<u32, (String, String, bool)> = rows
         .iter()
         .filter(|r| !r.kthread)
-        .map(|r| (r.tid, (r.platform.clone(), r.instance.clone(), r.selected)))
+        .map(|r| (r.tid, (r.owner.platform.clone(), r.owner.instance.clone(), r.selected)))
         .collect();
     for r in rows
         .iter_mut()
-        .filter(|r| r.platform == platforms::HOST && r.instance.is_empty())
+        .filter(|r| r.owner.platform == platforms::HOST && r.owner.instance.is_empty())
     {
-        let Some(owner) = platforms::detect::serves_pid(&r.comm) else {
+        let Some(owner) = platforms::detect::serves_pid(&r.owner.comm) else {
             continue;
         };
         if let Some((platform, instance, selected)) = owners.get(&owner) {
-            r.platform = platform.clone();
-            r.instance = instance.clone();
+            r.owner.platform = platform.clone();
+            r.owner.instance = instance.clone();
             r.selected |= *selected;
-            r.role = if r.comm.starts_with("vhost-") { "vhost" } else { "vmm" }.into();
+            r.owner.role = if r.owner.comm.starts_with("vhost-") {
+                "vhost"
+            } else {
+                "vmm"
+            }
+            .into();
         }
     }
 }
@@ -164,8 +169,8 @@ fn claim_by_cgroup(rows: &mut [ThreadRow]) {
     // cgroup -> its one instance, or None once it is shared.
     let mut owners: HashMap<u64, Option<(String, String)>> = HashMap::new();
     for r in rows.iter().filter(|r| r.cgroup_id != 0 && !r.kthread) {
-        let claim = if r.platform != platforms::HOST {
-            Some((r.platform.clone(), r.instance.clone()))
+        let claim = if r.owner.platform != platforms::HOST {
+            Some((r.owner.platform.clone(), r.owner.instance.clone()))
         } else if r.born_during_run {
             continue; // says nothing either way
         } else {
@@ -183,12 +188,12 @@ fn claim_by_cgroup(rows: &mut [ThreadRow]) {
     }
     for r in rows
         .iter_mut()
-        .filter(|r| r.platform == platforms::HOST && r.born_during_run && !r.kthread)
+        .filter(|r| r.owner.platform == platforms::HOST && r.born_during_run && !r.kthread)
     {
         if let Some(Some((platform, instance))) = owners.get(&r.cgroup_id) {
-            r.platform = platform.clone();
-            r.instance = instance.clone();
-            r.role = "app".into();
+            r.owner.platform = platform.clone();
+            r.owner.instance = instance.clone();
+            r.owner.role = "app".into();
             // Claimed like a thread detection finds in the instance: selected.
             r.selected = true;
         }
@@ -198,7 +203,10 @@ fn claim_by_cgroup(rows: &mut [ThreadRow]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::platforms::{Instance, Profile, detect::ThreadRole};
+    use crate::{
+        platforms::{Instance, Profile, detect::ThreadRole},
+        recording::Owner,
+    };
 
     /// A docker instance `docker:100`: process 100 (its root), thread 101 seen by detection as `worker`.
     fn attribution() -> Attribution {
@@ -242,13 +250,13 @@ mod tests {
 
     /// Rule 2 alone: no instance.
     fn host_role(t: &Thread) -> String {
-        let o = owner(t, &Attribution::new(vec![], vec![]), &|_| None);
+        let o = place(t, &Attribution::new(vec![], vec![]), &|_| None);
         assert_eq!((o.platform.as_str(), o.instance.as_str()), (platforms::HOST, ""));
         o.role
     }
 
-    fn on_host(role: &str, selected: bool) -> Owner {
-        Owner {
+    fn on_host(role: &str, selected: bool) -> Place {
+        Place {
             platform: platforms::HOST.into(),
             instance: String::new(),
             role: role.into(),
@@ -258,10 +266,10 @@ mod tests {
 
     #[test]
     fn detected_thread_takes_its_instance_and_is_selected() {
-        let o = owner(&thread(101, 100, "worker"), &attribution(), &|_| None);
+        let o = place(&thread(101, 100, "worker"), &attribution(), &|_| None);
         assert_eq!(
             o,
-            Owner {
+            Place {
                 platform: "docker".into(),
                 instance: "docker:100".into(),
                 role: "worker".into(),
@@ -280,13 +288,13 @@ mod tests {
             in_vmm: true,
             ..thread(101, 100, "qemu-system-x86")
         };
-        let o = owner(&vcpu, &attribution(), &|_| None);
+        let o = place(&vcpu, &attribution(), &|_| None);
         assert_eq!(
             (o.instance.as_str(), o.role.as_str(), o.selected),
             ("docker:100", "vcpu", true)
         );
         // Its sibling that did not: the profile's role.
-        let o = owner(
+        let o = place(
             &Thread {
                 in_vmm: true,
                 ..thread(101, 100, "qemu-system-x86")
@@ -295,7 +303,7 @@ mod tests {
             &|_| None,
         );
         assert_eq!(o.role, "worker");
-        let o = owner(&Thread { kthread: true, ..vcpu }, &attribution(), &|_| None);
+        let o = place(&Thread { kthread: true, ..vcpu }, &attribution(), &|_| None);
         assert_eq!((o.platform.as_str(), o.role.as_str()), (platforms::HOST, "kernel"));
     }
 
@@ -307,12 +315,12 @@ mod tests {
             200 => Some(100),
             _ => None,
         };
-        let o = owner(&thread(301, 300, "sh"), &attribution(), &parent);
+        let o = place(&thread(301, 300, "sh"), &attribution(), &parent);
         assert_eq!((o.platform.as_str(), o.instance.as_str()), ("docker", "docker:100"));
         assert_eq!(o.role, "app"); // the profile's default role
         assert!(o.selected);
         // Not a descendant: the host's.
-        let o = owner(&thread(401, 400, "sh"), &attribution(), &|_| Some(1));
+        let o = place(&thread(401, 400, "sh"), &attribution(), &|_| Some(1));
         assert_eq!(
             (o.platform.as_str(), o.role.as_str(), o.selected),
             (platforms::HOST, "other", false)
@@ -323,10 +331,10 @@ mod tests {
     fn idle_and_kernel_threads_are_never_claimed_but_vhost_kthreads_are() {
         let attribution = attribution();
         // The idle task, even in an instance's process.
-        let o = owner(&thread(0, 100, "swapper"), &attribution, &|_| None);
+        let o = place(&thread(0, 100, "swapper"), &attribution, &|_| None);
         assert_eq!((o.platform.as_str(), o.role.as_str()), (platforms::HOST, "idle"));
         // A kernel thread detection listed.
-        let o = owner(
+        let o = place(
             &Thread {
                 kthread: true,
                 ..thread(101, 100, "kworker/0:1")
@@ -336,7 +344,7 @@ mod tests {
         );
         assert_eq!((o.platform.as_str(), o.role.as_str()), (platforms::HOST, "kernel"));
         // A vhost worker kernel thread (before Linux 6.4) detection listed.
-        let o = owner(
+        let o = place(
             &Thread {
                 kthread: true,
                 ..thread(101, 100, "vhost-100")
@@ -382,10 +390,13 @@ mod tests {
     fn row(tid: u32, pid: u32, comm: &str, cgroup_id: u64, born_during_run: bool) -> ThreadRow {
         ThreadRow {
             tid,
-            pid,
-            comm: comm.into(),
-            platform: platforms::HOST.into(),
-            role: "other".into(),
+            owner: Owner {
+                pid,
+                comm: comm.into(),
+                platform: platforms::HOST.into(),
+                instance: String::new(),
+                role: "other".into(),
+            },
             cgroup_id,
             born_during_run,
             ..Default::default()
@@ -398,22 +409,22 @@ mod tests {
     }
 
     fn claimed(mut r: ThreadRow, instance: &str, role: &str) -> ThreadRow {
-        r.platform = instance.split(':').next().unwrap().into();
-        r.instance = instance.into();
-        r.role = role.into();
+        r.owner.platform = instance.split(':').next().unwrap().into();
+        r.owner.instance = instance.into();
+        r.owner.role = role.into();
         r.selected = true;
         r
     }
 
-    fn owners(rows: &[ThreadRow]) -> Vec<(u32, Owner)> {
+    fn owners(rows: &[ThreadRow]) -> Vec<(u32, Place)> {
         rows.iter()
             .map(|r| {
                 (
                     r.tid,
-                    Owner {
-                        platform: r.platform.clone(),
-                        instance: r.instance.clone(),
-                        role: r.role.clone(),
+                    Place {
+                        platform: r.owner.platform.clone(),
+                        instance: r.owner.instance.clone(),
+                        role: r.owner.role.clone(),
                         selected: r.selected,
                     },
                 )
@@ -432,7 +443,11 @@ mod tests {
         claim_by_cgroup(&mut rows);
         for r in &rows[1..] {
             assert_eq!(
-                (r.platform.as_str(), r.instance.as_str(), r.role.as_str()),
+                (
+                    r.owner.platform.as_str(),
+                    r.owner.instance.as_str(),
+                    r.owner.role.as_str()
+                ),
                 ("docker", "docker:100", "app")
             );
             // Claimed like a thread detection finds in the instance: selected.
@@ -498,7 +513,7 @@ mod tests {
             row(105, 100, "vhost-100", 0, false),
         ];
         claim_vm_kernel_threads(&mut rows);
-        let worker = Owner {
+        let worker = Place {
             platform: "qemu".into(),
             instance: "qemu:100".into(),
             role: "vhost".into(),
@@ -516,7 +531,7 @@ mod tests {
             kernel(row(512, 512, "kvm-pit/999", 0, false)),
         ];
         claim_vm_kernel_threads(&mut rows);
-        let vmm = Owner {
+        let vmm = Place {
             platform: "qemu".into(),
             instance: "qemu:100".into(),
             role: "vmm".into(),
@@ -534,7 +549,7 @@ mod tests {
         let mut rows = vec![
             owner_row,
             row(500, 500, "vhost-100", 0, false),
-            // Owner not in the table: unchanged.
+            // Place not in the table: unchanged.
             row(501, 501, "vhost-999", 0, false),
         ];
         claim_vm_kernel_threads(&mut rows);

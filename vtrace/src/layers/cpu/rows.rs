@@ -14,6 +14,7 @@ use super::{
     series::since,
     tables::{CpuRow, SoftirqRow, ThreadRow, VcpuIndex},
 };
+use crate::recording::Owner;
 use crate::{layers::Facts, platforms::attribute::Attribution};
 
 /// A thread's name. A kernel thread's longer name (KVM's
@@ -147,7 +148,7 @@ pub fn thread_rows(
                 "none"
             };
             let pcomm = process_comm.get(&t.tgid).cloned().unwrap_or_else(|| comm.clone());
-            let owner = ownership::owner(
+            let place = ownership::place(
                 &ownership::Thread {
                     tid: *tid,
                     pid: t.tgid,
@@ -164,13 +165,15 @@ pub fn thread_rows(
             );
             ThreadRow {
                 tid: *tid,
-                pid: t.tgid,
+                owner: Owner {
+                    pid: t.tgid,
+                    comm,
+                    platform: place.platform,
+                    instance: place.instance,
+                    role: place.role,
+                },
                 ppid: t.parent_tgid,
-                role: owner.role,
-                platform: owner.platform,
-                instance: owner.instance,
-                comm,
-                selected: owner.selected,
+                selected: place.selected,
                 kthread: t.flags & thread_flag::KTHREAD != 0,
                 exited: t.flags & thread_flag::EXITED != 0,
                 born_during_run: t.flags & thread_flag::BORN_DURING_RUN != 0,

@@ -137,10 +137,15 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     {
         // The vCPU's index where KVM told it.
         let role = match th.vcpu.get() {
-            Some(i) => format!("{} {i}", th.role),
-            None => th.role.clone(),
+            Some(i) => format!("{} {i}", th.owner.role),
+            None => th.owner.role.clone(),
         };
-        let mut cells = vec![th.pid.to_string(), th.tid.to_string(), th.comm.clone(), role];
+        let mut cells = vec![
+            th.owner.pid.to_string(),
+            th.tid.to_string(),
+            th.owner.comm.clone(),
+            role,
+        ];
         cells.extend(state_cells(&StateTimes::of_thread(th), cap));
         threads.row(cells);
     }
@@ -153,7 +158,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         let named: Vec<String> = unbounded
             .iter()
             .take(5)
-            .map(|t| format!("{} ({}) up to {} s", t.comm, t.tid, secs(t.unbounded_ns)))
+            .map(|t| format!("{} ({}) up to {} s", t.owner.comm, t.tid, secs(t.unbounded_ns)))
             .collect();
         s.lines([format!(
             "{} thread(s) ran slices no scheduler clock bounded (their switch-in was not reported): totals may be off \
@@ -233,7 +238,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         .iter()
         .map(|t| {
             json!({
-                "pid": t.pid, "tid": t.tid, "comm": t.comm, "role": t.role, "platform": t.platform, "instance": t.instance,
+                "pid": t.owner.pid, "tid": t.tid, "comm": t.owner.comm, "role": t.owner.role, "platform": t.owner.platform, "instance": t.owner.instance,
                 "selected": t.selected, "kthread": t.kthread, "exited": t.exited,
                 "user_ns": t.user_ns, "system_ns": t.system_ns, "softirq_ns": t.softirq_ns,
                 "hardirq_ns": t.hardirq_ns, "guest_ns": t.guest_ns, "idle_ns": t.idle_ns,
@@ -298,7 +303,7 @@ fn over_time_figure(rec: &Recording) -> Option<Figure> {
     for i in rec.rows::<super::IntervalRow>() {
         let role = index
             .interval_thread(i.tid, i.born_ns)
-            .map_or_else(|| "other".into(), |t| role_label(&t.platform, &t.role));
+            .map_or_else(|| "other".into(), |t| role_label(&t.owner.platform, &t.owner.role));
         let ns = StateTimes::of_interval(i).busy_ns();
         *busy.entry(role).or_default().entry((i.start_ns, i.end_ns)).or_default() += ns;
     }

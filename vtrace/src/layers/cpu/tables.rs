@@ -2,7 +2,10 @@
 
 use polars_core::prelude::{Column, DataFrame};
 
-use crate::recording::table::{ColumnError, ColumnValue, table};
+use crate::recording::{
+    Owner,
+    table::{ColumnError, ColumnValue, table},
+};
 
 /// The id of the vCPU a thread runs, as KVM numbers it (debugfs
 /// `kvm/<vm>/vcpuN/pid`: the APIC ID on x86, QEMU's CPU index on a plain
@@ -37,16 +40,10 @@ table! {
     /// CPU time per thread over the whole run (exited threads included).
     ThreadRow = "threads" version 4 {
         tid: u32,
-        /// Thread group id (the process id).
-        pid: u32,
+        #[serde(flatten)]
+        owner: Owner,
         /// Process that created this thread's process (0 if it predates the run).
         ppid: u32,
-        comm: String,
-        platform: String,
-        /// Platform instance id (`<platform>:<root pid>`), empty on the host.
-        instance: String,
-        /// Platform component: app, vmm, vcpu, kernel, idle, vtrace, other, ...
-        role: String,
         /// Matched the recording's selectors (--pid/--comm/--cgroup or the command's process tree).
         selected: bool,
         kthread: bool,

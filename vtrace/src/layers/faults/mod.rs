@@ -17,12 +17,7 @@ use vtrace_common::{Config, FaultCounts};
 
 pub use tables::FaultRow;
 
-use super::{
-    Collector, Emit, End, Layer, LayerOutput, Loss, Setup, ThreadColumns,
-    cpu::ThreadRow,
-    cpu::{ThreadIndex, row_owner},
-};
-use crate::platforms::attribute::Attributed;
+use super::{Collector, Emit, End, Layer, LayerOutput, Loss, Setup, ThreadColumns, cpu::ThreadIndex, cpu::ThreadRow};
 use crate::{
     Error, Result,
     collectors::maps::take,
@@ -109,23 +104,11 @@ impl Collector for FaultsRecorder {
         let rows: Vec<FaultRow> = self
             .last
             .iter()
-            .map(|(&tid, c)| {
-                let Attributed {
-                    platform,
-                    instance,
-                    role,
-                } = row_owner(index.thread(tid));
-                let (pid, comm) = index.identity(tid);
-                FaultRow {
-                    tid,
-                    pid,
-                    comm,
-                    platform,
-                    instance,
-                    role,
-                    user: c.user,
-                    kernel: c.kernel,
-                }
+            .map(|(&tid, c)| FaultRow {
+                tid,
+                owner: index.thread_owner(tid),
+                user: c.user,
+                kernel: c.kernel,
             })
             .collect();
         out.tables.put(rows);

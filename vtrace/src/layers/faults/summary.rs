@@ -30,10 +30,10 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     );
     for r in sorted.iter().take(top) {
         t.row(vec![
-            r.pid.to_string(),
+            r.owner.pid.to_string(),
             r.tid.to_string(),
-            r.comm.clone(),
-            r.role.clone(),
+            r.owner.comm.clone(),
+            r.owner.role.clone(),
             r.user.to_string(),
             r.kernel.to_string(),
         ]);
@@ -41,7 +41,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     s.table(t);
     let mut by_role: BTreeMap<(&str, &str), u64> = BTreeMap::new();
     for r in rows {
-        *by_role.entry((&r.platform, &r.role)).or_default() += r.user + r.kernel;
+        *by_role.entry((&r.owner.platform, &r.owner.role)).or_default() += r.user + r.kernel;
     }
     for ((platform, role), n) in by_role {
         s.metric(

@@ -10,12 +10,11 @@ use aya::{
 use vtrace_common::{FINE_BUCKETS, FsKey, FsStats, fine_bucket_range, fs_op};
 
 use super::tables::{FsHistRow, FsRow, OverlayCredsRow};
-use crate::platforms::attribute::Attributed;
 use crate::{
     Result,
     collectors::maps::{Counters, EndedProcesses, delta, sum_per_cpu, take},
+    layers::cpu::ThreadIndex,
     layers::cpu::ThreadRow,
-    layers::cpu::{ThreadIndex, row_owner},
 };
 
 impl Counters for FsStats {
@@ -145,18 +144,9 @@ pub fn rows(
         if s.latency.count == 0 {
             continue;
         }
-        let Attributed {
-            platform,
-            instance,
-            role,
-        } = row_owner(index.process(k.tgid));
         let op = fs_op::name(k.nr).to_string();
         rows.push(FsRow {
-            pid: k.tgid,
-            comm: index.process_comm(k.tgid),
-            platform,
-            instance,
-            role,
+            owner: index.process_owner(k.tgid),
             fs: fs_name(k.magic),
             magic: k.magic,
             op: op.clone(),
@@ -198,17 +188,8 @@ pub fn creds_rows(
             if overrides + reverts == 0 {
                 return None;
             }
-            let Attributed {
-                platform,
-                instance,
-                role,
-            } = row_owner(index.process(tgid));
             Some(OverlayCredsRow {
-                pid: tgid,
-                comm: index.process_comm(tgid),
-                platform,
-                instance,
-                role,
+                owner: index.process_owner(tgid),
                 override_calls: overrides,
                 revert_calls: reverts,
             })

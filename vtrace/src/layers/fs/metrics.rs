@@ -48,13 +48,13 @@ pub fn metrics(tables: &TableSet, out: &mut Samples) {
     let mut labels_of: HashMap<String, Labels> = HashMap::new();
     for r in tables.rows::<FsRow>() {
         let labels: Labels = vec![
-            ("platform", or(&r.platform, "host")),
-            (INSTANCE, or(&r.instance, "none")),
-            ("role", or(&r.role, "other")),
+            ("platform", or(&r.owner.platform, "host")),
+            (INSTANCE, or(&r.owner.instance, "none")),
+            ("role", or(&r.owner.role, "other")),
             ("fs", or(&r.fs, "unknown")),
             ("call", r.op.clone()),
         ];
-        let source = format!("{}/{}/{}", r.pid, r.magic, r.op);
+        let source = format!("{}/{}/{}", r.owner.pid, r.magic, r.op);
         out.push(&CALLS, source.clone(), labels.clone(), r.count as f64);
         out.push(&BYTES, source.clone(), labels.clone(), r.bytes as f64);
         out.push(&ERRORS, source.clone(), labels.clone(), r.errors as f64);

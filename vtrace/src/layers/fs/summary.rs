@@ -58,14 +58,14 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     let mut json_rows = Vec::new();
     let mut shown = 0;
     for r in &sorted {
-        let h = hist_of(&|b| b.pid == r.pid && b.magic == r.magic && b.op == r.op);
+        let h = hist_of(&|b| b.pid == r.owner.pid && b.magic == r.magic && b.op == r.op);
         let mean = r.total_ns / r.count.max(1);
-        if shown < top && r.role != "vtrace" {
+        if shown < top && r.owner.role != "vtrace" {
             shown += 1;
             t.row(vec![
-                r.pid.to_string(),
-                r.comm.clone(),
-                owner(&r.platform, &r.instance),
+                r.owner.pid.to_string(),
+                r.owner.comm.clone(),
+                owner(&r.owner.platform, &r.owner.instance),
                 r.fs.clone(),
                 r.op.clone(),
                 r.count.to_string(),
@@ -77,8 +77,8 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             ]);
         }
         json_rows.push(json!({
-            "pid": r.pid, "comm": r.comm, "platform": r.platform, "instance": r.instance,
-            "role": r.role, "fs": r.fs, "magic": r.magic, "op": r.op, "count": r.count, "bytes": r.bytes,
+            "pid": r.owner.pid, "comm": r.owner.comm, "platform": r.owner.platform, "instance": r.owner.instance,
+            "role": r.owner.role, "fs": r.fs, "magic": r.magic, "op": r.op, "count": r.count, "bytes": r.bytes,
             "errors": r.errors, "total_ns": r.total_ns, "mean_ns": mean,
             "p50_ns": h.quantile(0.5), "p90_ns": h.quantile(0.9), "p99_ns": h.quantile(0.99),
             "max_ns": r.max_ns,
@@ -86,7 +86,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         let dims = [
             ("fs", r.fs.as_str()),
             ("op", r.op.as_str()),
-            ("platform", r.platform.as_str()),
+            ("platform", r.owner.platform.as_str()),
         ];
         s.metric("file_calls", r.count as f64, "calls", &dims);
         s.metric("file_bytes", r.bytes as f64, "bytes", &dims);
@@ -95,7 +95,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
 
     // Per filesystem and call, every process together.
     let mut by_fs: BTreeMap<(&str, &str), (u64, u64, u64, u64)> = BTreeMap::new();
-    for r in rows.iter().filter(|r| r.role != "vtrace") {
+    for r in rows.iter().filter(|r| r.owner.role != "vtrace") {
         let e = by_fs.entry((r.fs.as_str(), r.op.as_str())).or_default();
         e.0 += r.count;
         e.1 += r.bytes;

@@ -1,18 +1,15 @@
 //! The fs layer's tables: file syscalls per process, call and filesystem,
 //! and their latency histograms.
 
-use crate::recording::table;
+use crate::recording::{Owner, table};
 
 table! {
     /// File syscalls per process, call and filesystem type (from the
     /// superblock's magic number, resolved in the kernel as the call
     /// entered): calls, bytes moved, failed calls and latency (entry -> exit).
     FsRow = "files" {
-        pid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
+        #[serde(flatten)]
+        owner: Owner,
         fs: String,
         magic: u64,
         op: String,
@@ -41,11 +38,8 @@ table! {
     /// Overlayfs credential switches per process (fentry or kprobe on
     /// ovl_override_creds / ovl_revert_creds; absent where neither attaches).
     OverlayCredsRow = "overlay_creds" {
-        pid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
+        #[serde(flatten)]
+        owner: Owner,
         override_calls: u64,
         revert_calls: u64,
     }

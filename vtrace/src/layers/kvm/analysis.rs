@@ -73,10 +73,10 @@ fn stats(rows: &[&KvmLatencyRow], hists: &[KvmLatencyHistRow]) -> ReasonStats {
         } else {
             0
         },
-        comm: one(|r| &r.comm),
-        platform: one(|r| &r.platform),
-        instance: one(|r| &r.instance),
-        role: one(|r| &r.role),
+        comm: one(|r| &r.owner.comm),
+        platform: one(|r| &r.owner.platform),
+        instance: one(|r| &r.owner.instance),
+        role: one(|r| &r.owner.role),
         count,
         sum_ns,
         min_ns,
@@ -154,10 +154,10 @@ impl KvmSummary {
         KvmSummary {
             by_thread: group_by(rec, |r| r.tid),
             by_instance: group_by(rec, |r| {
-                if r.instance.is_empty() {
-                    format!("{} (pid {})", r.platform, r.pid)
+                if r.owner.instance.is_empty() {
+                    format!("{} (pid {})", r.owner.platform, r.owner.pid)
                 } else {
-                    r.instance.clone()
+                    r.owner.instance.clone()
                 }
             }),
             total: group_by(rec, |_| ()),
@@ -170,14 +170,14 @@ fn stats_check(rec: &Recording) -> Vec<StatCheck> {
     let latency = |pid: u32, kind: &str, reason: Option<&str>| -> u64 {
         rec.rows::<crate::layers::kvm::KvmLatencyRow>()
             .iter()
-            .filter(|r| r.pid == pid && r.kind == kind && reason.is_none_or(|x| r.reason_name == x))
+            .filter(|r| r.owner.pid == pid && r.kind == kind && reason.is_none_or(|x| r.reason_name == x))
             .map(|r| r.count)
             .sum()
     };
     let events = |pid: u32, kind: &str, op: Option<&str>| -> u64 {
         rec.rows::<crate::layers::kvm::KvmEventRow>()
             .iter()
-            .filter(|e| e.pid == pid && e.kind == kind && op.is_none_or(|x| e.op == x))
+            .filter(|e| e.owner.pid == pid && e.kind == kind && op.is_none_or(|x| e.op == x))
             .map(|e| e.count)
             .sum()
     };

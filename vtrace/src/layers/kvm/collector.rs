@@ -87,19 +87,8 @@ pub fn rows(
     threads: &[ThreadRow],
 ) -> (Vec<KvmLatencyRow>, Vec<KvmLatencyHistRow>, Vec<KvmEventRow>) {
     let index = ThreadIndex::new(threads);
-    let who = |tid: u32| {
-        index
-            .thread(tid)
-            .map_or((0, String::new(), String::new(), String::new(), String::new()), |t| {
-                (
-                    t.pid,
-                    t.comm.clone(),
-                    t.platform.clone(),
-                    t.instance.clone(),
-                    t.role.clone(),
-                )
-            })
-    };
+    // A thread the threads table lacks is left unnamed.
+    let who = |tid: u32| index.thread(tid).map(|t| t.owner.clone()).unwrap_or_default();
     let mut latency = Vec::new();
     let mut hists = Vec::new();
     for (k, h) in &snap.latency {
@@ -107,15 +96,10 @@ pub fn rows(
             continue;
         }
         let (isa, reason_name) = names.name(k);
-        let (pid, comm, platform, instance, role) = who(k.tid);
         let kind = kvm_latency::NAMES.get(k.kind as usize).copied().unwrap_or("?");
         latency.push(KvmLatencyRow {
             tid: k.tid,
-            pid,
-            comm,
-            platform,
-            instance,
-            role,
+            owner: who(k.tid),
             kind: kind.into(),
             isa: isa.into(),
             reason: k.reason,
@@ -141,7 +125,6 @@ pub fn rows(
         .events
         .iter()
         .map(|(k, s)| {
-            let (pid, comm, platform, instance, role) = who(k.tid);
             let op = match k.kind {
                 kvm_event::PIO => if k.op & 1 == 1 { "write" } else { "read" }.to_string(),
                 kvm_event::MMIO => names.mmio_type.get(&k.op).cloned().unwrap_or_else(|| k.op.to_string()),
@@ -163,11 +146,7 @@ pub fn rows(
             };
             KvmEventRow {
                 tid: k.tid,
-                pid,
-                comm,
-                platform,
-                instance,
-                role,
+                owner: who(k.tid),
                 kind: kvm_event::NAMES.get(k.kind as usize).copied().unwrap_or("?").into(),
                 addr: k.addr,
                 op,

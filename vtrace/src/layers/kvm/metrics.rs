@@ -31,8 +31,8 @@ pub fn metrics(tables: &TableSet, out: &mut Samples) {
     let mut labels_of: HashMap<(u32, &str, &str), Labels> = HashMap::new();
     for r in tables.rows::<KvmLatencyRow>() {
         let labels: Labels = vec![
-            ("platform", or(&r.platform, "host")),
-            (INSTANCE, or(&r.instance, "none")),
+            ("platform", or(&r.owner.platform, "host")),
+            (INSTANCE, or(&r.owner.instance, "none")),
             ("kind", r.kind.clone()),
             ("reason", r.reason_name.clone()),
         ];

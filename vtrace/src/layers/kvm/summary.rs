@@ -125,7 +125,7 @@ fn text(s: &mut Section, rec: &Recording, k: &KvmSummary, top: usize) {
         for e in events.iter().take(top.max(20)) {
             t.row(vec![
                 e.tid.to_string(),
-                e.comm.clone(),
+                e.owner.comm.clone(),
                 e.kind.clone(),
                 format!("{:#x}", e.addr),
                 e.op.clone(),
@@ -206,8 +206,8 @@ fn json_value(rec: &Recording, kvm: &KvmSummary) -> Value {
             .any(|s| s.kind == "exit" && s.tid == e.tid && s.reason == e.op);
         if !timed {
             exits.push(
-                json!({"tid": e.tid, "pid": e.pid, "comm": e.comm, "platform": e.platform,
-                              "instance": e.instance, "role": e.role, "kind": "exit", "reason": e.op,
+                json!({"tid": e.tid, "pid": e.owner.pid, "comm": e.owner.comm, "platform": e.owner.platform,
+                              "instance": e.owner.instance, "role": e.owner.role, "kind": "exit", "reason": e.op,
                               "count": e.count, "timed": 0}),
             );
         }
@@ -221,8 +221,8 @@ fn json_value(rec: &Recording, kvm: &KvmSummary) -> Value {
                 .by_thread
                 .iter()
                 .find(|s| s.kind == "userspace_exit" && s.tid == e.tid && s.reason == e.op);
-            json!({"tid": e.tid, "pid": e.pid, "comm": e.comm, "platform": e.platform, "instance": e.instance,
-                   "role": e.role, "reason": e.op, "count": e.count,
+            json!({"tid": e.tid, "pid": e.owner.pid, "comm": e.owner.comm, "platform": e.owner.platform, "instance": e.owner.instance,
+                   "role": e.owner.role, "reason": e.op, "count": e.count,
                    "timed": timed.map_or(0, |t| t.count),
                    "mean_vmm_ns": timed.map(|t| t.mean_ns), "min_vmm_ns": timed.map(|t| t.min_ns),
                    "max_vmm_ns": timed.map(|t| t.max_ns), "stddev_vmm_ns": timed.map(|t| t.stddev_ns),
@@ -235,7 +235,7 @@ fn json_value(rec: &Recording, kvm: &KvmSummary) -> Value {
             .iter()
             .filter(|e| e.kind == kind)
             .map(|e| {
-                let mut v = json!({"tid": e.tid, "pid": e.pid, "comm": e.comm, "role": e.role, "instance": e.instance,
+                let mut v = json!({"tid": e.tid, "pid": e.owner.pid, "comm": e.owner.comm, "role": e.owner.role, "instance": e.owner.instance,
                                    "count": e.count, "bytes": e.bytes, "size": e.size, "device": e.device});
                 v[addr] = json!(e.addr);
                 v[op] = json!(e.op);

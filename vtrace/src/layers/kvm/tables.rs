@@ -1,6 +1,6 @@
 //! The KVM layer's tables: exit latencies, their histograms, events, KVM's own statistics.
 
-use crate::recording::table;
+use crate::recording::{Owner, table};
 
 table! {
     /// KVM latencies per vCPU thread and reason: `kind` "exit" (kvm_exit ->
@@ -10,11 +10,8 @@ table! {
     /// come from the recording kernel's tracepoint formats.
     KvmLatencyRow = "kvm_latency" {
         tid: u32,
-        pid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
+        #[serde(flatten)]
+        owner: Owner,
         kind: String,
         isa: String,
         reason: u32,
@@ -47,11 +44,8 @@ table! {
     /// well-known ports and addresses, else is empty.
     KvmEventRow = "kvm_events" {
         tid: u32,
-        pid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
+        #[serde(flatten)]
+        owner: Owner,
         kind: String,
         addr: u64,
         op: String,

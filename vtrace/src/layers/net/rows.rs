@@ -263,7 +263,7 @@ pub fn tun_rows(
         let comm = threads
             .iter()
             .find(|t| t.tid == k.tgid)
-            .map(|t| t.comm.clone())
+            .map(|t| t.owner.comm.clone())
             .unwrap_or_default();
         let direction = if k.write == 1 { "write" } else { "read" };
         rows.push(TunIoRow {

@@ -29,12 +29,8 @@ use vtrace_common::{
 
 pub use tables::{PathHistRow, PathPacketRow, PathRow};
 
-use super::{
-    Collector, Emit, End, Layer, LayerOutput, Loss, Setup,
-    cpu::ThreadRow,
-    cpu::{ThreadIndex, row_owner},
-};
-use crate::platforms::attribute::Attributed;
+use super::{Collector, Emit, End, Layer, LayerOutput, Loss, Setup, cpu::ThreadIndex, cpu::ThreadRow};
+use crate::recording::Owner;
 use crate::{
     Result,
     collectors::maps::{Counters, delta, sum_per_cpu, take},
@@ -316,18 +312,9 @@ fn rows(stats: &BTreeMap<PathKey, PathStats>, threads: &[ThreadRow]) -> (Vec<Pat
             continue;
         }
         let stage = path_stage::NAMES.get(k.stage as usize).copied().unwrap_or("?");
-        let Attributed {
-            platform,
-            instance,
-            role,
-        } = row_owner(index.process(k.tgid));
         rows.push(PathRow {
             stage: stage.into(),
-            pid: k.tgid,
-            comm: index.process_comm(k.tgid),
-            platform,
-            instance,
-            role,
+            owner: index.process_owner(k.tgid),
             count: h.count,
             sum_ns: h.sum_ns,
             min_ns: h.min_ns,
@@ -360,11 +347,16 @@ fn packet_rows(packets: &[PathPacket], threads: &[ThreadRow], start_mono: u64) -
     packets
         .iter()
         .map(|p| {
-            let Attributed {
-                platform,
-                instance,
-                role,
-            } = row_owner(index.thread(p.tid).or_else(|| index.process(p.tgid)));
+            // Named after its process, placed where the thread that ended it
+            // sits (a vhost worker, a vCPU), else where its process does.
+            let mut owner = index.process_owner(p.tgid);
+            if let Some(t) = index.thread(p.tid) {
+                owner = Owner {
+                    pid: owner.pid,
+                    comm: owner.comm,
+                    ..t.owner.clone()
+                };
+            }
             PathPacketRow {
                 dir: match p.dir {
                     path_dir::TX => "tx",
@@ -372,12 +364,8 @@ fn packet_rows(packets: &[PathPacket], threads: &[ThreadRow], start_mono: u64) -
                     _ => "rx",
                 }
                 .into(),
-                pid: p.tgid,
+                owner,
                 tid: p.tid,
-                comm: index.process_comm(p.tgid),
-                platform,
-                instance,
-                role,
                 vm: p.vm,
                 frames: p.frames,
                 t0_ns: since(p.ts[0]),

@@ -130,8 +130,8 @@ pub fn round_trips(packets: &[PathPacketRow]) -> Vec<RoundTrip> {
                     .map(|(s, ns)| (path_stage::NAMES[s as usize].to_string(), ns)),
             );
             out.push(RoundTrip {
-                platform: r.platform.clone(),
-                instance: r.instance.clone(),
+                platform: r.owner.platform.clone(),
+                instance: r.owner.instance.clone(),
                 start_ns: r.t0_ns,
                 total_ns: x.t2_ns - r.t0_ns,
                 parts,
@@ -158,12 +158,14 @@ mod tests {
     fn packet(dir: &str, vm: u64, t: [u64; 5]) -> PathPacketRow {
         PathPacketRow {
             dir: dir.into(),
-            pid: 1,
+            owner: crate::recording::Owner {
+                pid: 1,
+                comm: String::new(),
+                platform: "qemu-kvm".into(),
+                instance: "qemu-kvm:1".into(),
+                role: "vcpu".into(),
+            },
             tid: 1,
-            comm: String::new(),
-            platform: "qemu-kvm".into(),
-            instance: "qemu-kvm:1".into(),
-            role: "vcpu".into(),
             vm,
             frames: 1,
             t0_ns: t[0],

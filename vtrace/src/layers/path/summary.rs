@@ -66,7 +66,12 @@ pub fn stages(rec: &Recording) -> Vec<StageStats> {
     let mut groups: BTreeMap<(String, String, usize, String), Vec<&PathRow>> = BTreeMap::new();
     for r in rec.rows::<PathRow>() {
         groups
-            .entry((r.platform.clone(), r.instance.clone(), order(&r.stage), r.stage.clone()))
+            .entry((
+                r.owner.platform.clone(),
+                r.owner.instance.clone(),
+                order(&r.stage),
+                r.stage.clone(),
+            ))
             .or_default()
             .push(r);
     }
@@ -80,7 +85,7 @@ pub fn stages(rec: &Recording) -> Vec<StageStats> {
             let mut h = Histogram::default();
             for b in hists
                 .iter()
-                .filter(|b| b.stage == stage && rows.iter().any(|r| r.pid == b.pid))
+                .filter(|b| b.stage == stage && rows.iter().any(|r| r.owner.pid == b.pid))
             {
                 h.add(b.lo_ns, b.hi_ns, b.count);
             }
@@ -484,7 +489,7 @@ fn followed(s: &mut Section, rows: &[PathPacketRow], top: usize) {
         for (p, total) in slowest.iter().filter(|(p, _)| p.dir == dir).take(top.min(10)) {
             let st = packets::stages(p);
             let mut row = vec![
-                vm_name(&p.platform, &p.instance),
+                vm_name(&p.owner.platform, &p.owner.instance),
                 format!("{:.3}", packets::span(p).0 as f64 / 1e6),
                 us(*total),
             ];
@@ -507,7 +512,7 @@ fn followed(s: &mut Section, rows: &[PathPacketRow], top: usize) {
             .take(top.min(10) * 2)
             .map(|(p, total)| {
                 serde_json::json!({
-                    "dir": p.dir, "platform": p.platform, "instance": p.instance, "total_ns": total,
+                    "dir": p.dir, "platform": p.owner.platform, "instance": p.owner.instance, "total_ns": total,
                     "stages": packets::stages(p).iter().map(|(st, ns)| (path_stage::NAMES[*st as usize], *ns)).collect::<Vec<_>>(),
                 })
             })

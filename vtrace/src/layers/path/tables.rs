@@ -1,7 +1,7 @@
 //! The path layer's tables: each stage of a VM's virtio data path per
 //! process that ended it, and their histograms.
 
-use crate::recording::table;
+use crate::recording::{Owner, table};
 
 table! {
     /// Latencies of one stage of the virtio data path (`stage`: rx_tap_queue,
@@ -14,11 +14,8 @@ table! {
     /// rx_inject and rx_entry.
     PathRow = "path" version 2 {
         stage: String,
-        pid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
+        #[serde(flatten)]
+        owner: Owner,
         count: u64,
         sum_ns: u64,
         min_ns: u64,
@@ -59,12 +56,9 @@ table! {
     /// table owns it.
     PathPacketRow = "path_packets" version 2 {
         dir: String,
-        pid: u32,
+        #[serde(flatten)]
+        owner: Owner,
         tid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
         vm: u64,
         frames: u32,
         t0_ns: u64,

@@ -10,11 +10,10 @@ use aya::{
 use vtrace_common::{FINE_BUCKETS, RunqStats, fine_bucket_range};
 
 use super::tables::{RunqHistRow, RunqRow};
-use crate::platforms::attribute::Attributed;
 use crate::{
     Error, Result,
     collectors::maps::take,
-    layers::cpu::{ThreadIndex, ThreadRow, row_owner},
+    layers::cpu::{ThreadIndex, ThreadRow},
 };
 
 /// The waits of every thread, with the longest of each.
@@ -84,21 +83,10 @@ pub fn rows(snap: &RunqSnapshot, threads: &[ThreadRow], start_mono: u64) -> (Vec
         if h.count == 0 {
             continue;
         }
-        let t = index.thread(tid);
-        // A thread the CPU layer has no row for is named from /proc, owned by no instance.
-        let (pid, comm) = index.identity(tid);
-        let Attributed {
-            platform,
-            instance,
-            role,
-        } = row_owner(t);
         rows.push(RunqRow {
             tid,
-            pid,
-            comm,
-            platform,
-            instance,
-            role,
+            // A thread the CPU layer has no row for is named from /proc, owned by no instance.
+            owner: index.thread_owner(tid),
             waits: h.count,
             delay_ns: h.sum_ns,
             min_ns: h.min_ns,

@@ -26,11 +26,11 @@ pub fn metrics(tables: &TableSet, out: &mut Samples) {
     let index = std::cell::LazyCell::new(|| ThreadIndex::new(tables.rows::<ThreadRow>()));
     for r in rows {
         let mut labels: Labels = vec![
-            ("platform", or(&r.platform, "host")),
-            (INSTANCE, or(&r.instance, "none")),
-            ("role", or(&r.role, "other")),
+            ("platform", or(&r.owner.platform, "host")),
+            (INSTANCE, or(&r.owner.instance, "none")),
+            ("role", or(&r.owner.role, "other")),
         ];
-        labels.extend(out.process_labels_for(r.pid, || index.process_comm(r.pid)));
+        labels.extend(out.process_labels_for(r.owner.pid, || index.process_comm(r.owner.pid)));
         let source = format!("{}", r.tid);
         out.bucket_sum(&DELAY_SECONDS, &source, labels.clone(), r.delay_ns as f64);
         labels_of.insert(r.tid, labels);

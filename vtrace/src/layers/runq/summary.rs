@@ -45,9 +45,9 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     for r in by_delay.iter().take(top) {
         let h = hist_of(r.tid).clamp(r.min_ns, r.max_ns);
         t.row(vec![
-            r.comm.clone(),
+            r.owner.comm.clone(),
             r.tid.to_string(),
-            format!("{}/{}", r.platform, r.role),
+            format!("{}/{}", r.owner.platform, r.owner.role),
             r.waits.to_string(),
             format!("{:.2}", r.delay_ns as f64 / 1e6),
             us(r.delay_ns / r.waits.max(1)),
@@ -62,7 +62,9 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     // Per platform role: the comparison across platforms (`compare`, `explain`).
     let mut roles: BTreeMap<(String, String), (u64, u64)> = BTreeMap::new();
     for r in rows {
-        let e = roles.entry((r.platform.clone(), r.role.clone())).or_default();
+        let e = roles
+            .entry((r.owner.platform.clone(), r.owner.role.clone()))
+            .or_default();
         e.0 += r.waits;
         e.1 += r.delay_ns;
     }
@@ -94,7 +96,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     if let Some(((platform, role), _)) = roles.iter().max_by_key(|(_, (_, ns))| *ns) {
         let tids: Vec<u32> = rows
             .iter()
-            .filter(|r| &r.platform == platform && &r.role == role)
+            .filter(|r| &r.owner.platform == platform && &r.owner.role == role)
             .map(|r| r.tid)
             .collect();
         let mut buckets: BTreeMap<u32, u64> = BTreeMap::new();

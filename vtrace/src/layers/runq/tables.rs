@@ -1,7 +1,7 @@
 //! The run-queue layer's tables: waits per thread, their histograms, the
 //! time series.
 
-use crate::recording::table;
+use crate::recording::{Owner, table};
 
 table! {
     /// Time each thread waited runnable on a run queue (wakeup or
@@ -9,11 +9,8 @@ table! {
     /// longest wait with the thread that ran on that CPU just before it got in.
     RunqRow = "runq" {
         tid: u32,
-        pid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
+        #[serde(flatten)]
+        owner: Owner,
         waits: u64,
         delay_ns: u64,
         min_ns: u64,

@@ -33,6 +33,7 @@ use blazesym::{
 use vtrace_common::SampleKey;
 
 use super::tables::SampleRow;
+use crate::recording::Owner;
 use crate::{Error, Result, collectors::maps::take, layers::cpu::ThreadRow};
 
 /// One executable mapping of a process.
@@ -309,14 +310,13 @@ pub fn rows(folded: Vec<FoldedStack>, threads: &[ThreadRow]) -> Vec<SampleRow> {
     folded
         .into_iter()
         .map(|(pid, tid, stack, count)| {
-            let t = index.thread(tid);
             SampleRow {
-                pid,
+                // A thread the threads table lacks is left unnamed.
+                owner: Owner {
+                    pid,
+                    ..index.thread(tid).map(|t| t.owner.clone()).unwrap_or_default()
+                },
                 tid,
-                comm: t.map(|t| t.comm.clone()).unwrap_or_default(),
-                platform: t.map(|t| t.platform.clone()).unwrap_or_default(),
-                instance: t.map(|t| t.instance.clone()).unwrap_or_default(),
-                role: t.map(|t| t.role.clone()).unwrap_or_default(),
                 stack,
                 count,
             }

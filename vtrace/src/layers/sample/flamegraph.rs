@@ -14,12 +14,17 @@ use crate::recording::Recording;
 pub fn folded_by_role(rec: &Recording, lines: bool) -> Vec<String> {
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     for s in rec.rows::<SampleRow>() {
-        let instance = if s.instance.is_empty() {
+        let instance = if s.owner.instance.is_empty() {
             "host"
         } else {
-            s.instance.as_str()
+            s.owner.instance.as_str()
         };
-        let root = format!("{}/{};{instance};{}", s.platform, s.role, s.comm.replace(';', ":"));
+        let root = format!(
+            "{}/{};{instance};{}",
+            s.owner.platform,
+            s.owner.role,
+            s.owner.comm.replace(';', ":")
+        );
         *merged.entry(format!("{root};{}", frames(&s.stack, lines))).or_default() += s.count;
     }
     merged.into_iter().map(|(stack, n)| format!("{stack} {n}")).collect()
@@ -64,7 +69,7 @@ fn folded_by_role_only(recs: &[Recording]) -> (BTreeMap<String, u64>, Option<f64
     for rec in recs {
         for s in rec.rows::<SampleRow>() {
             *merged
-                .entry(format!("{};{}", s.role, frames(&s.stack, false)))
+                .entry(format!("{};{}", s.owner.role, frames(&s.stack, false)))
                 .or_default() += s.count;
         }
     }

@@ -31,8 +31,8 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             t.row(vec![
                 r.count.to_string(),
                 pct(r.count, total),
-                r.comm.clone(),
-                r.role.clone(),
+                r.owner.comm.clone(),
+                r.owner.role.clone(),
                 leaf.join(" <- "),
             ]);
         }

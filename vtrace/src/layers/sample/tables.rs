@@ -1,17 +1,14 @@
 //! The sample layer's table: folded stacks per thread.
 
-use crate::recording::table;
+use crate::recording::{Owner, table};
 
 table! {
     /// Sampled stacks (`record --sample HZ`), folded root first: user frames,
     /// then kernel frames suffixed `_[k]`; `count` samples of this thread had it.
     SampleRow = "samples" {
-        pid: u32,
+        #[serde(flatten)]
+        owner: Owner,
         tid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
         stack: String,
         count: u64,
     }

@@ -10,12 +10,11 @@ use aya::{
 use vtrace_common::{TunKey, TunStats, tun_fn};
 
 use super::tables::TunRow;
-use crate::platforms::attribute::Attributed;
 use crate::{
     Result,
     collectors::maps::{Counters, delta, sum_per_cpu, take},
+    layers::cpu::ThreadIndex,
     layers::cpu::ThreadRow,
-    layers::cpu::{ThreadIndex, row_owner},
     probes::ProbeStatus,
 };
 
@@ -71,22 +70,13 @@ pub fn rows(
         .filter(|(_, s)| s.calls > 0)
         .map(|(k, s)| {
             let function = tun_fn::NAMES.get(k.function as usize).copied().unwrap_or("?");
-            let Attributed {
-                platform,
-                instance,
-                role,
-            } = row_owner(index.process(k.tgid));
             let name_len = s.name.iter().position(|&b| b == 0).unwrap_or(s.name.len());
             TunRow {
                 device: String::from_utf8_lossy(&s.name[..name_len]).into_owned(),
                 netns: (k.dev >> 32) as u32,
                 ifindex: k.dev as u32,
                 function: function.to_string(),
-                pid: k.tgid,
-                comm: index.process_comm(k.tgid),
-                platform,
-                instance,
-                role,
+                owner: index.process_owner(k.tgid),
                 method: probes
                     .iter()
                     .find(|p| p.id.ends_with(&format!(":{function}")))

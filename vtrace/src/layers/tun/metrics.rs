@@ -30,11 +30,11 @@ pub fn metrics(tables: &TableSet, out: &mut Samples) {
         let labels = vec![
             ("device", r.device.clone()),
             ("function", r.function.clone()),
-            ("platform", or(&r.platform, "host")),
-            (INSTANCE, or(&r.instance, "none")),
-            ("role", or(&r.role, "other")),
+            ("platform", or(&r.owner.platform, "host")),
+            (INSTANCE, or(&r.owner.instance, "none")),
+            ("role", or(&r.owner.role, "other")),
         ];
-        let source = format!("{}/{}/{}/{}", r.netns, r.ifindex, r.function, r.pid);
+        let source = format!("{}/{}/{}/{}", r.netns, r.ifindex, r.function, r.owner.pid);
         out.push(&FRAMES, source.clone(), labels.clone(), r.frames as f64);
         out.push(&BYTES, source, labels, r.bytes as f64);
     }

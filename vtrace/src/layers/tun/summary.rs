@@ -41,9 +41,9 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                 r.device.clone()
             },
             r.function.clone(),
-            r.pid.to_string(),
-            r.comm.clone(),
-            r.role.clone(),
+            r.owner.pid.to_string(),
+            r.owner.comm.clone(),
+            r.owner.role.clone(),
             r.method.clone(),
             r.calls.to_string(),
             r.frames.to_string(),
@@ -59,7 +59,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             let sizes: Vec<u64> = r.sizes.split(',').filter_map(|v| v.parse().ok()).collect();
             json!({
                 "device": r.device, "netns": r.netns, "ifindex": r.ifindex, "function": r.function,
-                "pid": r.pid, "comm": r.comm, "platform": r.platform, "instance": r.instance, "role": r.role,
+                "pid": r.owner.pid, "comm": r.owner.comm, "platform": r.owner.platform, "instance": r.owner.instance, "role": r.owner.role,
                 "method": r.method, "calls": r.calls, "frames": r.frames, "bytes": r.bytes,
                 "sizes": {"edges": [64, 128, 256, 512, 1024, 2048, 4096], "frames": sizes},
             })

@@ -1,6 +1,6 @@
 //! The tun layer's table: tun/tap and vhost-net functions per device and process.
 
-use crate::recording::table;
+use crate::recording::{Owner, table};
 
 table! {
     /// Calls of a tun/vhost-net kernel function per device and calling
@@ -13,11 +13,8 @@ table! {
         netns: u32,
         ifindex: u32,
         function: String,
-        pid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
+        #[serde(flatten)]
+        owner: Owner,
         method: String,
         calls: u64,
         frames: u64,

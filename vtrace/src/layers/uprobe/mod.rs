@@ -164,11 +164,11 @@ pub fn uprobe_rows(
         rows.push(UprobeRow {
             probe: p.id.clone(),
             pid: k.tgid,
-            comm: main.map(|t| t.comm.clone()).unwrap_or_default(),
+            comm: main.map(|t| t.owner.comm.clone()).unwrap_or_default(),
             platform: main
-                .map(|t| t.platform.clone())
+                .map(|t| t.owner.platform.clone())
                 .unwrap_or_else(|| platforms::HOST.into()),
-            instance: main.map(|t| t.instance.clone()).unwrap_or_default(),
+            instance: main.map(|t| t.owner.instance.clone()).unwrap_or_default(),
             calls: v.calls,
             bytes: v.bytes,
             returns: v.returns,

@@ -18,12 +18,7 @@ use vtrace_common::{Config, VsockKey, VsockStats, vsock_dir, vsock_op};
 
 pub use tables::VsockRow;
 
-use super::{
-    Collector, Emit, End, Layer, LayerOutput, Loss, Setup,
-    cpu::ThreadRow,
-    cpu::{ThreadIndex, row_owner},
-};
-use crate::platforms::attribute::Attributed;
+use super::{Collector, Emit, End, Layer, LayerOutput, Loss, Setup, cpu::ThreadIndex, cpu::ThreadRow};
 use crate::{
     Result,
     collectors::maps::{Counters, delta, sum_per_cpu, take},
@@ -157,38 +152,26 @@ impl Collector for VsockRecorder {
         let since = |t: u64| t.saturating_sub(self.start_mono).max(1);
         let rows: Vec<VsockRow> = window
             .iter()
-            .map(|(k, s)| {
-                let Attributed {
-                    platform,
-                    instance,
-                    role,
-                } = row_owner(index.thread(k.tid));
-                let (pid, comm) = index.identity(k.tid);
-                VsockRow {
-                    tid: k.tid,
-                    pid,
-                    comm,
-                    platform,
-                    instance,
-                    role,
-                    peer_cid: k.peer_cid,
-                    port: k.port,
-                    direction: if k.dir == vsock_dir::RECEIVED {
-                        "received"
-                    } else {
-                        "sent"
-                    }
-                    .into(),
-                    op: vsock_op::name(k.op).into(),
-                    packets: s.packets,
-                    bytes: s.bytes,
-                    first_ns: if self.base.contains_key(k) {
-                        0
-                    } else {
-                        since(s.first_ns)
-                    },
-                    last_ns: since(s.last_ns),
+            .map(|(k, s)| VsockRow {
+                tid: k.tid,
+                owner: index.thread_owner(k.tid),
+                peer_cid: k.peer_cid,
+                port: k.port,
+                direction: if k.dir == vsock_dir::RECEIVED {
+                    "received"
+                } else {
+                    "sent"
                 }
+                .into(),
+                op: vsock_op::name(k.op).into(),
+                packets: s.packets,
+                bytes: s.bytes,
+                first_ns: if self.base.contains_key(k) {
+                    0
+                } else {
+                    since(s.first_ns)
+                },
+                last_ns: since(s.last_ns),
             })
             .collect();
         out.tables.put(rows);

@@ -24,15 +24,15 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     }
     let mut lines: BTreeMap<(String, &str, u32, u32, &str, &str), Line> = BTreeMap::new();
     for r in rows {
-        let owner = if r.instance.is_empty() {
-            format!("{}/{}", r.platform, r.comm)
+        let owner = if r.owner.instance.is_empty() {
+            format!("{}/{}", r.owner.platform, r.owner.comm)
         } else {
-            r.instance.clone()
+            r.owner.instance.clone()
         };
         let l = lines
             .entry((
                 owner,
-                r.role.as_str(),
+                r.owner.role.as_str(),
                 r.peer_cid,
                 r.port,
                 r.direction.as_str(),

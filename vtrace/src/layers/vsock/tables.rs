@@ -1,17 +1,14 @@
 //! The vsock layer's table.
 
-use crate::recording::table;
+use crate::recording::{Owner, table};
 
 table! {
     /// vsock packets per thread, peer, port, direction and kind
     /// (`--layers vsock`).
     VsockRow = "vsock" {
         tid: u32,
-        pid: u32,
-        comm: String,
-        platform: String,
-        instance: String,
-        role: String,
+        #[serde(flatten)]
+        owner: Owner,
         /// The other end's context id (a guest's, seen from its host).
         peer_cid: u32,
         /// The lower of the two ports: the listening service's.
