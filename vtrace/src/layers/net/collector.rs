@@ -1,5 +1,5 @@
 //! Network collector: per-device, per-hop packet statistics and NET_RX
-//! softirq time per device from `vtrace-ebpf/src/net.rs`, and drops per
+//! softirq time per device from `vtrace-ebpf/src/net/`, and drops per
 //! reason. The devices' own counters they are compared with are read by
 //! `platforms::netdev`.
 

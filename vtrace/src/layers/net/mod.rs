@@ -2,7 +2,7 @@
 //! softirq time and NAPI polls per device, drops per reason, hop latency of
 //! the same skb, syscalls on tun fds, the devices' own counters over the
 //! same window, and (`--events`) every packet at every hop
-//! (vtrace-ebpf/src/net.rs and tun.rs).
+//! (vtrace-ebpf/src/net/ and tun.rs).
 
 pub mod analysis;
 pub mod collector;

@@ -1,4 +1,4 @@
-//! The net layer's probes: device hops, drops, NAPI (vtrace-ebpf/src/net.rs) and the tun/vhost
+//! The net layer's probes: device hops, drops, NAPI (vtrace-ebpf/src/net/) and the tun/vhost
 //! kernel functions (vtrace-ebpf/src/tun.rs).
 
 use crate::probes::catalog::{ProbeSpec, Strategy, tracepoint_probe};

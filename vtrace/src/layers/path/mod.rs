@@ -1,5 +1,5 @@
 //! The path layer (`--layers path`): latency along a VM's virtio data path,
-//! stage by stage (vtrace-ebpf/src/path.rs, `vtrace_common::path_stage`):
+//! stage by stage (vtrace-ebpf/src/path/, `vtrace_common::path_stage`):
 //! rx, a frame queued to the tap -> taken by vhost-net or the VMM -> the
 //! interrupt raised for the guest -> injected into a vCPU -> that vCPU
 //! entering the guest; tx, the guest's kick -> the thread that serves it ->

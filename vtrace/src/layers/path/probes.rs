@@ -1,4 +1,4 @@
-//! The path layer's probes (vtrace-ebpf/src/path.rs): tun/tap and
+//! The path layer's probes (vtrace-ebpf/src/path/): tun/tap and
 //! vhost-net functions (kprobes: they live in modules, whose split BTF aya
 //! does not load for fentry) and the kvm/* tracepoints, each with programs
 //! of this layer's own beside the tun and kvm layers'.

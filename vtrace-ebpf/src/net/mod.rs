@@ -4,6 +4,14 @@
 //!
 //! Every hook reads the skb and its device with BTF offsets (config.rs). The
 //! classic-tracepoint fallbacks take the skb address from the record.
+//!
+//! The skb's journey from hop to hop (latency, `--events`) is `journey.rs`;
+//! drops and frees are `drops.rs`.
+
+mod drops;
+mod journey;
+
+use journey::journey;
 
 use crate::hist::log2_bucket;
 use crate::runs::{count_run, hook_programs};
@@ -34,25 +42,6 @@ pub static NET_DEVICES: PerCpuHashMap<DevKey, DevStats> = PerCpuHashMap::with_ma
 #[map]
 pub static NAPI_POLLS: PerCpuHashMap<u64, [u64; 3]> = PerCpuHashMap::with_max_entries(1024, 0);
 
-/// skbs freed as dropped, per (reason, protocol, device, freeing code).
-#[map]
-pub static NET_DROPS: PerCpuHashMap<DropKey, u64> = PerCpuHashMap::with_max_entries(DROP_KEYS, 0);
-
-/// Latency between consecutive hops of the same skb (by address).
-#[map]
-pub static NET_HOP_LATENCY: PerCpuHashMap<HopEdge, HopLatency> = PerCpuHashMap::with_max_entries(4096, 0);
-
-/// Last hop of each skb in flight, direct-mapped by address: a lookup and an
-/// in-place write per hop, no locks and no allocation. (An LRU hash did this
-/// before; its LRU list locks cost more than the rest of the program.) An skb
-/// whose slot holds another one still in flight takes it; that is counted.
-#[map]
-pub static SKB_MARKS: Array<SkbMark> = Array::with_max_entries(SKB_MARK_SLOTS, 0);
-
-/// Per-packet events (`--events`).
-#[map]
-pub static NET_EVENTS: RingBuf = RingBuf::with_byte_size(64 * 1024 * 1024, 0);
-
 /// What was lost, indexed by [`net_loss`].
 #[map]
 pub static NET_LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(net_loss::COUNT, 0);
@@ -61,78 +50,6 @@ pub static NET_LOSSES: PerCpuArray<u64> = PerCpuArray::with_max_entries(net_loss
 fn lost(what: u32) {
     if let Some(c) = NET_LOSSES.get_ptr_mut(what) {
         unsafe { *c += 1 };
-    }
-}
-
-#[inline(always)]
-fn mark_of(skb: u64) -> Option<&'static mut SkbMark> {
-    SKB_MARKS.get_ptr_mut(skb_mark_slot(skb)).map(|m| unsafe { &mut *m })
-}
-
-/// The skb's journey ended (freed): its slot is free again.
-#[inline(always)]
-fn forget(skb: u64) {
-    if conf!(net.net_hops_on) == 0 {
-        return;
-    }
-    if let Some(m) = mark_of(skb)
-        && m.skb == skb
-    {
-        m.skb = 0;
-    }
-}
-
-/// Records the step from the skb's previous hop to this one, and this hop
-/// as its last. `redirected` reads tc's redirect mark: only where the rule
-/// asks for it (a hop after a `receive` on another device), so every other
-/// hop costs no read.
-#[inline(always)]
-fn journey(skb: u64, dev: u64, hop_id: u32, len: u32, redirected: impl FnOnce() -> bool) {
-    let Some(mark) = mark_of(skb) else { return };
-    let now = account::now();
-    let mut redirected_here = false;
-    if mark.skb == skb {
-        let redirected = mark.hop == hop::RECEIVE && mark.dev != dev && redirected();
-        redirected_here = redirected;
-        let ns = now.saturating_sub(mark.ts);
-        if !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, ns, redirected) {
-            let edge = HopEdge {
-                from_dev: mark.dev,
-                to_dev: dev,
-                from_hop: mark.hop,
-                to_hop: hop_id,
-            };
-            if let Some(l) = account::entry(&NET_HOP_LATENCY, &edge) {
-                l.count += 1;
-                l.sum_ns += ns;
-                l.log2[log2_bucket(ns, LATENCY_BUCKETS)] += 1;
-            }
-        }
-    } else {
-        // Another skb's mark: this one's redirect says nothing of it.
-        if mark.skb != 0 && !hop::is_new_packet(mark.hop, mark.dev, hop_id, dev, now.saturating_sub(mark.ts), false) {
-            lost(net_loss::MARKS_DISPLACED);
-        }
-        mark.skb = skb;
-    }
-    mark.ts = now;
-    mark.dev = dev;
-    mark.hop = hop_id;
-    if conf!(net.net_events_on) != 0 {
-        match NET_EVENTS.reserve::<NetEvent>(0) {
-            Some(mut e) => {
-                e.write(NetEvent {
-                    ts: now,
-                    skb,
-                    dev,
-                    len,
-                    hop: hop_id as u16,
-                    redirected: redirected_here as u16,
-                });
-                e.submit(0);
-            }
-            None => lost(net_loss::EVENT_DROPS),
-        }
     }
 }
 
@@ -446,66 +363,6 @@ hook_programs! {
                 let _ = NAPI_POLLS.insert(&key, &[1, work as u32 as u64, full], 0);
             }
         }
-    }
-}
-
-/// Counts a dropped skb by what it carried (`protocol`, big-endian as in
-/// the skb), its device and the code that freed it.
-#[inline(always)]
-fn dropped(skb: u64, location: u64, reason: u32, protocol: u16) {
-    let dev: u64 = if skb == 0 {
-        0
-    } else {
-        ProbeRead::read(skb, conf!(net.skb_dev)).unwrap_or(0)
-    };
-    let (netns, ifindex) = device_id::<ProbeRead>(dev).unwrap_or((0, 0));
-    let key = DropKey {
-        location,
-        netns,
-        ifindex,
-        reason,
-        protocol: u16::from_be(protocol),
-        _pad: 0,
-    };
-    match account::entry(&NET_DROPS, &key) {
-        Some(c) => *c += 1,
-        None => lost(net_loss::DROP_KEYS_FULL),
-    }
-}
-
-// TP_PROTO(struct sk_buff *skb, void *location, enum skb_drop_reason reason, struct sock *rx_sk)
-hook_programs! {
-    "kfree_skb", "skb";
-    raw raw_kfree_skb(ctx) => {
-        let skb: u64 = ctx.arg(0);
-        let location: u64 = ctx.arg(1);
-        let reason: u64 = ctx.arg(2);
-        let protocol: u16 = if skb == 0 { 0 } else { ProbeRead::read(skb, conf!(net.skb_protocol)).unwrap_or(0) };
-        dropped(skb, location, reason as u32, protocol);
-        forget(skb);
-    }
-    tp tp_kfree_skb(ctx) => {
-        let skb: u64 = tp_field(&ctx, 8);
-        let location: u64 = tp_field(&ctx, conf!(net.tp_kfree_skb_location));
-        let reason: u32 = tp_field(&ctx, conf!(net.tp_kfree_skb_reason));
-        // The record's protocol is already in host order.
-        let protocol: u16 = tp_field(&ctx, conf!(net.tp_kfree_skb_protocol));
-        dropped(skb, location, reason, protocol.to_be());
-        forget(skb);
-    }
-}
-
-// TP_PROTO(struct sk_buff *skb, void *location): the skb's journey ends; its
-// address may be reused.
-hook_programs! {
-    "consume_skb", "skb";
-    raw raw_consume_skb(ctx) => {
-        let skb: u64 = ctx.arg(0);
-        forget(skb);
-    }
-    tp tp_consume_skb(ctx) => {
-        let skb: u64 = unsafe { ctx.read_at(8) }.unwrap_or(0);
-        forget(skb);
     }
 }
 

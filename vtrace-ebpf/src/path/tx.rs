@@ -1,0 +1,191 @@
+//! The tx path (guest -> host): kick, serve, tap.
+
+use super::*;
+
+/// tid -> the frame it is writing to a tap (tun_get_user, until it returns).
+#[map]
+pub static PATH_TX_FRAMES: LruHashMap<u32, PathTxFrame> = LruHashMap::with_max_entries(4096, 0);
+
+/// VM (mm) -> its kicks not served yet.
+#[map]
+pub static PATH_KICKS: LruHashMap<u64, PathKick> = LruHashMap::with_max_entries(1024, 0);
+
+/// A vCPU kicked a virtqueue (an ioeventfd took its write): the VM's first
+/// kick not served starts now unless one waits already.
+#[inline(always)]
+fn kicked() {
+    let mm = current_mm();
+    if mm == 0 {
+        return;
+    }
+    match PATH_KICKS.get_ptr_mut(&mm) {
+        Some(k) => {
+            let k = unsafe { &mut *k };
+            if k.first_ns == 0 {
+                k.first_ns = account::now();
+            }
+            k.kicks += 1;
+        }
+        None => {
+            let k = PathKick {
+                first_ns: account::now(),
+                kicks: 1,
+                ..Default::default()
+            };
+            let _ = PATH_KICKS.insert(&mm, &k, 0);
+        }
+    }
+}
+
+/// The kicks waiting in `k` are served at `now`.
+#[inline(always)]
+fn take_kicks(k: &mut PathKick, now: u64) {
+    add(path_stage::TX_KICK, now.saturating_sub(k.first_ns), k.kicks);
+    k.served_kick_ns = k.first_ns;
+    k.served_kicks = k.kicks;
+    k.first_ns = 0;
+    k.kicks = 0;
+}
+
+/// handle_tx: vhost-net starts serving the current VM's tx queue.
+#[inline(always)]
+fn vhost_serves() {
+    let mm = current_mm();
+    if mm == 0 {
+        return;
+    }
+    let Some(k) = PATH_KICKS.get_ptr_mut(&mm) else {
+        return;
+    };
+    let k = unsafe { &mut *k };
+    if k.first_ns == 0 {
+        return;
+    }
+    let now = account::now();
+    take_kicks(k, now);
+    k.serve_ns = now;
+}
+
+/// `frames` of the current VM enter its tap: vhost-net's tun_sendmsg (a
+/// batch of up to 64, or one that tun_get_user then takes, nested), or the
+/// VMM's write (tun_get_user), which serves waiting kicks itself. The
+/// first frame after a kick is followed.
+#[inline(always)]
+fn tap_entered(frames: u64) {
+    let tid = account::current_tid();
+    if let Some(f) = PATH_TX_FRAMES.get_ptr_mut(&tid) {
+        let f = unsafe { &mut *f };
+        if f.tap_ns != 0 {
+            f.depth += 1;
+            return;
+        }
+    }
+    let now = account::now();
+    let mut frame = PathTxFrame {
+        tap_ns: now,
+        frames,
+        ..Default::default()
+    };
+    let mm = current_mm();
+    if mm != 0
+        && let Some(k) = PATH_KICKS.get_ptr_mut(&mm)
+    {
+        let k = unsafe { &mut *k };
+        if k.serve_ns != 0 {
+            add(path_stage::TX_SERVE, now.saturating_sub(k.serve_ns), k.served_kicks);
+            frame.serve_ns = k.serve_ns;
+            k.serve_ns = 0;
+        } else if k.first_ns != 0 {
+            take_kicks(k, now);
+        } else {
+            let _ = PATH_TX_FRAMES.insert(&tid, &frame, 0);
+            return;
+        }
+        frame.kick_ns = k.served_kick_ns;
+        frame.kicks = k.served_kicks;
+    }
+    let _ = PATH_TX_FRAMES.insert(&tid, &frame, 0);
+}
+
+/// tun_sendmsg(sock, msg, len): vhost-net hands its tap a TUN_MSG_PTR
+/// batch of `num` frames in msg_control, else one frame for tun_get_user.
+#[inline(always)]
+fn sendmsg_frames(msg: u64) -> u64 {
+    let ctl: u64 = read_or_zero(msg, conf!(path.msghdr_control));
+    if ctl != 0 && read_or_zero::<u16>(ctl, conf!(path.tun_msg_ctl_type)) == TUN_MSG_PTR {
+        read_or_zero::<u16>(ctl, conf!(path.tun_msg_ctl_num)) as u64
+    } else {
+        1
+    }
+}
+
+/// tun_get_user returns: the frame is in the host's stack.
+#[inline(always)]
+fn tap_left() {
+    let Some(f) = PATH_TX_FRAMES.get_ptr_mut(&account::current_tid()) else {
+        return;
+    };
+    let f = unsafe { &mut *f };
+    if f.tap_ns == 0 {
+        return;
+    }
+    if f.depth > 0 {
+        f.depth -= 1;
+        return;
+    }
+    let now = account::now();
+    add(path_stage::TX_TAP, now.saturating_sub(f.tap_ns), f.frames);
+    let frame = *f;
+    f.tap_ns = 0;
+    if frame.kick_ns != 0 {
+        followed(PathPacket {
+            ts: [frame.kick_ns, frame.serve_ns, frame.tap_ns, now, 0],
+            vm: current_mm(),
+            tgid: 0,
+            tid: 0,
+            dir: path_dir::TX,
+            frames: frame.kicks as u32,
+            irq: 0,
+            _pad: 0,
+        });
+    }
+}
+
+// handle_tx(struct vhost_net *net), in the vhost worker (its owner's mm).
+kfunc_programs!(kprobe_path_handle_tx, fentry_path_handle_tx, "handle_tx", counted "path_handle_tx", [] => vhost_serves());
+// tun_get_user(tun, tfile, msg_control, from, noblock, more): a frame
+// written into a tap (a VMM's write; vhost-net's handle_tx came first).
+kfunc_programs!(kprobe_path_tun_get_user, fentry_path_tun_get_user, "tun_get_user", counted "path_tun_get_user", [] => tap_entered(1));
+// tun_sendmsg(struct socket *sock, struct msghdr *m, size_t total_len):
+// vhost-net's way into the tap.
+kfunc_programs!(kprobe_path_tun_sendmsg, fentry_path_tun_sendmsg, "tun_sendmsg", counted "path_tun_sendmsg", [_sock, msg] => tap_entered(sendmsg_frames(msg)));
+
+/// tun_sendmsg returns: its frames went through the tap into the host's stack.
+#[kretprobe]
+pub fn kretprobe_path_tun_sendmsg(_ctx: RetProbeContext) -> u32 {
+    count_run!("kretprobe_path_tun_sendmsg");
+    tap_left();
+    0
+}
+
+/// tun_get_user returns: its frame went through the tap into the host's
+/// stack (run inline, up to its socket or the next device's queue).
+#[kretprobe]
+pub fn kretprobe_path_tun_get_user(_ctx: RetProbeContext) -> u32 {
+    count_run!("kretprobe_path_tun_get_user");
+    tap_left();
+    0
+}
+
+// ioeventfd_write(vcpu, dev, addr, len, val) returns 0 when the guest's
+// write was a notify an ioeventfd took (its address, and its value where
+// it has a datamatch): a virtqueue kick, to vhost-net or the VMM's thread.
+// Other MMIO and port writes (interrupt acks, EOIs) are not kicks.
+#[kretprobe]
+pub fn kretprobe_path_ioeventfd_write(ctx: RetProbeContext) -> u32 {
+    count_run!("kretprobe_path_ioeventfd_write");
+    if ctx.ret::<i64>() == 0 {
+        kicked();
+    }
+    0
+}
