@@ -56,8 +56,30 @@ pub struct Outcome {
     pub interrupted: bool,
 }
 
-/// Runs every run of `m` not done yet under `root`.
-pub fn run(m: &Matrix, root: &Path, opts: &RecordOptions) -> Result<Outcome> {
+/// `vtrace bench`'s options: the matrix, and how each run is recorded.
+#[derive(Clone, Debug, clap::Args)]
+pub struct BenchOptions {
+    #[command(flatten)]
+    pub matrix: Matrix,
+    /// Layers recorded in each run (as `record --layers`; the run queue too by default: how long the
+    /// workload's threads waited for a CPU, under `--stress` above all).
+    #[arg(long, value_delimiter = ',', default_values_t = default_layers())]
+    pub layers: Vec<String>,
+    /// Each layer's own switches, as `record` takes them.
+    #[command(flatten)]
+    pub switches: crate::layers::Switches,
+    #[arg(short, long, default_value = "bench")]
+    pub output: std::path::PathBuf,
+}
+
+/// Runs every run of the matrix not done yet under `--output`.
+pub fn run(bench: &BenchOptions) -> Result<Outcome> {
+    let (m, root) = (&bench.matrix, bench.output.as_path());
+    let opts = &RecordOptions {
+        switches: bench.switches.clone(),
+        ..RecordOptions::default()
+    }
+    .layers(bench.layers.clone());
     crate::privileges::check()?;
     std::fs::create_dir_all(root).map_err(crate::error::io(format!("create {}", root.display())))?;
     if let Ok(earlier) = Matrix::load(root)

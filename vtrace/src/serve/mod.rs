@@ -5,16 +5,12 @@
 //! of its own; the series' state (`series.rs`) between them.
 
 mod http;
+mod options;
 mod own;
 pub mod series;
 pub mod web_config;
 
-use std::{
-    collections::HashSet,
-    net::SocketAddr,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::HashSet, sync::Arc, time::Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -22,11 +18,12 @@ use crate::{
     Error, Result,
     exposition::Samples,
     layers,
-    record::{self, RecordOptions, Scrape},
+    record::{self, Scrape},
 };
 use series::SeriesSet;
 
 pub use http::encode;
+pub use options::ServeOptions;
 
 /// Where `vtrace serve` listens unless told otherwise (loopback: the series
 /// name every process on the host).
@@ -74,17 +71,14 @@ impl Exporter {
     }
 }
 
-/// Binds `listen` (a one-line error when it is in use or not allowed),
+/// Binds `--listen` (a one-line error when it is in use or not allowed),
 /// attaches the probes, and serves until SIGINT/SIGTERM; over TLS and with
-/// basic auth where `web_config` (`--web.config.file`) says; per-process
-/// series labelled with the process where `process_labels` (`--pid-labels`).
-pub fn serve(
-    opts: &RecordOptions,
-    listen: SocketAddr,
-    web_config: Option<&std::path::Path>,
-    process_labels: bool,
-) -> Result<()> {
-    let web = Arc::new(match web_config {
+/// basic auth where `--web.config.file` says; per-process series labelled
+/// with the process where `--pid-labels`.
+pub fn serve(serve: &ServeOptions) -> Result<()> {
+    let listen = serve.listen;
+    let process_labels = serve.pid_labels;
+    let web = Arc::new(match &serve.web_config {
         Some(path) => web_config::WebConfig::load(path)?,
         None => web_config::WebConfig {
             tls: None,
@@ -106,15 +100,7 @@ pub fn serve(
     listener
         .set_nonblocking(true)
         .map_err(crate::error::io("make the listener non-blocking"))?;
-    let mut opts = opts.clone();
-    opts.live = true;
-    opts.command.clear();
-    opts.duration = None;
-    // Nothing is journaled: a live session writes nothing.
-    opts.checkpoint = Duration::ZERO;
-    // The staging directory is claimed (and removed at the end) like a recording's.
-    opts.output = std::env::temp_dir().join(format!("vtrace-serve.{}", std::process::id()));
-    opts.force = true;
+    let opts = serve.record_options();
     let (tx, rx) = mpsc::channel(4);
     let (attached_tx, attached_rx) = std::sync::mpsc::channel();
     let exporter = Arc::new(tokio::sync::Mutex::new(Exporter {
