@@ -23,11 +23,7 @@ use crate::{
 use series::SeriesSet;
 
 pub use http::encode;
-pub use options::ServeOptions;
-
-/// Where `vtrace serve` listens unless told otherwise (loopback: the series
-/// name every process on the host).
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
+pub use options::{DEFAULT_LISTEN, ServeOptions};
 
 /// The exporter: asks the live session for a read, keeps the series.
 pub struct Exporter {

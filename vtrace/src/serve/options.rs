@@ -8,10 +8,14 @@ use crate::{
     record::RecordOptions,
 };
 
+/// Where `vtrace serve` listens unless told otherwise (loopback: the series
+/// name every process on the host).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9477";
+
 #[derive(Clone, Debug, clap::Args)]
 pub struct ServeOptions {
     /// Address to listen on (loopback unless told otherwise).
-    #[arg(long, default_value = super::DEFAULT_LISTEN)]
+    #[arg(long, default_value = DEFAULT_LISTEN)]
     pub listen: SocketAddr,
     /// TLS and basic auth, in the web configuration file format Prometheus exporters share
     /// (tls_server_config, basic_auth_users; docs/prometheus.md).
