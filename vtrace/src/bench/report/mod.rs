@@ -130,6 +130,7 @@ pub fn sections(root: &Path, m: &Matrix, cells: &[CellSummary]) -> Vec<Section> 
 
 /// One CSV line per cell: the numbers of the tables above.
 pub fn csv(cells: &[CellSummary]) -> String {
+    use crate::views::quote;
     let mut out = String::from(
         "platform,workload,param,stress,runs,unit,ops_per_s_mean,ops_per_s_min,ops_per_s_max,cpu_ns_per_op,rtt_p50_us,rtt_p99_us,runq_ns_per_op\n",
     );
@@ -137,12 +138,12 @@ pub fn csv(cells: &[CellSummary]) -> String {
     for c in cells {
         out.push_str(&format!(
             "{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-            c.platform,
-            c.workload,
-            c.param,
+            quote(&c.platform),
+            quote(&c.workload),
+            quote(&c.param),
             c.stress,
             c.runs,
-            c.unit.clone().unwrap_or_default(),
+            quote(c.unit.as_deref().unwrap_or_default()),
             opt(c.ops_per_s.map(|r| r.mean)),
             opt(c.ops_per_s.map(|r| r.min)),
             opt(c.ops_per_s.map(|r| r.max)),
@@ -166,5 +167,25 @@ mod tests {
             let by_name = part_named(w.name()).expect("found by name");
             assert_eq!(by_name.heading(), part(*w).heading());
         }
+    }
+
+    /// A parameter or platform holding a comma or a quote stays one field.
+    #[test]
+    fn csv_fields_are_quoted_where_they_need_it() {
+        let cell = CellSummary {
+            platform: "kata".into(),
+            workload: "fio".into(),
+            param: "bs=4k,rw=\"randread\"".into(),
+            stress: 2,
+            runs: 3,
+            unit: Some("I/O".into()),
+            ..Default::default()
+        };
+        let text = csv(&[cell]);
+        let row = text.lines().nth(1).expect("one row");
+        assert!(
+            row.starts_with("kata,fio,\"bs=4k,rw=\"\"randread\"\"\",2,3,I/O,"),
+            "{row}"
+        );
     }
 }

@@ -46,7 +46,7 @@ pub struct Hop {
 }
 
 /// Everything the report says of one cell.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct CellSummary {
     pub platform: String,
     pub workload: String,
