@@ -25,11 +25,10 @@ if [ $QUICK = 0 ]; then
   cargo fmt --all -- --check
   python3 scripts/check-layering.py
 fi
-# Everything the tests run, built once: the test files' harness too (its
-# features differ from the workspace build's), so that no file's time is
-# a compile.
+# Everything the tests run, built once, test files included: each file
+# below is run from the workspace (no `-p`), so its dependencies' features
+# are this build's and no file's time is a compile.
 cargo build --release --all-targets
-cargo test --release -p vtrace-tests --no-run
 set +e
 
 # Test files that boot the stock-kernel guest (minutes each), and tests
@@ -71,7 +70,7 @@ if [ $QUICK = 0 ]; then
     rc=$?; date +%s > "$lints_end"; exit $rc; } &
   lints=$!
   for name in $GUEST_FILES; do
-    run "$name" -p vtrace-tests --test "$name" -- --test-threads=1
+    run "$name" --test "$name" -- --test-threads=1
   done
   wait $lints
   lints_rc=$?
@@ -91,7 +90,7 @@ for f in tests/tests/*.rs; do
   if [[ " $GUEST_FILES " == *" $name "* ]] || { [ $QUICK = 1 ] && [[ " $LONG_FILES " == *" $name "* ]]; }; then
     continue
   fi
-  run "$name" -p vtrace-tests --test "$name" -- --test-threads=1 "${skip[@]}"
+  run "$name" --test "$name" -- --test-threads=1 "${skip[@]}"
 done
 
 echo

@@ -20,9 +20,10 @@ use vtrace_tests::{GUEST_STEPS, GuestRun, TempDir, USER_VM_TRUTH, bin, check_use
 const ADDR: &str = "10.99.27.2";
 const PINGS: u64 = 50;
 const LAYERS: &str = "cpu,net,kvm,path";
-/// Seed 003's bench: pings per cell and the CPU stress levels.
+/// Seed 003's bench: pings per cell and the CPU stress levels (none, and
+/// more busy loops than CPUs: a level between checks nothing these do not).
 const BENCH_PINGS: u32 = 50;
-const BENCH_STRESS: &str = "0,1,2";
+const BENCH_STRESS: &str = "0,2";
 
 /// Ground truth read inside the recorded command, before and after the
 /// pings: /proc/interrupts, KVM's injections, the PF's counters.
@@ -62,7 +63,7 @@ exit 0
 
 /// The VF guest up, pinged inside a recording (ground truth read around
 /// the pings), reported, down; then seed 003's bench: virtio (qemu-kvm,
-/// vhost-net) against SR-IOV under ping with 0, 1 and 2 busy loops, each
+/// vhost-net) against SR-IOV under ping with 0 and 2 busy loops, each
 /// platform brought up and down by the bench.
 fn script() -> String {
     format!(
@@ -357,7 +358,7 @@ fn seed_003_virtio_against_sriov_under_stress_with_the_stages_that_explain_it() 
         .as_array()
         .unwrap_or_else(|| panic!("no cells: {b}"));
     for platform in ["qemu-kvm", "sriov"] {
-        for stress in [0, 1, 2] {
+        for stress in [0, 2] {
             let c = cells
                 .iter()
                 .find(|c| c["platform"] == platform && c["stress"] == stress)
