@@ -9,12 +9,25 @@ use crate::{Error, Result};
 /// vtrace-ebpf, compiled by build.rs.
 pub const OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/vtrace"));
 
+/// The running kernel's BTF (/sys/kernel/btf/vmlinux), parsed once a
+/// process: aya parsed it again for each object load and each BTF-typed
+/// program (a dozen parses of megabytes a recording; seconds in an emulated
+/// guest). Err: why it cannot be read.
+pub fn kernel_btf() -> std::result::Result<&'static aya::Btf, String> {
+    static BTF: std::sync::OnceLock<std::result::Result<aya::Btf, String>> = std::sync::OnceLock::new();
+    BTF.get_or_init(|| aya::Btf::from_sys_fs().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 /// Loads the object (maps created, programs not yet loaded into the kernel)
 /// with `config` written into its one `CONFIG` global.
 pub fn load(config: &Config) -> Result<Ebpf> {
     raise_memlock_limit();
     let small = std::env::var("VTRACE_MAP_ENTRIES").unwrap_or_default();
     let mut loader = EbpfLoader::new();
+    // Without it aya reads and parses the kernel's BTF itself.
+    loader.btf(kernel_btf().ok());
     loader.override_global("CONFIG", config, true);
     // The per-packet event ring costs 64 MiB of kernel memory: only with --events.
     loader.map_max_entries(

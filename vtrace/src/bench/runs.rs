@@ -87,6 +87,9 @@ pub fn write(m: &Matrix, root: &Path) -> Result<()> {
     };
     let mut df = RunRow::to_frame(&rows(m, root)).map_err(|e| failed(&e))?;
     let file = std::fs::File::create(&path).map_err(crate::error::io(format!("create {}", path.display())))?;
-    ParquetWriter::new(file).finish(&mut df).map_err(|e| failed(&e))?;
+    // Buffered, as a recording's tables are (recording/io.rs).
+    let mut out = std::io::BufWriter::new(file);
+    ParquetWriter::new(&mut out).finish(&mut df).map_err(|e| failed(&e))?;
+    std::io::Write::flush(&mut out).map_err(crate::error::io(format!("write {}", path.display())))?;
     Ok(())
 }

@@ -147,14 +147,14 @@ fn attach_one(ebpf: &mut Ebpf, strategy: &Strategy, slot: u32) -> Result<(), Str
         | Strategy::BtfTracepoint {
             tracepoint: function, ..
         } => {
-            let btf = aya::Btf::from_sys_fs().map_err(|e| err(&e))?;
+            let btf = crate::ebpf::kernel_btf().map_err(|e| err(&e))?;
             if let Strategy::FEntry { .. } = strategy {
                 let p: &mut FEntry = program.try_into().map_err(|e| err(&e))?;
-                p.load(function, &btf).map_err(|e| err(&e))?;
+                p.load(function, btf).map_err(|e| err(&e))?;
                 p.attach().map_err(|e| err(&e))?;
             } else {
                 let p: &mut aya::programs::BtfTracePoint = program.try_into().map_err(|e| err(&e))?;
-                p.load(function, &btf).map_err(|e| err(&e))?;
+                p.load(function, btf).map_err(|e| err(&e))?;
                 p.attach().map_err(|e| err(&e))?;
             }
         }

@@ -38,9 +38,13 @@ pub struct Capabilities {
 impl Capabilities {
     pub fn detect() -> Self {
         let btf = if Path::new(BTF_PATH).exists() {
-            btf_rs::Btf::from_file(BTF_PATH)
+            // Read whole, then parsed: btf-rs's file reader seeks before
+            // each read, 126 000 syscalls for vmlinux's BTF (seconds in an
+            // emulated guest).
+            fs::read(BTF_PATH)
+                .map_err(|e| format!("cannot read {BTF_PATH}: {e}"))
+                .and_then(|bytes| btf_rs::Btf::from_bytes(&bytes).map_err(|e| format!("cannot parse {BTF_PATH}: {e}")))
                 .map(Arc::new)
-                .map_err(|e| format!("cannot parse {BTF_PATH}: {e}"))
         } else {
             Err(format!(
                 "{BTF_PATH} missing (kernel built without CONFIG_DEBUG_INFO_BTF)"
@@ -85,13 +89,13 @@ impl Capabilities {
         const PROGRAM: &str = "fentry_handle_tx";
         const FUNCTION: &str = "vfs_read";
         let result = (|| -> Result<(), String> {
-            let btf = aya::Btf::from_sys_fs().map_err(|e| e.to_string())?;
+            let btf = crate::ebpf::kernel_btf()?;
             let p: &mut aya::programs::FEntry = ebpf
                 .program_mut(PROGRAM)
                 .ok_or("no fentry program")?
                 .try_into()
                 .map_err(|e: aya::programs::ProgramError| e.to_string())?;
-            p.load(FUNCTION, &btf).map_err(|e| {
+            p.load(FUNCTION, btf).map_err(|e| {
                 let s = format!("{e:#}");
                 if s.contains("Permission denied") || s.contains("os error 1)") {
                     "the kernel refuses fentry programs (EPERM)".to_string()

@@ -92,7 +92,9 @@ pub fn syscall_args(k: &KernelLayout, o: &mut Config) {
 
 /// A loaded module's BTF (`/sys/kernel/btf/<module>`, split on vmlinux's).
 pub fn module_btf(vmlinux: &btf_rs::Btf, module: &str) -> Option<btf_rs::Btf> {
-    btf_rs::Btf::from_split_file(Path::new("/sys/kernel/btf").join(module), vmlinux).ok()
+    // Read whole, as vmlinux's (see `Capabilities::detect`).
+    let bytes = std::fs::read(Path::new("/sys/kernel/btf").join(module)).ok()?;
+    btf_rs::Btf::from_split_bytes(&bytes, vmlinux).ok()
 }
 
 /// `sizeof(struct name)` from BTF.

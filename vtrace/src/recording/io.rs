@@ -186,7 +186,11 @@ fn write_table(dir: &Path, table: &dyn StoredTable) -> Result<()> {
     };
     let mut df = table.frame().map_err(|e| failed(&e))?;
     let file = File::create(&path).map_err(crate::error::io(format!("create {}", path.display())))?;
-    ParquetWriter::new(file).finish(&mut df).map_err(|e| failed(&e))?;
+    // Buffered: the writer writes a byte or two at a time (24 000 write
+    // calls for a short recording's tables, each costly in an emulated guest).
+    let mut out = std::io::BufWriter::new(file);
+    ParquetWriter::new(&mut out).finish(&mut df).map_err(|e| failed(&e))?;
+    std::io::Write::flush(&mut out).map_err(crate::error::io(format!("write {}", path.display())))?;
     Ok(())
 }
 
