@@ -305,7 +305,7 @@ fn on_exit() {
 /// with `--cpu-split ticks`): a child switched out between fork and exec
 /// kept its parent's name through a whole busy run. (The hash entry's name
 /// wins over the per-CPU slots' when they are merged; their refreshes reach
-/// it, see `account::copy_identity_to_hash_entry`.)
+/// it, see `account/threads.rs` `copy_identity_to_hash_entry`.)
 #[inline(always)]
 fn on_exec() {
     if let Some(t) = current_thread_entry() {

@@ -1,5 +1,5 @@
 //! CPU attribution collector: reads the per-CPU state machines and the
-//! per-thread map written by `vtrace-ebpf/src/account.rs`.
+//! per-thread map written by `vtrace-ebpf/src/account/`.
 //!
 //! Each snapshot also charges, in userspace, the time each CPU's current
 //! thread has run since the last kernel event, so long-running threads with no

@@ -1,6 +1,6 @@
 //! The CPU layer: the attribution engine every other figure is charged to.
 //! CPU time per thread, process, role and CPU, split into user / system /
-//! softirq / hardirq / guest / idle (vtrace-ebpf/src/account.rs keeps the
+//! softirq / hardirq / guest / idle (vtrace-ebpf/src/account/ keeps the
 //! per-CPU state machine; `collector.rs` reads it).
 
 pub mod analysis;

@@ -1,5 +1,5 @@
 //! The CPU engine's probes: scheduler, syscalls, interrupts, softirqs (vtrace-ebpf/src/sched.rs,
-//! syscalls.rs, irq.rs, account.rs).
+//! syscalls.rs, irq.rs, account/).
 
 use crate::probes::catalog::{ProbeSpec, tracepoint_probe};
 
