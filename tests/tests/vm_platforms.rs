@@ -49,6 +49,13 @@ const PLATFORMS: &[(&str, &str)] = &[
     ("unikraft-virtio", "10.99.24.2"),
 ];
 
+/// Redis from the Redis unikernel (lib-redis on lwIP) on each Unikraft
+/// platform: the name of its recording, the platform, its address.
+const UNIKRAFT_REDIS: &[(&str, &str, &str)] = &[
+    ("ukredis-vhost", "unikraft-vhost", "10.99.23.2"),
+    ("ukredis-virtio", "unikraft-virtio", "10.99.24.2"),
+];
+
 /// vhost-net serves its queues (else the VMM's own thread does).
 fn uses_vhost(platform: &str) -> bool {
     ["qemu-kvm", "unikraft-vhost"].contains(&platform)
@@ -158,6 +165,22 @@ fn script() -> String {
             "step {LAB_LIMIT} {fail} 'down {p}' vtrace lab down {p} >> up-{p}.out 2>&1\n"
         ));
     }
+    // The Redis unikernel on both Unikraft platforms: the lab reads what
+    // the image serves.
+    s.push_str("export VTRACE_UNIKRAFT_IMAGE=/vmm/redis_qemu-x86_64\n");
+    for (name, p, addr) in UNIKRAFT_REDIS {
+        let fail = format!("{name}.failed");
+        s.push_str(&format!(
+            "if step {LAB_LIMIT} {fail} 'up {name}' vtrace lab up {p} > up-{name}.out 2>&1; then\n\
+               step {RECORD_LIMIT} {fail} 'record {name}' vtrace record --platform {p} --layers {LAYERS} -o {name}.vtrace \
+                 -- redis-benchmark -h {addr} -t get,set -n {REDIS_REQUESTS} -c 1 > {name}.out 2>&1\n\
+               {}\
+             else cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{name}.out; fi\n\
+             step {LAB_LIMIT} {fail} 'down {name}' vtrace lab down {p} >> up-{name}.out 2>&1\n",
+            reports(name, &fail)
+        ));
+    }
+    s.push_str("export VTRACE_UNIKRAFT_IMAGE=/vmm/httpreply_qemu-x86_64\n");
     // vhost-net on against off, for the Linux guest and for Unikraft.
     s.push_str(&format!(
         "step {REPORT_LIMIT} explain.failed 'explain vhost' vtrace explain qemu-kvm-novhost.vtrace qemu-kvm.vtrace > explain-qemu-vhost.txt 2>&1\n\
@@ -221,7 +244,8 @@ fn boot() -> Result<Guest, String> {
     let vmm = vmm_dir();
     let firecracker = vmm.join("firecracker/firecracker");
     let unikraft = vmm.join("unikraft/httpreply_qemu-x86_64");
-    for needed in [&firecracker, &unikraft] {
+    let unikraft_redis = vmm.join("unikraft/redis_qemu-x86_64");
+    for needed in [&firecracker, &unikraft, &unikraft_redis] {
         if !needed.is_file() {
             return Err(format!(
                 "{} is missing: the VM platform tests take Firecracker and the Unikraft image from \
@@ -237,6 +261,7 @@ fn boot() -> Result<Guest, String> {
     }
     let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
     files.push((unikraft, "/vmm/httpreply_qemu-x86_64".into()));
+    files.push((unikraft_redis, "/vmm/redis_qemu-x86_64".into()));
     let run = run_guest(
         "VM platforms",
         Board::Plain,
@@ -381,39 +406,69 @@ fn each_vm_is_recorded_as_its_platform_with_its_vcpu_vmm_and_vhost_roles() {
 fn frames_through_each_tap_equal_the_taps_own_counters() {
     let g = guest();
     for (p, _) in PLATFORMS {
-        let r = g.report(p);
-        let tap = rows(&r, "device_counters").iter().find(|d| d["kind"] == "tap").unwrap();
-        let device = tap["name"].as_str().unwrap();
-        let frames = |function: &str| -> u64 {
-            rows(&r, "tun")
-                .iter()
-                .filter(|t| t["device"] == device && t["function"] == function)
-                .map(|t| n(&t["frames"]))
-                .sum()
-        };
-        // Towards the VM: what the tap handed its user (vhost-net's
-        // tun_recvmsg, or the VMM's read/readv) is its tx count; from the
-        // VM: what its user wrote in (vhost's tun_sendmsg, the VMM's
-        // write/writev through tun_get_user) is its rx count.
-        let (to_vm, from_vm) = if uses_vhost(p) {
-            (frames("tun_recvmsg"), frames("tun_sendmsg"))
-        } else {
-            (frames("tun_chr_read_iter"), frames("tun_get_user"))
-        };
-        eprintln!(
-            "{p}: {device} to the VM {to_vm} (tx_packets {}), from it {from_vm} (rx_packets {})",
-            tap["tx_packets"], tap["rx_packets"]
+        check_tap_frames(&g.report(p), p);
+    }
+}
+
+/// The frames vtrace saw through `platform`'s tap, each way, equal the
+/// tap's own counters, through vhost-net or the VMM as the platform has it.
+fn check_tap_frames(r: &Value, p: &str) {
+    let tap = rows(r, "device_counters").iter().find(|d| d["kind"] == "tap").unwrap();
+    let device = tap["name"].as_str().unwrap();
+    let frames = |function: &str| -> u64 {
+        rows(r, "tun")
+            .iter()
+            .filter(|t| t["device"] == device && t["function"] == function)
+            .map(|t| n(&t["frames"]))
+            .sum()
+    };
+    // Towards the VM: what the tap handed its user (vhost-net's
+    // tun_recvmsg, or the VMM's read/readv) is its tx count; from the
+    // VM: what its user wrote in (vhost's tun_sendmsg, the VMM's
+    // write/writev through tun_get_user) is its rx count.
+    let (to_vm, from_vm) = if uses_vhost(p) {
+        (frames("tun_recvmsg"), frames("tun_sendmsg"))
+    } else {
+        (frames("tun_chr_read_iter"), frames("tun_get_user"))
+    };
+    eprintln!(
+        "{p}: {device} to the VM {to_vm} (tx_packets {}), from it {from_vm} (rx_packets {})",
+        tap["tx_packets"], tap["rx_packets"]
+    );
+    assert_eq!(to_vm, n(&tap["tx_packets"]), "{p}: frames to the VM");
+    assert_eq!(from_vm, n(&tap["rx_packets"]), "{p}: frames from the VM");
+    assert!(to_vm > 0 && from_vm > 0, "{p}");
+    // The path not taken is empty: vhost-net or the VMM, not both.
+    let (unused_read, unused_write) = if uses_vhost(p) {
+        (frames("tun_chr_read_iter"), frames("tun_get_user"))
+    } else {
+        (frames("tun_recvmsg"), frames("tun_sendmsg"))
+    };
+    assert_eq!((unused_read, unused_write), (0, 0), "{p}");
+}
+
+/// Redis on each Unikraft platform, from the Redis unikernel: the
+/// instance is its platform's, redis-benchmark's own request count is the
+/// recording's operations, and the frames through its tap are the tap's
+/// own counters.
+#[test]
+fn redis_on_each_unikraft_platform_is_counted_as_redis_benchmark_counts_it() {
+    let g = guest();
+    for (name, p, _) in UNIKRAFT_REDIS {
+        let r = g.out.report(name, &format!("up-{name}.out"));
+        assert!(
+            g.text(&format!("up-{name}.out")).contains("Redis"),
+            "{name}: the lab did not boot the image as Redis: {}",
+            g.text(&format!("up-{name}.out"))
         );
-        assert_eq!(to_vm, n(&tap["tx_packets"]), "{p}: frames to the VM");
-        assert_eq!(from_vm, n(&tap["rx_packets"]), "{p}: frames from the VM");
-        assert!(to_vm > 0 && from_vm > 0, "{p}");
-        // The path not taken is empty: vhost-net or the VMM, not both.
-        let (unused_read, unused_write) = if uses_vhost(p) {
-            (frames("tun_chr_read_iter"), frames("tun_get_user"))
-        } else {
-            (frames("tun_recvmsg"), frames("tun_sendmsg"))
-        };
-        assert_eq!((unused_read, unused_write), (0, 0), "{p}");
+        instance(&r, p);
+        let ops = &r["workload"]["ops"];
+        assert_eq!(
+            (ops["count"].as_f64(), ops["source"].as_str()),
+            (Some((2 * REDIS_REQUESTS) as f64), Some("redis-benchmark")),
+            "{name}"
+        );
+        check_tap_frames(&r, p);
     }
 }
 

@@ -5,7 +5,8 @@
 //! configurations of the seed studies. Each has virtio-net on a tap of its
 //! own. The Linux guests are linuxvm.rs's kernel and initramfs (redis and
 //! iperf3 on the address of their command line); the unikernel is the
-//! user's image, serving HTTP.
+//! user's image, serving HTTP (app-httpreply) or Redis (lib-redis): what
+//! it serves is read from the image.
 //!
 //! Where KVM cannot boot guests (a PVM host like this repository's CI), they
 //! run one level down, inside the stock-kernel guest (guest.rs), whose
@@ -84,8 +85,9 @@ pub fn firecracker_binary() -> std::result::Result<PathBuf, String> {
 pub fn unikraft_image() -> std::result::Result<PathBuf, String> {
     let Some(path) = std::env::var_os(UNIKRAFT_IMAGE_ENV) else {
         return Err(format!(
-            "no Unikraft image: name one with {UNIKRAFT_IMAGE_ENV}=PATH (a QEMU/KVM x86_64 image with lwIP \
-             serving HTTP on port {HTTP_PORT}, its address from `netdev.ip=`, like app-httpreply)"
+            "no Unikraft image: name one with {UNIKRAFT_IMAGE_ENV}=PATH (a QEMU/KVM x86_64 image with lwIP, \
+             its address from `netdev.ip=`, serving HTTP on port {HTTP_PORT} like app-httpreply, or Redis \
+             on {REDIS_PORT} like lib-redis)"
         ));
     };
     let path = PathBuf::from(path);
@@ -96,12 +98,68 @@ pub fn unikraft_image() -> std::result::Result<PathBuf, String> {
     }
 }
 
+/// The port a Redis unikernel serves on.
+const REDIS_PORT: u16 = 6379;
+
+/// What a Unikraft image serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnikraftApp {
+    /// An HTTP reply on [`HTTP_PORT`] (app-httpreply).
+    Http,
+    /// Redis on 6379 (lib-redis): its settings after `--` on the command line.
+    Redis,
+}
+
+impl UnikraftApp {
+    /// What `image` serves: Redis where it holds Redis's INFO field names,
+    /// else HTTP.
+    pub fn of(image: &Path) -> UnikraftApp {
+        let holds_redis = fs::read(image)
+            .map(|bytes| bytes.windows(REDIS_MARK.len()).any(|w| w == REDIS_MARK))
+            .unwrap_or(false);
+        if holds_redis {
+            UnikraftApp::Redis
+        } else {
+            UnikraftApp::Http
+        }
+    }
+
+    /// The configured image's app, read once a process (HTTP when none is
+    /// named: `missing` says so).
+    fn configured() -> UnikraftApp {
+        static APP: std::sync::OnceLock<UnikraftApp> = std::sync::OnceLock::new();
+        *APP.get_or_init(|| unikraft_image().map_or(UnikraftApp::Http, |image| UnikraftApp::of(&image)))
+    }
+
+    fn ports(self) -> &'static [u16] {
+        match self {
+            UnikraftApp::Http => &[HTTP_PORT],
+            UnikraftApp::Redis => &[REDIS_PORT],
+        }
+    }
+
+    /// The app's part of the command line (after `--`), and the guest's
+    /// memory in MiB (Redis: 128, the least that holds 50 clients).
+    fn command_line(self) -> (&'static str, &'static str) {
+        match self {
+            UnikraftApp::Http => ("", "64"),
+            UnikraftApp::Redis => (
+                " --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no",
+                "128",
+            ),
+        }
+    }
+}
+
+/// Bytes only a Redis server holds: a field name of its INFO reply.
+const REDIS_MARK: &[u8] = b"redis_version:";
+
 /// What a VM platform boots.
 #[derive(Clone, Copy)]
 pub enum Guest {
     /// The lab's Linux guest (linuxvm.rs), serving redis and iperf3.
     Linux,
-    /// The user's Unikraft image, serving HTTP.
+    /// The user's Unikraft image, serving HTTP or Redis ([`UnikraftApp`]).
     Unikraft,
 }
 
@@ -140,7 +198,13 @@ impl Runtime for QemuKvm {
             }
             Guest::Unikraft => {
                 let image = unikraft_image().map_err(|why| unavailable(p.name, why))?;
-                (image, None, format!("netdev.ip={guest_addr}/24:{host_addr} --"), "64")
+                let (args, memory) = UnikraftApp::of(&image).command_line();
+                (
+                    image,
+                    None,
+                    format!("netdev.ip={guest_addr}/24:{host_addr} --{args}"),
+                    memory,
+                )
             }
         };
         net::tap(ledger, p, self.tap, None)?;
@@ -168,7 +232,7 @@ impl Runtime for QemuKvm {
             self.tap,
             match self.guest {
                 Guest::Linux => "Linux guest".to_string(),
-                Guest::Unikraft => format!("Unikraft image {}", kernel.display()),
+                Guest::Unikraft => format!("Unikraft image {} ({:?})", kernel.display(), UnikraftApp::of(&kernel)),
             }
         );
         Ok(())
@@ -181,7 +245,7 @@ impl Runtime for QemuKvm {
     fn ports(&self) -> &'static [u16] {
         match self.guest {
             Guest::Linux => linuxvm::LINUX_GUEST_PORTS,
-            Guest::Unikraft => &[HTTP_PORT],
+            Guest::Unikraft => UnikraftApp::configured().ports(),
         }
     }
 
@@ -254,5 +318,26 @@ impl Runtime for Firecracker {
         kvm_cannot_boot_guests()
             .or_else(|| firecracker_binary().err())
             .or_else(|| linuxvm::kernel().err().map(|e| e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An image holding Redis's INFO field names serves Redis; any other, HTTP.
+    #[test]
+    fn what_a_unikraft_image_serves_is_read_from_it() {
+        let dir = std::env::temp_dir().join(format!("vtrace-uk-app-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let redis = dir.join("redis");
+        fs::write(&redis, b"\x7fELF...# Server\r\nredis_version:7.0.11\r\n...").unwrap();
+        let http = dir.join("http");
+        fs::write(&http, b"\x7fELF...HTTP/1.1 200 OK\r\n...").unwrap();
+        assert_eq!(UnikraftApp::of(&redis), UnikraftApp::Redis);
+        assert_eq!(UnikraftApp::of(&http), UnikraftApp::Http);
+        assert_eq!(UnikraftApp::of(&dir.join("none")), UnikraftApp::Http);
+        assert_eq!(UnikraftApp::Redis.ports(), &[6379]);
+        let _ = fs::remove_dir_all(&dir);
     }
 }
