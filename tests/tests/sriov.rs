@@ -26,8 +26,17 @@ const BENCH_PINGS: u32 = 50;
 const BENCH_STRESS: &str = "0,2";
 
 /// Ground truth read inside the recorded command, before and after the
-/// pings: /proc/interrupts, KVM's injections, the PF's counters.
-const TRUTH: &str = r#"truth() {
+/// pings: /proc/interrupts, KVM's injections, the PF's counters. Before
+/// it, `arp_settled ADDR`: one ARP exchange with the guest, so that neither
+/// side's neighbour entry probes inside the pings' 2.5 s (the host's is
+/// confirmed for 15 s at least; the guest's, refreshed by the request,
+/// probes 5 s after its first reply). A probe and its answer on either side
+/// of a truth reading made the PF's frames one more than the pings'.
+const TRUTH: &str = r#"arp_settled() {
+  pf=$(ls /sys/class/net | while read d; do [ -e /sys/class/net/$d/device/sriov_totalvfs ] && echo $d; done | head -1)
+  arping -c 1 -w 2 -I $pf $1 > /dev/null 2>&1
+}
+truth() {
   cat /proc/interrupts > irq-$1.txt
   cat /sys/kernel/debug/kvm/*-*/irq_injections > inj-$1.txt 2>/dev/null
   pf=$(ls /sys/class/net | while read d; do [ -e /sys/class/net/$d/device/sriov_totalvfs ] && echo $d; done | head -1)
@@ -71,7 +80,7 @@ fn script() -> String {
          if step 150 sriov.failed 'up sriov' vtrace lab up sriov > up.out 2>&1; then\n\
            ip link show >> up.out 2>&1\n\
            step 150 sriov.failed 'record pings' vtrace record --platform sriov --layers {LAYERS} --events -o sriov.vtrace \
-             -- sh -c '. /tmp/truth.sh; truth before; ping -c {PINGS} -i 0.05 {ADDR}; rc=$?; truth after; exit $rc' \
+             -- sh -c '. /tmp/truth.sh; arp_settled {ADDR}; truth before; ping -c {PINGS} -i 0.05 {ADDR}; rc=$?; truth after; exit $rc' \
              > record.out 2>&1\n\
            step 90 sriov.failed 'report' vtrace report sriov.vtrace --format json -o sriov.json\n\
            step 90 sriov.failed 'text report' vtrace report sriov.vtrace > sriov.txt 2>&1\n\
