@@ -125,7 +125,7 @@ impl UnikraftApp {
     }
 
     /// The configured image's app, read once a process (HTTP when none is
-    /// named: `missing` says so).
+    /// named: `missing` says so): `up`, its note and `ports` share the read.
     fn configured() -> UnikraftApp {
         static APP: std::sync::OnceLock<UnikraftApp> = std::sync::OnceLock::new();
         *APP.get_or_init(|| unikraft_image().map_or(UnikraftApp::Http, |image| UnikraftApp::of(&image)))
@@ -198,7 +198,7 @@ impl Runtime for QemuKvm {
             }
             Guest::Unikraft => {
                 let image = unikraft_image().map_err(|why| unavailable(p.name, why))?;
-                let (args, memory) = UnikraftApp::of(&image).command_line();
+                let (args, memory) = UnikraftApp::configured().command_line();
                 (
                     image,
                     None,
@@ -232,7 +232,7 @@ impl Runtime for QemuKvm {
             self.tap,
             match self.guest {
                 Guest::Linux => "Linux guest".to_string(),
-                Guest::Unikraft => format!("Unikraft image {} ({:?})", kernel.display(), UnikraftApp::of(&kernel)),
+                Guest::Unikraft => format!("Unikraft image {} ({:?})", kernel.display(), UnikraftApp::configured()),
             }
         );
         Ok(())
