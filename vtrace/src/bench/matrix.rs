@@ -11,8 +11,21 @@ use crate::{Error, Result, lab};
 /// The matrix, as given on the command line (`bench.json`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, clap::Args)]
 pub struct Matrix {
+    /// A study's matrix, and its section in the report: `redis-sizes` is
+    /// the microVM study's (Redis GET and SET by value size on Kata, the
+    /// Unikraft platforms, Firecracker and a QEMU Linux VM: requests/s, CPU
+    /// split as mpstat splits it, packet sizes per hop, and the study's
+    /// findings beside this machine's). Flags given beside it override its settings.
+    #[arg(long, value_enum)]
+    #[serde(default)]
+    pub study: Option<Study>,
     /// Lab platforms (see `vtrace lab status`).
-    #[arg(long, value_delimiter = ',', default_value = "host,runc")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "host,runc",
+        default_value_if("study", "redis-sizes", REDIS_SIZES_PLATFORMS)
+    )]
     pub platforms: Vec<String>,
     #[arg(long = "workload", value_enum, value_delimiter = ',', default_value = "redis")]
     pub workloads: Vec<Workload>,
@@ -28,9 +41,23 @@ pub struct Matrix {
     /// Runs per cell.
     #[arg(long, default_value_t = 3)]
     pub repeat: u32,
-    /// redis-benchmark requests per test (GET, SET).
+    /// redis-benchmark requests per test (GET, SET); with
+    /// `--request-seconds`, the most.
     #[arg(long, default_value_t = 100_000)]
     pub requests: u32,
+    /// redis: GET and SET in cells of their own (`64-set`, `64-get`), each
+    /// recording one operation; a GET cell's key is set to its size first,
+    /// unrecorded.
+    #[arg(long, default_value_if("study", "redis-sizes", "true"))]
+    #[serde(default)]
+    pub each_op: bool,
+    /// redis: size each platform's requests per test to what it serves in
+    /// about this many seconds at the largest size, by a pilot run once its
+    /// instance is up (`cells/PLATFORM/redis-requests` keeps the count;
+    /// `--requests` the most).
+    #[arg(long, default_value_if("study", "redis-sizes", "10"))]
+    #[serde(default)]
+    pub request_seconds: Option<u32>,
     /// iperf3 seconds per run.
     #[arg(long, default_value_t = 5)]
     pub seconds: u32,
@@ -57,6 +84,18 @@ pub struct Matrix {
     #[serde(default)]
     pub neighbour: bool,
 }
+
+/// A study the bench draws whole: its matrix's settings and its report section.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Study {
+    /// Redis GET/SET by value size on the microVM platforms (seed 000).
+    RedisSizes,
+}
+
+/// The platforms of `--study redis-sizes`: the study's Kata, UK-vhost,
+/// UK-virtio, Firecracker and LinuxVM (virtio, as the study's).
+const REDIS_SIZES_PLATFORMS: &str = "kata,unikraft-vhost,unikraft-virtio,firecracker,qemu-kvm-novhost";
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -91,7 +130,7 @@ impl Workload {
 pub struct Cell {
     pub platform: String,
     pub workload: Workload,
-    /// The value size, the window, or "rtt".
+    /// The value size (`64`, or `64-get` with `--each-op`), the window, or "rtt".
     pub param: String,
     pub stress: u32,
     /// Beside a noisy neighbour (`--neighbour`, fio cells).
@@ -114,14 +153,18 @@ impl Cell {
         root.join("cells").join(&self.platform).join(self.name())
     }
 
-    /// The command that drives the instance at `addr`.
-    pub(super) fn command(&self, m: &Matrix, addr: &str) -> Vec<String> {
+    /// The command that drives the instance at `addr`; a redis cell sends
+    /// `requests` per test.
+    pub(super) fn command(&self, m: &Matrix, addr: &str, requests: u32) -> Vec<String> {
         let vtrace = || std::env::current_exe().map_or_else(|_| "vtrace".into(), |p| p.display().to_string());
         let words = match self.workload {
-            Workload::Redis => format!(
-                "redis-benchmark -h {addr} -t get,set -d {} -n {} -q",
-                self.param, m.requests
-            ),
+            Workload::Redis => {
+                let (size, op) = redis_param(&self.param);
+                format!(
+                    "redis-benchmark -h {addr} -t {} -d {size} -n {requests} -q",
+                    op.unwrap_or("get,set")
+                )
+            }
             Workload::Iperf3 => format!("iperf3 -c {addr} -t {} -w {}", m.seconds, self.param),
             Workload::Ping => format!("ping -c {} -i 0.01 {addr}", m.pings),
             Workload::Fio => {
@@ -173,6 +216,12 @@ impl Matrix {
         for platform in &self.platforms {
             for &workload in &self.workloads {
                 let params: Vec<String> = match workload {
+                    // SET before GET: a GET cell reads what its SET wrote.
+                    Workload::Redis if self.each_op => self
+                        .sizes
+                        .iter()
+                        .flat_map(|s| ["set", "get"].map(|op| format!("{s}-{op}")))
+                        .collect(),
                     Workload::Redis => self.sizes.iter().map(u32::to_string).collect(),
                     Workload::Iperf3 => self.windows.clone(),
                     Workload::Ping => vec!["rtt".into()],
@@ -243,6 +292,15 @@ fn modules_name(modules: u32, loaders: u32) -> String {
 pub fn modules_param(param: &str) -> (u32, u32) {
     let (m, l) = param.split_once('x').unwrap_or((param, "1"));
     (m.parse().unwrap_or(0), l.parse().unwrap_or(1))
+}
+
+/// (value size, operation) of a redis cell's parameter: `64` (GET and
+/// SET) or `64-get`.
+pub fn redis_param(param: &str) -> (&str, Option<&str>) {
+    match param.split_once('-') {
+        Some((size, op)) => (size, Some(op)),
+        None => (param, None),
+    }
 }
 
 fn default_http_requests() -> u32 {

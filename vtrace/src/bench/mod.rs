@@ -14,12 +14,13 @@
 
 mod load;
 mod matrix;
+pub mod pilot;
 pub mod report;
 pub mod runs;
 
 pub use load::NEIGHBOUR_CGROUP;
 use load::{Neighbour, Stressors};
-pub use matrix::{Cell, MATRIX_FILE, Matrix, Workload, error_path, run_path};
+pub use matrix::{Cell, MATRIX_FILE, Matrix, Study, Workload, error_path, redis_param, run_path};
 
 use std::{
     path::Path,
@@ -132,6 +133,14 @@ pub fn run(bench: &BenchOptions) -> Result<Outcome> {
         let was_up = lab::Ledger::load(platform).is_some_and(|l| l.ready);
         bar.set_message(format!("{platform}: starting the lab instance"));
         let instance = lab::up(platform);
+        // Its redis cells' requests per test (a pilot's, under --request-seconds).
+        let requests = match &instance {
+            Ok(ledger) if mine.iter().any(|&(c, _)| cells[c].workload == Workload::Redis) => {
+                bar.set_message(format!("{platform}: sizing its requests"));
+                pilot::requests(m, root, platform, &ledger.address)
+            }
+            _ => Ok(m.requests),
+        };
         for (c, rep) in mine {
             if INTERRUPTED.load(Ordering::SeqCst) {
                 break;
@@ -139,9 +148,13 @@ pub fn run(bench: &BenchOptions) -> Result<Outcome> {
             let cell = &cells[c];
             let dir = cell.dir(root);
             bar.set_message(format!("{platform} {} rep {rep}", cell.name()));
-            let result = match &instance {
-                Ok(ledger) => record_run(m, cell, ledger, &dir, rep, opts),
-                Err(e) => Err(format!("the {platform} lab instance did not start: {e}")),
+            let result = match (&instance, &requests) {
+                (Err(e), _) => Err(format!("the {platform} lab instance did not start: {e}")),
+                (Ok(_), Err(e)) if cell.workload == Workload::Redis => Err(e.clone()),
+                (Ok(ledger), requests) => {
+                    let requests = *requests.as_ref().unwrap_or(&m.requests);
+                    record_run(m, cell, ledger, &dir, rep, opts, requests)
+                }
             };
             let _ = std::fs::remove_file(error_path(&dir, rep));
             match result {
@@ -186,6 +199,14 @@ fn progress(len: u64) -> indicatif::ProgressBar {
     bar
 }
 
+/// How long a run may take before the bench stops it as hung: a redis
+/// cell sized by a pilot gets ten times its expected length and two
+/// minutes (an instance that stopped answering); others run to their end.
+fn run_limit(m: &Matrix, cell: &Cell) -> Option<Duration> {
+    let seconds = m.request_seconds.filter(|_| cell.workload == Workload::Redis)?;
+    Some(Duration::from_secs(u64::from(seconds) * 10 + 120))
+}
+
 /// One run: stressors up, the workload recorded, stressors down.
 fn record_run(
     m: &Matrix,
@@ -194,6 +215,7 @@ fn record_run(
     dir: &Path,
     rep: u32,
     opts: &RecordOptions,
+    requests: u32,
 ) -> std::result::Result<(), String> {
     let port = match cell.workload {
         Workload::Redis => Some(6379),
@@ -218,6 +240,15 @@ fn record_run(
             cell.platform
         ));
     }
+    if cell.workload == Workload::Redis
+        && let (size, Some("get")) = redis_param(&cell.param)
+    {
+        // The key a GET reads (redis-benchmark's one key without -r),
+        // holding a value of the cell's size: unrecorded.
+        let set = format!("redis-benchmark -h {} -t set -d {size} -n 1 -c 1 -q", ledger.address);
+        let words: Vec<String> = set.split_whitespace().map(String::from).collect();
+        pilot::run_bounded(&words, Duration::from_secs(60)).map_err(|e| format!("setting the key to read: {e}"))?;
+    }
     if cell.workload == Workload::Modules {
         let (n, _) = matrix::modules_param(&cell.param);
         crate::workload::modules::ensure_tree(Path::new(lab::VOLUME_DIR), n).map_err(|e| e.to_string())?;
@@ -225,7 +256,8 @@ fn record_run(
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let mut o = opts.clone();
     o.output = run_path(dir, rep);
-    o.command = cell.command(m, &ledger.address);
+    let command = cell.command(m, &ledger.address, requests);
+    o.command = command.clone();
     o.duration = None;
     o.pass_output = false;
     if cell.platform == crate::platforms::HOST {
@@ -255,9 +287,13 @@ fn record_run(
         None
     };
     let stressors = Stressors::start(cell.stress).map_err(|e| format!("start the CPU stressors: {e}"))?;
+    let limit = run_limit(m, cell);
+    let started = std::time::Instant::now();
+    let mut hung = false;
     let outcome = Recorder::start_in_vtrace(o).and_then(|r| {
         while !r.is_finished() {
-            if INTERRUPTED.load(Ordering::SeqCst) {
+            hung = limit.is_some_and(|l| started.elapsed() > l);
+            if INTERRUPTED.load(Ordering::SeqCst) || hung {
                 return r.stop();
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -268,7 +304,7 @@ fn record_run(
     drop(neighbour);
     let outcome = outcome.map_err(|e| e.to_string())?;
     match outcome.exit_code {
-        0 => Ok(()),
+        0 if !hung => Ok(()),
         code => {
             let out = std::fs::read_to_string(outcome.path.join("workload.out")).unwrap_or_default();
             let last = out.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
@@ -276,10 +312,14 @@ fn record_run(
             let kept = dir.join(format!("rep{rep}.failed"));
             let _ = std::fs::remove_dir_all(&kept);
             let _ = std::fs::rename(&outcome.path, &kept);
-            Err(format!(
-                "`{}` exited with {code}: {last}",
-                cell.command(m, &ledger.address).join(" ")
-            ))
+            Err(match hung {
+                true => format!(
+                    "`{}` had not ended after {} s, and was stopped: the instance stopped answering",
+                    command.join(" "),
+                    limit.unwrap_or_default().as_secs()
+                ),
+                false => format!("`{}` exited with {code}: {last}", command.join(" ")),
+            })
         }
     }
 }

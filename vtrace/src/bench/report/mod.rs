@@ -16,6 +16,8 @@ mod modules;
 mod ping;
 mod redis;
 mod sections;
+pub mod serving;
+mod study;
 mod summary;
 
 use std::path::Path;
@@ -25,7 +27,7 @@ use serde_json::json;
 use self::sections::label;
 pub use self::summary::{CellSummary, Hop, Rtt, Spread, Victim, summarize};
 use crate::{
-    bench::{Cell, Matrix, Workload},
+    bench::{Cell, Matrix, Study, Workload},
     recording::Recording,
     report::model::Section,
 };
@@ -119,6 +121,9 @@ pub fn sections(root: &Path, m: &Matrix, cells: &[CellSummary]) -> Vec<Section> 
         json!({"dir": root.display().to_string(), "matrix": m, "cells": cells}),
     );
     let mut sections = vec![head];
+    if m.study == Some(Study::RedisSizes) {
+        sections.push(study::section(root, m, cells));
+    }
     for w in &m.workloads {
         let mine: Vec<&CellSummary> = cells.iter().filter(|c| c.workload == w.name()).collect();
         if !mine.is_empty() {

@@ -1,6 +1,8 @@
-//! redis-benchmark GET/SET against the instance, one cell per value size.
+//! redis-benchmark GET/SET against the instance, one cell per value size
+//! (and per operation with `--each-op`).
 
 use super::WorkloadSection;
+use crate::bench::redis_param;
 
 pub struct Redis;
 
@@ -9,7 +11,11 @@ impl WorkloadSection for Redis {
         ("bench_redis", "redis GET/SET by value size")
     }
 
+    /// `64 B`, or `64 B GET`.
     fn param(&self, param: &str) -> String {
-        format!("{param} B")
+        match redis_param(param) {
+            (size, Some(op)) => format!("{size} B {}", op.to_uppercase()),
+            (size, None) => format!("{size} B"),
+        }
     }
 }

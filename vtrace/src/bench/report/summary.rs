@@ -7,7 +7,10 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{Runs, part};
+use super::{
+    Runs, part,
+    serving::{FrameSizes, ServingCpu},
+};
 use crate::{
     Result,
     bench::{Cell, Matrix, error_path, run_path},
@@ -77,6 +80,12 @@ pub struct CellSummary {
     /// fio cells: the victim's latency as fio measured it, and who else
     /// had requests on its disk meanwhile.
     pub victim: Option<Victim>,
+    /// The serving side's CPU (every thread but the client's): by state
+    /// per operation and as mpstat shows it, and by role.
+    pub serving: ServingCpu,
+    /// Frames from the guest at the instance's tap and at its last host
+    /// device before the client (the net layer's, when recorded).
+    pub frames: Vec<FrameSizes>,
     /// Module-load cells: file syscalls per module by call (the fs
     /// layer's rows of the instance's processes, or node's on the host),
     /// with their mean latency: (`role:call`, calls per module, mean ns).
@@ -232,6 +241,8 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
         rtt_us: None,
         runq_ns_per_op: by_role("runq_delay_ns"),
         path_stage_mean_us: path_stages(&subject),
+        serving: ServingCpu::of(&recs),
+        frames: FrameSizes::of(&recs),
         file_calls_per_op: Vec::new(),
         victim: None,
     };

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 use vtrace_common::{dev_key, hop};
 
+use super::{NetHopRow, NetSizeRow};
 use crate::recording::{EventRow, Recording};
 
 /// Hops kept per journey for the longest one's listing.
@@ -102,6 +103,25 @@ impl Tally {
             self.longest = Some(j);
         }
     }
+}
+
+/// A hop's size histogram (`mtu` kind): (bucket upper bound, packets).
+pub fn size_hist(rec: &Recording, h: &NetHopRow) -> Vec<(u64, u64)> {
+    rec.rows::<NetSizeRow>()
+        .iter()
+        .filter(|s| s.netns == h.netns && s.ifindex == h.ifindex && s.hop == h.hop && s.kind == "mtu")
+        .map(|s| (s.le, s.count))
+        .collect()
+}
+
+/// A hop's packets within a full frame (its MTU plus link-layer header;
+/// the histogram's buckets include that edge).
+pub fn within_full_frame(rec: &Recording, h: &NetHopRow) -> u64 {
+    size_hist(rec, h)
+        .iter()
+        .filter(|(le, _)| *le <= h.mtu_edge)
+        .map(|(_, c)| c)
+        .sum()
 }
 
 /// Summary of per-packet journeys: how many packets were followed across two

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use super::{NetDeviceRow, NetDropRow, NetHopRow, NetLatencyRow, NetSizeRow, TunIoRow};
+use super::{
+    NetDeviceRow, NetDropRow, NetHopRow, NetLatencyRow, TunIoRow,
+    analysis::{size_hist, within_full_frame},
+};
 use crate::{
     analysis::histogram::Histogram,
     recording::Recording,
@@ -20,15 +23,6 @@ fn device(rec: &Recording, netns: u32, ifindex: u32) -> Option<&NetDeviceRow> {
 
 fn device_name(rec: &Recording, netns: u32, ifindex: u32) -> String {
     device(rec, netns, ifindex).map_or_else(|| format!("if{ifindex}"), |d| d.name.clone())
-}
-
-/// The "mtu" size histogram of one device and hop: (upper bound, count).
-fn size_hist(rec: &Recording, h: &NetHopRow) -> Vec<(u64, u64)> {
-    rec.rows::<NetSizeRow>()
-        .iter()
-        .filter(|s| s.netns == h.netns && s.ifindex == h.ifindex && s.hop == h.hop && s.kind == "mtu")
-        .map(|s| (s.le, s.count))
-        .collect()
 }
 
 pub fn section(rec: &Recording) -> Section {
@@ -168,11 +162,7 @@ fn against_mtu(s: &mut Section, rec: &Recording) {
         ],
     );
     for h in hops {
-        let within: u64 = size_hist(rec, h)
-            .iter()
-            .filter(|(le, _)| *le <= h.mtu_edge)
-            .map(|(_, c)| c)
-            .sum();
+        let within = within_full_frame(rec, h);
         t.row(vec![
             device_name(rec, h.netns, h.ifindex),
             h.hop.clone(),
