@@ -480,7 +480,7 @@ fn lab_down_leaves_no_sandbox_netns_or_containerd() {
 /// (default `--repeat 1`); `VTRACE_KEEP_GUEST_OUT=DIR` keeps the bench in
 /// `DIR/study` for `vtrace report`. Prints the report and how long it took.
 #[test]
-#[ignore = "a bench: the whole study one level down (about 15 minutes with --repeat 1)"]
+#[ignore = "a bench: the whole study one level down (about 10 minutes with --repeat 1)"]
 fn the_whole_study_one_level_down() {
     let args = std::env::var("VTRACE_STUDY_ARGS").unwrap_or_else(|_| "--repeat 1".into());
     let script = format!(
