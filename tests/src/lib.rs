@@ -403,7 +403,8 @@ pub fn run_guest(
 ) -> Result<GuestRun, String> {
     let start = std::time::Instant::now();
     let run = ::vtrace::lab::guest::run_on(board, binaries, files, script, out, timeout);
-    let files = GuestFiles::read(out)?;
+    let mut files = GuestFiles::read(out)?;
+    report_recordings_here(out, &mut files);
     let run = run.map_err(|e| format!("guest: {e}"))?;
     eprintln!(
         "{name} guest: {:.1} s over {} boot(s); its steps:\n{}",
@@ -421,6 +422,58 @@ pub fn run_guest(
         out: files,
         wall: run.wall,
     })
+}
+
+/// Draws here the report of the recording or bench at `from` as `NAME.EXT`
+/// in `out` and among `files` (`format` text gives `NAME.txt`); one that
+/// fails leaves `NAME.failed` with why, unless a step already did.
+pub fn draw_report(out: &Path, files: &mut GuestFiles, name: &str, from: &Path, format: &str) {
+    let ext = if format == "text" { "txt" } else { format };
+    let to = out.join(format!("{name}.{ext}"));
+    let o = vtrace(&[
+        "report",
+        from.to_str().unwrap(),
+        "--format",
+        format,
+        "-o",
+        to.to_str().unwrap(),
+    ]);
+    match std::fs::read_to_string(&to) {
+        Ok(text) if o.status.success() && !text.is_empty() => {
+            files.files.insert(format!("{name}.{ext}"), text);
+        }
+        _ => {
+            files
+                .files
+                .entry(format!("{name}.failed"))
+                .or_insert_with(|| format!("report {}: {}", from.display(), stderr(&o)));
+        }
+    }
+}
+
+/// The JSON and text reports of every recording a guest left in `out`
+/// (`NAME.vtrace`) that it did not report itself, drawn here: reading
+/// recordings under TCG took a guest's script half a minute, here each
+/// takes a fraction of a second. Reports are offline: the same binary
+/// draws the same report on either kernel.
+fn report_recordings_here(out: &Path, files: &mut GuestFiles) {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return;
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| Some(e.file_name().to_str()?.strip_suffix(".vtrace")?.to_string()))
+        .collect();
+    names.sort();
+    for name in names {
+        let from = out.join(format!("{name}.vtrace"));
+        for (format, ext) in [("json", "json"), ("text", "txt")] {
+            if !files.files.contains_key(&format!("{name}.{ext}")) {
+                draw_report(out, files, &name, &from, format);
+            }
+        }
+    }
 }
 
 // VMs started as users start them (tests/tests/vm_platforms.rs, sriov.rs):

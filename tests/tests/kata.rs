@@ -19,7 +19,7 @@ use std::{
 
 use serde_json::Value;
 use vtrace::lab::guest::Board;
-use vtrace_tests::{GUEST_STEPS, GuestFiles, TempDir, bin, run_guest, system_tool, vmm_dir};
+use vtrace_tests::{GUEST_STEPS, GuestFiles, TempDir, bin, draw_report, run_guest, system_tool, vmm_dir};
 
 /// The lab's address of the sandbox, and the host's end of its veth.
 const ADDR: &str = "10.99.25.2";
@@ -45,14 +45,6 @@ const MODULES: u32 = 25;
 const LOADERS: u32 = 4;
 const LAYERS: &str = "cpu,net,tun,kvm,vsock";
 
-/// The reports of one recording (JSON and text).
-fn reports(name: &str) -> String {
-    format!(
-        "step 90 {name}.failed 'report {name}' vtrace report {name}.vtrace --format json -o {name}.json\n\
-         step 90 {name}.failed 'text report {name}' vtrace report {name}.vtrace > {name}.txt 2>&1\n"
-    )
-}
-
 /// The sandbox started inside a recording and pinged both ways, then taken
 /// down; then a bench of runc through the same containerd against Kata
 /// (Node.js loading modules from the shared volume, one loader and four at
@@ -71,74 +63,57 @@ fn script() -> String {
          step 400 start.failed 'record the sandbox starting' vtrace record --platform kata --layers {LAYERS} --interval 250ms -o start.vtrace \
            -- sh -c 'vtrace lab up kata > up.out 2>&1 && {ping_in} && {ping_out}' > start.out 2>&1\n"
     );
-    s.push_str(&reports("start"));
     s.push_str(&format!(
         "step 120 hops.failed 'record every ping hop by hop' vtrace record --platform kata --layers {LAYERS} --events -o hops.vtrace \
            -- sh -c '{ping_in} && {ping_out}' > hops.out 2>&1\n\
-         {}\
          ip -n vtl-kata -s link > netns-links.out 2>&1\n\
          step 120 down.failed 'down kata' vtrace lab down kata > down.out 2>&1\n\
          step 900 bench.failed bench vtrace bench --platforms containerd-runc,kata --workload modules \
            --modules {MODULES} --loaders 1,{LOADERS} --repeat 1 --layers {LAYERS} -o bench > bench.out 2>&1\n\
-         step 90 bench.failed 'report bench' vtrace report bench --format json -o bench.json\n\
-         step 90 bench.failed 'text report bench' vtrace report bench > bench.txt 2>&1\n\
-         for p in containerd-runc kata; do for c in {MODULES} {MODULES}x{LOADERS}; do \
-           vtrace report bench/cells/$p/modules-$c/rep1.vtrace --format json -o modules-$p-$c.json; done; done\n\
          step 900 study.failed study vtrace bench --study redis-sizes --sizes {SMALL},{LARGE} --requests {REDIS_REQUESTS} \
            --request-seconds 1 --repeat 1 --layers {LAYERS} -o study > study.out 2>&1\n\
          (ls /run/netns; ls /run/vtrace-lab; ps -o pid,comm,args) > after-down.out 2>&1\n\
          cp /var/log/messages syslog.log\n\
          mark done\n",
-        reports("hops"),
     ));
     s
 }
 
-/// The study's reports, drawn here from the recordings the guest left in
-/// its share (reading them under TCG took the guest 40 s): the bench's
-/// (JSON, text, HTML), the 64 B and 16 KiB GET runs' of each platform, and
-/// the Kata 64 B GET run's as `redis`, a sandbox running when it began.
-fn report_the_study_here(out: &Path, files: &mut GuestFiles) {
-    let study = out.join("study");
-    let mut report = |name: &str, from: &Path, format: &str| {
-        let ext = if format == "text" { "txt" } else { format };
-        let to = out.join(format!("{name}.{ext}"));
-        let o = vtrace_tests::vtrace(&[
-            "report",
-            from.to_str().unwrap(),
-            "--format",
-            format,
-            "-o",
-            to.to_str().unwrap(),
-        ]);
-        let text = std::fs::read_to_string(&to).unwrap_or_default();
-        if !o.status.success() || text.is_empty() {
-            files.files.insert(
-                format!("{name}.failed"),
-                format!("report {}: {}", from.display(), String::from_utf8_lossy(&o.stderr)),
-            );
+/// The benches' reports, drawn here from what the guest left in its share
+/// (reading the study under TCG took the guest 40 s): the module-load
+/// bench's and each of its runs'; the study's (JSON, text, HTML), the 64 B
+/// and 16 KiB GET runs' of each platform, and the Kata 64 B GET run's as
+/// `redis`, a sandbox running when it began.
+fn report_the_benches_here(out: &Path, files: &mut GuestFiles) {
+    if !files.files.contains_key("bench.failed") {
+        let bench = out.join("bench");
+        draw_report(out, files, "bench", &bench, "json");
+        draw_report(out, files, "bench", &bench, "text");
+        for p in ["containerd-runc", "kata"] {
+            for c in [MODULES.to_string(), format!("{MODULES}x{LOADERS}")] {
+                let run = bench.join(format!("cells/{p}/modules-{c}/rep1.vtrace"));
+                draw_report(out, files, &format!("modules-{p}-{c}"), &run, "json");
+            }
         }
-        files.files.insert(format!("{name}.{ext}"), text);
-    };
+    }
+    if files.files.contains_key("study.failed") {
+        return;
+    }
+    let study = out.join("study");
     for format in ["json", "text", "html"] {
-        report("study", &study, format);
+        draw_report(out, files, "study", &study, format);
     }
     for p in STUDY_PLATFORMS {
         for cell in [format!("{SMALL}-get"), format!("{LARGE}-get")] {
-            report(
-                &format!("study-{p}-{cell}"),
-                &study.join(format!("cells/{p}/redis-{cell}/rep1.vtrace")),
-                "json",
-            );
+            let run = study.join(format!("cells/{p}/redis-{cell}/rep1.vtrace"));
+            draw_report(out, files, &format!("study-{p}-{cell}"), &run, "json");
         }
-    }
-    let kata = study.join(format!("cells/kata/redis-{SMALL}-get/rep1.vtrace"));
-    report("redis", &kata, "json");
-    report("redis", &kata, "text");
-    for p in STUDY_PLATFORMS {
         let sized = std::fs::read_to_string(study.join(format!("cells/{p}/redis-requests"))).unwrap_or_default();
         files.files.insert(format!("requests-{p}.json"), sized);
     }
+    let kata = study.join(format!("cells/kata/redis-{SMALL}-get/rep1.vtrace"));
+    draw_report(out, files, "redis", &kata, "json");
+    draw_report(out, files, "redis", &kata, "text");
 }
 
 /// The files the guest's script wrote.
@@ -166,9 +141,7 @@ fn guest() -> &'static Guest {
 fn boot() -> Result<Guest, String> {
     let out = TempDir::new("kata");
     let mut files = run_in_guest(&script(), &out.0, Duration::from_secs(900))?;
-    if !files.files.contains_key("study.failed") {
-        report_the_study_here(&out.0, &mut files);
-    }
+    report_the_benches_here(&out.0, &mut files);
     Ok(Guest(files))
 }
 
@@ -490,7 +463,7 @@ fn the_whole_study_one_level_down() {
     );
     let out = TempDir::new("study");
     let mut files = run_in_guest(&script, &out.0, Duration::from_secs(3600)).unwrap_or_else(|e| panic!("{e}"));
-    report_the_study_here(&out.0, &mut files);
+    report_the_benches_here(&out.0, &mut files);
     let g = Guest(files);
     let study = g.report("study");
     println!("{}\n{}", g.text("steps.log"), g.text("study.txt"));
