@@ -245,9 +245,8 @@ fn record_run(
     {
         // The key a GET reads (redis-benchmark's one key without -r),
         // holding a value of the cell's size: unrecorded.
-        let set = format!("redis-benchmark -h {} -t set -d {size} -n 1 -c 1 -q", ledger.address);
-        let words: Vec<String> = set.split_whitespace().map(String::from).collect();
-        pilot::run_bounded(&words, Duration::from_secs(60)).map_err(|e| format!("setting the key to read: {e}"))?;
+        let set = pilot::redis_benchmark(&ledger.address, &format!("-t set -d {size} -n 1 -c 1 -q"));
+        pilot::run_bounded(&set, Duration::from_secs(60)).map_err(|e| format!("setting the key to read: {e}"))?;
     }
     if cell.workload == Workload::Modules {
         let (n, _) = matrix::modules_param(&cell.param);

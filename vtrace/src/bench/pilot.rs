@@ -54,10 +54,7 @@ pub(super) fn requests(m: &Matrix, root: &Path, platform: &str, addr: &str) -> R
         return Ok(sized.requests);
     }
     let size = m.sizes.iter().max().copied().unwrap_or(64);
-    let command: Vec<String> = format!("redis-benchmark -h {addr} -t set,get -d {size} -n {PILOT_REQUESTS} -q")
-        .split_whitespace()
-        .map(String::from)
-        .collect();
+    let command = redis_benchmark(addr, &format!("-t set,get -d {size} -n {PILOT_REQUESTS} -q"));
     let output = run_bounded(&command, PILOT_LIMIT)?;
     let rate = crate::workload::ops::parse(&command, &output)
         .and_then(|o| o.per_second)
@@ -72,6 +69,14 @@ pub(super) fn requests(m: &Matrix, root: &Path, platform: &str, addr: &str) -> R
     std::fs::write(&path, serde_json::to_vec(&sized).expect("serializes"))
         .map_err(|e| format!("write {}: {e}", path.display()))?;
     Ok(sized.requests)
+}
+
+/// `redis-benchmark -h ADDR ARGS` as words.
+pub(super) fn redis_benchmark(addr: &str, args: &str) -> Vec<String> {
+    format!("redis-benchmark -h {addr} {args}")
+        .split_whitespace()
+        .map(String::from)
+        .collect()
 }
 
 /// Runs `command` to its end, or fails once it has run `limit`.
