@@ -31,6 +31,10 @@ enum Command {
     /// Write the recording a vtrace that was killed or crashed left unfinished: its journal (every
     /// interval completed, per-thread CPU time) becomes a normal recording, marked incomplete.
     Recover(cli::recover::Args),
+    /// Inside a Linux guest: wait for the host's `vtrace record --guest` (over vsock by default) and
+    /// record this guest for it: its CPU by thread and state, its network, its run queue, on a
+    /// clock the host maps onto its own.
+    Agent(cli::agent::Args),
     /// Report a recording as text tables, JSON or CSV.
     Report(cli::report::Args),
     /// Recordings (or bench cells: directories of repetitions) side by side, per operation where
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Command::Record(args) => cli::record::run(args),
         Command::Serve(args) => cli::serve::run(args),
         Command::Recover(args) => cli::recover::run(args),
+        Command::Agent(args) => cli::agent::run(args),
         Command::Report(args) => cli::report::run(args),
         Command::Compare(args) => cli::compare::run(args),
         Command::Explain(args) => cli::compare::explain(args),

@@ -2,6 +2,7 @@
 //! and the steps it takes. Part of the binary (`main.rs` parses and
 //! dispatches); library errors become one-line messages here (anyhow).
 
+pub mod agent;
 pub mod bench;
 pub mod compare;
 pub mod demo;

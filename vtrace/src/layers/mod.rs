@@ -32,6 +32,7 @@ pub mod block;
 pub mod cpu;
 pub mod faults;
 pub mod fs;
+pub mod guest;
 pub mod kvm;
 pub mod net;
 pub mod path;

@@ -7,8 +7,8 @@ use std::path::Path;
 use vtrace_common::Config;
 
 use super::{
-    CommonSwitches, Layer, Switches, block, cpu, faults, fs, kvm, net, path, runq, sample, switches::SwitchGroup, tun,
-    uprobe, vsock,
+    CommonSwitches, Layer, Switches, block, cpu, faults, fs, guest, kvm, net, path, runq, sample,
+    switches::SwitchGroup, tun, uprobe, vsock,
 };
 use crate::{
     Result,
@@ -32,6 +32,7 @@ pub const REGISTRY: &[&dyn Layer] = &[
     &vsock::VsockLayer,
     &path::PathLayer,
     &sample::SampleLayer,
+    &guest::GuestLayer,
 ];
 
 /// The layer named `name`.
@@ -81,7 +82,29 @@ pub fn catalog() -> Vec<ProbeSpec> {
 /// Reads any recording, its tables as the layers declare them; an
 /// unfinished one (vtrace was killed) is recovered from its journal.
 pub fn read(path: &Path) -> Result<Recording> {
-    crate::recording::read(path, &table_kinds(), cpu::journal::replay)
+    let mut rec = crate::recording::read(path, &table_kinds(), cpu::journal::replay)?;
+    rec.guests = read_guests(path);
+    Ok(rec)
+}
+
+/// The guests' recordings kept in the one at `path` (the guest layer's
+/// `guests/<guest>/`), each read as any recording is: a guest's damaged
+/// or unfinished recording is its own error or journal, never the host's.
+fn read_guests(path: &Path) -> Vec<crate::recording::GuestPart> {
+    let mut dirs: Vec<_> = std::fs::read_dir(path.join(guest::GUESTS_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().is_dir() && !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    dirs.iter()
+        .map(|d| crate::recording::GuestPart {
+            name: d.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+            recording: crate::recording::read(d, &table_kinds(), cpu::journal::replay).map_err(|e| e.to_string()),
+        })
+        .collect()
 }
 
 /// Writes the recording an unfinished directory holds (`vtrace recover`).

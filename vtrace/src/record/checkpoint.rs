@@ -55,6 +55,7 @@ pub(super) fn checkpoint(
         tables,
         net_events: recording::NetEvents::default(),
         read_notes: Vec::new(),
+        guests: Vec::new(),
     };
     recording::journal::checkpoint(staging, &mut rec)
 }

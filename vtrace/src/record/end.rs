@@ -143,6 +143,7 @@ impl Session<'_> {
             tables,
             net_events: recording::NetEvents::default(),
             read_notes: Vec::new(),
+            guests: Vec::new(),
         })
     }
 

@@ -152,6 +152,7 @@ pub fn read_checkpoint(dir: &Path, kinds: &[TableKind]) -> Option<std::result::R
             tables,
             net_events: Default::default(),
             read_notes: Vec::new(),
+            guests: Vec::new(),
         })
     };
     Some(parse())

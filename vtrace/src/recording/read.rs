@@ -173,5 +173,6 @@ pub fn read(path: &Path, kinds: &[TableKind], replay: Replay) -> Result<Recordin
         tables,
         net_events: super::NetEvents::open(path).map_err(corrupt)?,
         read_notes,
+        guests: Vec::new(),
     })
 }

@@ -97,6 +97,7 @@ fn empty(meta: Metadata) -> Recording {
         tables: TableSet::default(),
         net_events: Default::default(),
         read_notes: Vec::new(),
+        guests: Vec::new(),
     }
 }
 

@@ -253,6 +253,17 @@ pub struct Recording {
     pub net_events: super::NetEvents,
     /// What reading found: tables missing (read as empty) or unknown to this vtrace.
     pub read_notes: Vec<String>,
+    /// The guests' own recordings, kept in this one (`guests/<guest>/`,
+    /// the guest layer's), each as read or why it could not be.
+    pub guests: Vec<GuestPart>,
+}
+
+/// One guest's recording inside the host's.
+#[derive(Debug)]
+pub struct GuestPart {
+    /// Its directory's name under `guests/`.
+    pub name: String,
+    pub recording: Result<Recording, String>,
 }
 
 impl Recording {

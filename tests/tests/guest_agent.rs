@@ -1,0 +1,365 @@
+//! `vtrace record --guest` against a real `vtrace agent`. Here the "guest"
+//! is a network namespace of this machine reached over TCP through its
+//! veth: its agent loads its own programs and records as it would in a VM,
+//! and its clock is the host's, so the true offset is 0, ground truth for
+//! the clock mapping and its stated bound. Hostile agents are this test's
+//! own, speaking the wire format wrongly on purpose. (Agents in VMs, over
+//! vsock, run one level down.)
+
+use std::{
+    io::{Read, Write},
+    net::TcpListener,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+use vtrace::{
+    layers::guest::wire::{self, Chunk, Message, Target},
+    workload::netns::Netns,
+};
+use vtrace_tests::{TempDir, assert_threads_match_schedstat, bin, is_root, report_json, stderr, vtrace};
+
+const NS: &str = "vtt-agent";
+const HOST_ADDR: &str = "10.201.0.1";
+const GUEST_ADDR: &str = "10.201.0.2";
+const PORT: u16 = 1025;
+
+/// A namespace with an agent listening in it (once), and the agent's pid.
+fn agent_in_netns(dir: &TempDir) -> (Netns, u32) {
+    let mut ns = Netns::create(NS, "vtt-agh", "vtt-agg", HOST_ADDR, GUEST_ADDR, 24).expect("netns");
+    let listen = format!("tcp:{GUEST_ADDR}:{PORT}");
+    let agent_dir = dir.join("agent");
+    let pid = ns
+        .spawn(&[
+            bin("vtrace").to_str().unwrap(),
+            "agent",
+            "--listen",
+            &listen,
+            "--once",
+            "--dir",
+            agent_dir.to_str().unwrap(),
+        ])
+        .expect("start the agent");
+    // Listening, seen from inside (a probe connection would be taken for the host).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ss = std::process::Command::new("ip")
+            .args(["netns", "exec", NS, "ss", "-Hltn", &format!("sport = :{PORT}")])
+            .output()
+            .expect("ss");
+        if !ss.stdout.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent did not listen within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (ns, pid)
+}
+
+fn guest_of(report: &Value) -> &Value {
+    let guests = report["guests"].as_array().expect("the report's guests");
+    assert_eq!(guests.len(), 1, "{guests:?}");
+    &guests[0]
+}
+
+fn host_tables_are_whole(report: &Value, what: &str) {
+    let threads = report["threads"].as_array().expect("threads");
+    assert!(
+        threads.iter().any(|t| t["comm"] == "vtrace"),
+        "{what}: the host's thread table lost its rows"
+    );
+    assert!(
+        report["per_cpu"].as_array().is_some_and(|c| !c.is_empty()),
+        "{what}: no CPU table"
+    );
+}
+
+/// The guest's recording comes whole, its threads' CPU matches their own
+/// schedstat, and its clock maps onto the host's within the stated bound
+/// (here the truth is offset 0).
+#[test]
+fn the_guests_recording_comes_whole_on_one_clock_and_its_threads_match_their_schedstat() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = TempDir::new("guest-agent");
+    let (_ns, _agent) = agent_in_netns(&dir);
+    let out = dir.join("run.vtrace");
+    let truth = dir.join("truth.json");
+    let o = vtrace(&[
+        "record",
+        "--guest",
+        &format!("tcp:{GUEST_ADDR}:{PORT}"),
+        "--guest-layers",
+        "cpu",
+        "--layers",
+        "cpu",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "ip",
+        "netns",
+        "exec",
+        NS,
+        bin("cpu-mix").to_str().unwrap(),
+        "--seconds",
+        "1.5",
+        "--only",
+        "spin,syscall",
+        "--out",
+        truth.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    let report = report_json(&out);
+    host_tables_are_whole(&report, "with an agent");
+    let guest = guest_of(&report);
+    assert_eq!(guest["state"], "complete", "{guest}");
+    assert!(guest["unreadable"].is_null(), "{guest}");
+    // The guest's own recording holds the workload's threads, each within
+    // 2 % of its own schedstat.
+    assert_threads_match_schedstat(guest, &truth, "guest");
+    let clock = &guest["clock"];
+    let (offset, bound) = (
+        clock["offset_ns"].as_f64().unwrap(),
+        clock["bound_ns"].as_f64().unwrap(),
+    );
+    let exchanges = clock["exchanges"].as_u64().unwrap();
+    eprintln!("clock: {clock}");
+    assert!(exchanges >= 16, "two bursts of 8 at least: {clock}");
+    assert_eq!(
+        clock["causal"].as_u64().unwrap(),
+        exchanges,
+        "every exchange in causal order: {clock}"
+    );
+    assert!(
+        offset.abs() <= bound,
+        "one clock: offset {offset} ns outside ±{bound} ns"
+    );
+    assert!(
+        bound <= clock["min_round_trip_ns"].as_f64().unwrap() / 2.0 + 1.0,
+        "the bound is no wider than half the fastest round trip: {clock}"
+    );
+    let text = String::from_utf8_lossy(&vtrace(&["report", out.to_str().unwrap()]).stdout).into_owned();
+    assert!(text.contains("the agent's recording cost the guest"), "{text}");
+}
+
+/// An agent killed mid-recording: the host's recording is whole, the
+/// guest's holds what its journal sent, and the report says when it went silent.
+#[test]
+fn an_agent_killed_mid_recording_leaves_the_host_recording_whole_and_names_when_it_went_silent() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = TempDir::new("guest-agent-killed");
+    let (_ns, agent) = agent_in_netns(&dir);
+    let out = dir.join("run.vtrace");
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(2600));
+        unsafe { libc::kill(agent as i32, libc::SIGKILL) };
+    });
+    let o = vtrace(&[
+        "record",
+        "--guest",
+        &format!("tcp:{GUEST_ADDR}:{PORT}"),
+        "--guest-layers",
+        "cpu",
+        "--layers",
+        "cpu",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "sleep",
+        "4",
+    ]);
+    killer.join().unwrap();
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    let report = report_json(&out);
+    host_tables_are_whole(&report, "agent killed");
+    let guest = guest_of(&report);
+    assert_eq!(guest["state"], "silent", "{guest}");
+    let heard = guest["last_heard_s"].as_f64().unwrap();
+    assert!(
+        (1.5..4.0).contains(&heard),
+        "last heard {heard} s into a 4 s recording, killed at about 2.6 s"
+    );
+    // What its journal sent reads as an incomplete recording of the guest.
+    assert!(guest["unreadable"].is_null(), "{guest}");
+    assert!(!guest["threads"].as_array().unwrap().is_empty(), "{guest}");
+    let text = String::from_utf8_lossy(&vtrace(&["report", out.to_str().unwrap()]).stdout).into_owned();
+    assert!(text.contains("went silent") && text.contains("last heard"), "{text}");
+}
+
+/// No agent where one was named: the host records as always, with a note.
+#[test]
+fn without_an_agent_the_host_recording_is_as_always_with_a_note() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = TempDir::new("guest-agent-absent");
+    let unused = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let out = dir.join("run.vtrace");
+    let o = vtrace(&[
+        "record",
+        "--guest",
+        &format!("tcp:127.0.0.1:{unused}"),
+        "--layers",
+        "cpu",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+        "true",
+    ]);
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    let report = report_json(&out);
+    host_tables_are_whole(&report, "no agent");
+    assert_eq!(guest_of(&report)["state"], "failed");
+    let notes: Vec<&str> = report["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(notes.iter().any(|n| n.contains("no agent reached")), "{notes:?}");
+}
+
+/// Agents of this test's own that break the wire's rules, each as a
+/// script of bytes: the guest's error names the rule, the host keeps every table.
+#[test]
+fn a_hostile_stream_gets_its_error_and_every_host_table_is_kept() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let hello = wire::encode_message(&Message::Hello {
+        vtrace_version: "0".into(),
+        hostname: "evil".into(),
+        kernel: "0".into(),
+        cpus: 1,
+        mono_ns: 1,
+    });
+    let attached = wire::encode_message(&Message::Attached {
+        mono_ns: 1,
+        error: None,
+    });
+    let done = wire::encode_message(&Message::Done {
+        files: 1,
+        bytes: 1,
+        error: None,
+    });
+    let chunk = |target, name: &str, offset, data: &[u8]| {
+        // Built by hand where the name is one the encoder would not check.
+        let mut body = vec![if target == Target::Final { 1 } else { 0 }, name.len() as u8];
+        body.extend_from_slice(name.as_bytes());
+        body.extend_from_slice(&u64::to_le_bytes(offset));
+        body.extend_from_slice(data);
+        let mut f = b"VTRG\x01\x02".to_vec();
+        f.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        f.extend(body);
+        f
+    };
+    let mut too_long = wire::encode_message(&Message::Stop);
+    too_long[6..10].copy_from_slice(&u32::MAX.to_le_bytes());
+    let mut other_version = hello.clone();
+    other_version[4] = 2;
+    let torn = [&hello[..], &attached[..], &attached[..5]].concat();
+    let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        (
+            "garbage",
+            b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec(),
+            "refused",
+            "not a vtrace agent",
+        ),
+        ("another version", other_version, "refused", "wire version 2"),
+        (
+            "an oversized frame",
+            [&hello[..], &too_long[..]].concat(),
+            "refused",
+            "over the limit",
+        ),
+        (
+            "a path out of its directory",
+            [&hello[..], &attached[..], &chunk(Target::Final, "../x", 0, b"x")[..]].concat(),
+            "refused",
+            "each part is",
+        ),
+        (
+            "a chunk past its file's end",
+            [
+                &hello[..],
+                &attached[..],
+                &chunk(Target::Journal, "journal/a.lines", 0, b"1\n")[..],
+                &chunk(Target::Journal, "journal/a.lines", 99, b"2\n")[..],
+            ]
+            .concat(),
+            "refused",
+            "at offset 99",
+        ),
+        ("a torn frame", torn, "silent", "went silent"),
+        (
+            "a damaged recording",
+            [
+                &hello[..],
+                &attached[..],
+                &wire::encode_chunk(&Chunk {
+                    target: Target::Final,
+                    name: "meta.json".into(),
+                    offset: 0,
+                    data: b"{\"format\": ".to_vec(),
+                })[..],
+                &done[..],
+            ]
+            .concat(),
+            "complete",
+            "",
+        ),
+    ];
+    let dir = TempDir::new("guest-agent-hostile");
+    for (what, script, state, words) in cases {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let fake = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut start = [0u8; 512];
+            let _ = s.read(&mut start);
+            let _ = s.write_all(&script);
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        let out = dir.join(&format!("{}.vtrace", what.replace(' ', "-")));
+        let o = vtrace(&[
+            "record",
+            "--guest",
+            &format!("tcp:127.0.0.1:{port}"),
+            "--guest-wait",
+            "5s",
+            "--layers",
+            "cpu",
+            "-o",
+            out.to_str().unwrap(),
+            "--",
+            "sleep",
+            "0.5",
+        ]);
+        fake.join().unwrap();
+        assert!(o.status.success(), "{what}: record failed: {}", stderr(&o));
+        let report = report_json(&out);
+        host_tables_are_whole(&report, what);
+        let guest = guest_of(&report);
+        assert_eq!(guest["state"], state, "{what}: {guest}");
+        assert!(
+            guest["error"].as_str().unwrap().contains(words),
+            "{what}: the error should say {words:?}: {guest}"
+        );
+        if what == "a damaged recording" {
+            assert!(
+                guest["unreadable"].as_str().is_some_and(|e| e.contains("meta.json")),
+                "{what}: {guest}"
+            );
+        }
+        eprintln!("{what}: {} ({})", guest["state"], guest["error"]);
+        assert!(!Path::new(&dir.join("etc")).exists());
+    }
+}

@@ -1,0 +1,286 @@
+//! The guest layer's report section: for each guest, how its agent was
+//! reached and how its clock maps onto the host's (offset, drift, bound,
+//! exchanges in causal order), then its CPU by state beside the host's
+//! vCPU thread that ran it (the guest's busy time against the thread's
+//! guest-mode time and its exits), and the guest's own threads.
+
+use serde::Serialize;
+
+use super::{GuestClockRow, GuestLinkRow, clock::ClockMap};
+use crate::{
+    layers::cpu::{CpuRow, ThreadRow},
+    recording::Recording,
+    report_model::{Section, Table, col, left, secs},
+};
+
+#[derive(Serialize)]
+struct GuestCpu {
+    cpu: u32,
+    user_ns: u64,
+    system_ns: u64,
+    softirq_ns: u64,
+    hardirq_ns: u64,
+    idle_ns: u64,
+    /// The host's thread that ran this vCPU, and its time in guest mode
+    /// and out of it (the exits' handling, kernel and VMM).
+    host_tid: Option<u32>,
+    host_guest_ns: u64,
+    host_exits_ns: u64,
+}
+
+impl GuestCpu {
+    fn busy(&self) -> u64 {
+        self.user_ns + self.system_ns + self.softirq_ns + self.hardirq_ns
+    }
+}
+
+#[derive(Serialize)]
+struct GuestThread {
+    tid: u32,
+    pid: u32,
+    comm: String,
+    user_ns: u64,
+    system_ns: u64,
+    softirq_ns: u64,
+    hardirq_ns: u64,
+    total_ns: u64,
+}
+
+#[derive(Serialize)]
+struct GuestReport {
+    guest: String,
+    address: String,
+    state: String,
+    error: String,
+    kernel: String,
+    /// Host s from the recording's start to the last frame heard from it.
+    last_heard_s: f64,
+    /// The guest's recording could not be read (why).
+    unreadable: Option<String>,
+    clock: Option<ClockMap>,
+    /// What the agent's recording cost the guest, as a share of its capacity.
+    agent_cost: Option<f64>,
+    cpus: Vec<GuestCpu>,
+    threads: Vec<GuestThread>,
+}
+
+/// The index of the vCPU a host thread runs: the CPU layer's (from KVM),
+/// else its name (QEMU's `CPU 1/KVM`, Firecracker's `fc_vcpu 1`).
+fn vcpu_index(t: &ThreadRow) -> Option<u32> {
+    t.vcpu.get().or_else(|| {
+        let c = t.owner.comm.as_str();
+        let digits = c.strip_prefix("CPU ").or_else(|| c.strip_prefix("fc_vcpu "))?;
+        digits.split('/').next()?.trim().parse().ok()
+    })
+}
+
+pub fn section(rec: &Recording, top: usize) -> Section {
+    let mut s = Section::new("guest", "inside the guests");
+    let links = rec.rows::<GuestLinkRow>();
+    if links.is_empty() {
+        return s;
+    }
+    let host_vcpus: Vec<&ThreadRow> = rec
+        .rows::<ThreadRow>()
+        .iter()
+        .filter(|t| t.owner.role == "vcpu" || t.guest_ns > 0)
+        .collect();
+    let vmms: std::collections::BTreeSet<u32> = host_vcpus.iter().map(|t| t.owner.pid).collect();
+    let mut reports = Vec::new();
+    for link in links {
+        let exchanges: Vec<GuestClockRow> = rec
+            .rows::<GuestClockRow>()
+            .iter()
+            .filter(|r| r.guest == link.guest)
+            .cloned()
+            .collect();
+        let clock = ClockMap::fit(&exchanges);
+        let vmm = if link.vmm_pid != 0 {
+            Some(link.vmm_pid)
+        } else if vmms.len() == 1 {
+            vmms.first().copied()
+        } else {
+            None
+        };
+        let mut report = GuestReport {
+            guest: link.guest.clone(),
+            address: link.address.clone(),
+            state: link.state.clone(),
+            error: link.error.clone(),
+            kernel: link.kernel.clone(),
+            last_heard_s: link.last_heard_ns as f64 / 1e9,
+            unreadable: None,
+            clock,
+            agent_cost: None,
+            cpus: Vec::new(),
+            threads: Vec::new(),
+        };
+        match rec.guests.iter().find(|g| g.name == link.guest).map(|g| &g.recording) {
+            Some(Ok(guest)) => {
+                for c in guest.rows::<CpuRow>() {
+                    let host = host_vcpus
+                        .iter()
+                        .find(|t| Some(t.owner.pid) == vmm && vcpu_index(t) == Some(c.cpu));
+                    report.cpus.push(GuestCpu {
+                        cpu: c.cpu,
+                        user_ns: c.user_ns,
+                        system_ns: c.system_ns,
+                        softirq_ns: c.softirq_ns,
+                        hardirq_ns: c.hardirq_ns,
+                        idle_ns: c.idle_ns,
+                        host_tid: host.map(|t| t.tid),
+                        host_guest_ns: host.map_or(0, |t| t.guest_ns),
+                        host_exits_ns: host.map_or(0, |t| t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns),
+                    });
+                }
+                let mut threads: Vec<&ThreadRow> = guest
+                    .rows::<ThreadRow>()
+                    .iter()
+                    .filter(|t| t.owner.role != "idle" && t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns > 0)
+                    .collect();
+                threads.sort_by_key(|t| std::cmp::Reverse(t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns));
+                report.threads = threads
+                    .iter()
+                    .map(|t| GuestThread {
+                        tid: t.tid,
+                        pid: t.owner.pid,
+                        comm: t.owner.comm.clone(),
+                        user_ns: t.user_ns,
+                        system_ns: t.system_ns,
+                        softirq_ns: t.softirq_ns,
+                        hardirq_ns: t.hardirq_ns,
+                        total_ns: t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns,
+                    })
+                    .collect();
+                report.agent_cost = Some(guest.meta.overhead.self_cost_fraction);
+            }
+            Some(Err(e)) => report.unreadable = Some(e.clone()),
+            None => report.unreadable = Some("no recording of it is in this one".into()),
+        }
+        reports.push(report);
+    }
+    for r in &reports {
+        let mut lines = vec![format!(
+            "guest {} at {}: {}{}{}",
+            r.guest,
+            r.address,
+            r.state,
+            if r.kernel.is_empty() {
+                String::new()
+            } else {
+                format!(", Linux {}", r.kernel)
+            },
+            if r.error.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", r.error)
+            }
+        )];
+        if r.state == "silent" {
+            lines.push(format!("  last heard {:.3} s into the recording", r.last_heard_s));
+        }
+        match &r.clock {
+            Some(c) => lines.push(format!(
+                "  clock: guest = host {:+.3} ms, drift {:+.1} ppm, bound ±{:.1} us ({} exchanges, fastest round trip {:.1} us; {} of {} in causal order after mapping)",
+                c.offset_ns / 1e6,
+                c.drift_ppm,
+                c.bound_ns / 1e3,
+                c.exchanges,
+                c.min_round_trip_ns as f64 / 1e3,
+                c.causal,
+                c.exchanges
+            )),
+            None => lines.push("  clock: no exchange answered: the guest's times are its own".into()),
+        }
+        if let Some(cost) = r.agent_cost {
+            lines.push(format!(
+                "  the agent's recording cost the guest {:.2}% of its capacity",
+                cost * 100.0
+            ));
+        }
+        if let Some(why) = &r.unreadable {
+            lines.push(format!("  its recording: {why}"));
+        }
+        s.lines(lines);
+        if !r.cpus.is_empty() {
+            let mut t = Table::new(
+                format!(
+                    "{}: each guest CPU (s) beside the host thread that ran it: guest-mode time, and exits (host kernel and VMM)",
+                    r.guest
+                ),
+                vec![
+                    col("cpu", 4),
+                    col("user", 8),
+                    col("system", 8),
+                    col("softirq", 8),
+                    col("hardirq", 8),
+                    col("busy", 8),
+                    col("idle", 8),
+                    col("host tid", 9),
+                    col("guest mode", 11),
+                    col("exits", 8),
+                ],
+            );
+            for c in &r.cpus {
+                t.row(vec![
+                    c.cpu.to_string(),
+                    secs(c.user_ns),
+                    secs(c.system_ns),
+                    secs(c.softirq_ns),
+                    secs(c.hardirq_ns),
+                    secs(c.busy()),
+                    secs(c.idle_ns),
+                    c.host_tid.map_or("-".into(), |t| t.to_string()),
+                    secs(c.host_guest_ns),
+                    secs(c.host_exits_ns),
+                ]);
+            }
+            s.table(t);
+        }
+        if !r.threads.is_empty() {
+            let mut t = Table::new(
+                format!("{}: the guest's own threads (s)", r.guest),
+                vec![
+                    left("comm", 16),
+                    col("pid", 7),
+                    col("tid", 7),
+                    col("user", 8),
+                    col("system", 8),
+                    col("softirq", 8),
+                    col("hardirq", 8),
+                ],
+            );
+            for th in r.threads.iter().take(top) {
+                t.row(vec![
+                    th.comm.clone(),
+                    th.pid.to_string(),
+                    th.tid.to_string(),
+                    secs(th.user_ns),
+                    secs(th.system_ns),
+                    secs(th.softirq_ns),
+                    secs(th.hardirq_ns),
+                ]);
+            }
+            s.table(t);
+        }
+        for c in &r.cpus {
+            let cpu = c.cpu.to_string();
+            for (state, ns) in [
+                ("user", c.user_ns),
+                ("system", c.system_ns),
+                ("softirq", c.softirq_ns),
+                ("hardirq", c.hardirq_ns),
+                ("idle", c.idle_ns),
+            ] {
+                s.metric(
+                    "guest_cpu_seconds",
+                    ns as f64 / 1e9,
+                    "s",
+                    &[("guest", &r.guest), ("cpu", &cpu), ("state", state)],
+                );
+            }
+        }
+    }
+    s.json("guests", &reports);
+    s
+}
