@@ -57,6 +57,28 @@ fn agent_in_netns(dir: &TempDir) -> (Netns, u32) {
     (ns, pid)
 }
 
+/// `command` recorded into `out` with the namespace's agent (the CPU
+/// layer on both sides); its report.
+fn record_with_the_agent(out: &Path, command: &[&str]) -> Value {
+    let guest = format!("tcp:{GUEST_ADDR}:{PORT}");
+    let mut args = vec![
+        "record",
+        "--guest",
+        &guest,
+        "--guest-layers",
+        "cpu",
+        "--layers",
+        "cpu",
+        "-o",
+        out.to_str().unwrap(),
+        "--",
+    ];
+    args.extend(command);
+    let o = vtrace(&args);
+    assert!(o.status.success(), "record failed: {}", stderr(&o));
+    report_json(out)
+}
+
 fn guest_of(report: &Value) -> &Value {
     let guests = report["guests"].as_array().expect("the report's guests");
     assert_eq!(guests.len(), 1, "{guests:?}");
@@ -88,31 +110,22 @@ fn the_guests_recording_comes_whole_on_one_clock_and_its_threads_match_their_sch
     let (_ns, _agent) = agent_in_netns(&dir);
     let out = dir.join("run.vtrace");
     let truth = dir.join("truth.json");
-    let o = vtrace(&[
-        "record",
-        "--guest",
-        &format!("tcp:{GUEST_ADDR}:{PORT}"),
-        "--guest-layers",
-        "cpu",
-        "--layers",
-        "cpu",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        "ip",
-        "netns",
-        "exec",
-        NS,
-        bin("cpu-mix").to_str().unwrap(),
-        "--seconds",
-        "1.5",
-        "--only",
-        "spin,syscall",
-        "--out",
-        truth.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "record failed: {}", stderr(&o));
-    let report = report_json(&out);
+    let report = record_with_the_agent(
+        &out,
+        &[
+            "ip",
+            "netns",
+            "exec",
+            NS,
+            bin("cpu-mix").to_str().unwrap(),
+            "--seconds",
+            "1.5",
+            "--only",
+            "spin,syscall",
+            "--out",
+            truth.to_str().unwrap(),
+        ],
+    );
     host_tables_are_whole(&report, "with an agent");
     let guest = guest_of(&report);
     assert_eq!(guest["state"], "complete", "{guest}");
@@ -160,23 +173,8 @@ fn an_agent_killed_mid_recording_leaves_the_host_recording_whole_and_names_when_
         std::thread::sleep(Duration::from_millis(2600));
         unsafe { libc::kill(agent as i32, libc::SIGKILL) };
     });
-    let o = vtrace(&[
-        "record",
-        "--guest",
-        &format!("tcp:{GUEST_ADDR}:{PORT}"),
-        "--guest-layers",
-        "cpu",
-        "--layers",
-        "cpu",
-        "-o",
-        out.to_str().unwrap(),
-        "--",
-        "sleep",
-        "4",
-    ]);
+    let report = record_with_the_agent(&out, &["sleep", "4"]);
     killer.join().unwrap();
-    assert!(o.status.success(), "record failed: {}", stderr(&o));
-    let report = report_json(&out);
     host_tables_are_whole(&report, "agent killed");
     let guest = guest_of(&report);
     assert_eq!(guest["state"], "silent", "{guest}");

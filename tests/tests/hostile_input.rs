@@ -492,3 +492,176 @@ fn a_flipped_byte_in_a_table_is_refused_by_name() {
     assert!(err.contains("threads.parquet is damaged"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+/// What a guest's agent sends, damaged: a real recording as an agent would
+/// stream it (its hello, clock answers, the journal's lines, every file of
+/// the finished recording in chunks, done), with bytes flipped, the stream
+/// cut, slices repeated or dropped, random bytes put in, lengths and names
+/// rewritten. The host's reading of it (the guest link's, `replay`) never
+/// panics, writes nothing outside the guest's directory, and what it kept
+/// reads as a recording or gives a one-line error.
+#[test]
+fn hostile_agent_streams_never_panic_or_escape_the_guests_directory() {
+    use vtrace::layers::guest::{
+        link,
+        wire::{self, Chunk, Message, Target},
+    };
+    assert!(vtrace_tests::is_root(), "run as root");
+    let tmp = TempDir::new("fuzz-agent-stream");
+    let source = tmp.join("guest.vtrace");
+    let o = vtrace_tests::vtrace(&[
+        "record",
+        "--layers",
+        "cpu,net",
+        "-o",
+        source.to_str().unwrap(),
+        "--",
+        "ping",
+        "-c",
+        "2",
+        "-i",
+        "0.2",
+        "127.0.0.1",
+    ]);
+    assert!(o.status.success(), "{}", vtrace_tests::stderr(&o));
+    let mut stream = wire::encode_message(&Message::Hello {
+        vtrace_version: "x".into(),
+        hostname: "guest".into(),
+        kernel: "6.1".into(),
+        cpus: 1,
+        mono_ns: 5,
+    });
+    stream.extend(wire::encode_message(&Message::Attached {
+        mono_ns: 6,
+        error: None,
+    }));
+    for seq in 1..4 {
+        stream.extend(wire::encode_message(&Message::SyncReply {
+            seq,
+            host_ns: seq,
+            guest_ns: seq * 7,
+        }));
+    }
+    let lines = b"{\"not\": \"a line\"}\n".repeat(3);
+    for (offset, part) in [(0u64, &lines[..20]), (20, &lines[20..])] {
+        stream.extend(wire::encode_chunk(&Chunk {
+            target: Target::Journal,
+            name: "journal/intervals.jsonl".into(),
+            offset,
+            data: part.to_vec(),
+        }));
+    }
+    for file in files(&source) {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let bytes = std::fs::read(&file).unwrap();
+        let half = bytes.len() / 2;
+        for (offset, part) in [(0, &bytes[..half]), (half as u64, &bytes[half..])] {
+            stream.extend(wire::encode_chunk(&Chunk {
+                target: Target::Final,
+                name: name.clone(),
+                offset,
+                data: part.to_vec(),
+            }));
+        }
+    }
+    stream.extend(wire::encode_message(&Message::Done {
+        files: 1,
+        bytes: 1,
+        error: None,
+    }));
+    // Undamaged, it is the recording.
+    let whole = tmp.join("whole");
+    let row = link::replay(&stream[..], &whole, "g");
+    assert_eq!(row.state, "complete", "{row:?}");
+    assert!(vtrace::layers::read(&whole.join("g")).is_ok());
+    let ran = fuzz("agent stream", 6000, Duration::from_secs(30), |seed| {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut s = stream.clone();
+        let mut did = Vec::new();
+        for _ in 0..1 + rng.below(3) {
+            let at = rng.below(s.len());
+            match rng.below(6) {
+                0 => {
+                    s[at] ^= 1 << rng.below(8);
+                    did.push(format!("flip {at}"));
+                }
+                1 => {
+                    s.truncate(at);
+                    did.push(format!("cut at {at}"));
+                }
+                2 => {
+                    let len = rng.below(4096).min(s.len() - at);
+                    let slice = s[at..at + len].to_vec();
+                    let to = rng.below(s.len());
+                    s.splice(to..to, slice);
+                    did.push(format!("repeat {len} bytes of {at} at {to}"));
+                }
+                3 => {
+                    let len = rng.below(4096).min(s.len() - at);
+                    s.drain(at..at + len);
+                    did.push(format!("drop {len} bytes at {at}"));
+                }
+                4 => {
+                    let junk: Vec<u8> = (0..1 + rng.below(64)).map(|_| rng.next() as u8).collect();
+                    s.splice(at..at, junk);
+                    did.push(format!("junk at {at}"));
+                }
+                _ => {
+                    // A frame's length or a chunk's name, rewritten.
+                    if let Some(frame) = s.windows(4).skip(at).position(|w| w == b"VTRG").map(|p| p + at)
+                        && frame + 16 < s.len()
+                    {
+                        if rng.below(2) == 0 {
+                            let len = [0u32, 1, 16, 1 << 20, (1 << 20) + 1, u32::MAX][rng.below(6)];
+                            s[frame + 6..frame + 10].copy_from_slice(&len.to_le_bytes());
+                            did.push(format!("length {len} at {frame}"));
+                        } else {
+                            let name =
+                                [&b"../x"[..], b"/etc", b"a/b/c", b".x", b"journal/..", b"\xff\xfe"][rng.below(6)];
+                            s[frame + 11] = name.len() as u8;
+                            s.splice(frame + 12..frame + 12, name.iter().copied());
+                            did.push(format!("name {name:?} at {frame}"));
+                        }
+                    }
+                }
+            }
+        }
+        let dir = tmp.join(&format!("case{seed}"));
+        let outcome = quietly(|| {
+            let row = link::replay(&s[..], &dir, "g");
+            if let Ok(rec) = vtrace::layers::read(&dir.join("g")) {
+                for format in [vtrace::report::Format::Text, vtrace::report::Format::Json] {
+                    let _ = vtrace::report::render(&rec, &vtrace::report::ReportOptions { format, top: 15 });
+                }
+            } else if let Err(e) = vtrace::layers::read(&dir.join("g")) {
+                let msg = e.to_string();
+                if msg.contains('\n') {
+                    return Err(format!("a multi-line error: {msg}"));
+                }
+            }
+            if row.error.contains('\n') {
+                return Err(format!("a multi-line link error: {}", row.error));
+            }
+            // Only the guest's own directory and its staging names.
+            let stray: Vec<String> = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| !["g", ".g.final", ".g.old"].contains(&n.as_str()))
+                .collect();
+            if stray.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("wrote {stray:?}"))
+            }
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        match outcome {
+            Ok(r) => r.map_err(|e| format!("{did:?}: {e}")),
+            Err(_) => Err(format!("{did:?}: panicked")),
+        }
+    });
+    assert!(ran >= 50, "only {ran} inputs in the time given");
+    assert!(!tmp.join("x").exists() && !tmp.join("etc").exists());
+}

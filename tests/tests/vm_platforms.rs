@@ -30,6 +30,8 @@ const PINGS: usize = 50;
 /// (examples/src/rt_hog.rs) spinning this long, then sleeping as long,
 /// beside it; a wakeup at a random moment waits busy/4 on average.
 const HOG_BUSY_US: u64 = 2000;
+/// The platform whose guest is recorded too, by the agent the lab starts in it.
+const AGENT_PLATFORM: &str = "qemu-kvm";
 /// The platforms whose path is followed packet by packet under ping, with
 /// and without the hog: vhost-net, and the VMM's own thread.
 const PING_PLATFORMS: &[&str] = &["qemu-kvm", "qemu-kvm-novhost"];
@@ -120,9 +122,22 @@ fn script() -> String {
     for (p, addr) in PLATFORMS {
         let w = workload(p, addr);
         let fail = format!("{p}.failed");
+        // The guest too, through the agent its /init started: its own
+        // recording is kept beside the host's for its report.
+        let (guest, inner) = if *p == AGENT_PLATFORM {
+            (
+                " --guest auto",
+                format!(
+                    "cp -r {p}.vtrace/guests/qemu* {p}-inner.vtrace; cp /var/lib/vtrace-lab/run/{p}/console.log {p}-console.log\n"
+                ),
+            )
+        } else {
+            ("", String::new())
+        };
         s.push_str(&format!(
             "if step {LAB_LIMIT} {fail} 'up {p}' vtrace lab up {p} > up-{p}.out 2>&1; then\n\
-               step {RECORD_LIMIT} {fail} 'record {p}' vtrace record --platform {p} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1\n\
+               step {RECORD_LIMIT} {fail} 'record {p}' vtrace record --platform {p}{guest} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1\n\
+               {inner}\
              else cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n"
         ));
         if PING_PLATFORMS.contains(p) {
@@ -693,4 +708,79 @@ fn a_delay_put_into_the_serving_threads_wakeups_is_ranked_first_by_explain() {
         eprintln!("{p}: tx_kick grew {grew:.0} ns");
         assert!(grew >= (HOG_BUSY_US * 1000 / 4 / 2) as f64, "{p}: {first}");
     }
+}
+
+/// The lab's QEMU guest runs `vtrace agent` (its /init, from the share the
+/// lab gives it), which `record --guest auto` finds by its guest-cid and
+/// reaches over vsock: the guest's recording comes whole, its clock is
+/// mapped onto the host's with every exchange in causal order within the
+/// stated bound, its CPU sits beside the host's vCPU thread, and its eth0
+/// frames as its programs saw them equal eth0's own counters.
+#[test]
+fn the_qemu_guests_agent_is_reached_over_vsock_and_its_clock_is_mapped_within_a_stated_bound() {
+    let g = guest();
+    let r = g.report(AGENT_PLATFORM);
+    let guests = rows(&r, "guests");
+    assert_eq!(
+        guests.len(),
+        1,
+        "{guests:?}\n{}",
+        g.out.files.get("qemu-kvm-console.log").map_or("", |s| s)
+    );
+    let guest = &guests[0];
+    let mut shown = guest.clone();
+    shown["threads"] = Value::from(guest["threads"].as_array().map_or(0, |t| t.len()));
+    eprintln!("{AGENT_PLATFORM}'s guest: {shown}");
+    assert_eq!(
+        guest["state"],
+        "complete",
+        "{shown}\n{}",
+        g.out.files.get("qemu-kvm-console.log").map_or("", |s| s)
+    );
+    assert!(guest["address"].as_str().unwrap().starts_with("cid:120:"), "{shown}");
+    let clock = &guest["clock"];
+    let exchanges = n(&clock["exchanges"]);
+    let bound = clock["bound_ns"].as_f64().unwrap();
+    assert!(exchanges >= 16, "{clock}");
+    assert_eq!(
+        n(&clock["causal"]),
+        exchanges,
+        "every exchange in causal order after mapping: {clock}"
+    );
+    assert!(
+        bound > 0.0 && bound <= n(&clock["min_round_trip_ns"]) as f64 / 2.0 + 1.0,
+        "{clock}"
+    );
+    let cpu = &rows(guest, "cpus")[0];
+    assert!(
+        cpu["host_tid"].is_u64() && n(&cpu["host_guest_ns"]) > 0,
+        "the vCPU thread beside guest CPU 0: {cpu}"
+    );
+    assert!(
+        rows(guest, "threads").iter().any(|t| t["comm"] == "redis-server"),
+        "the guest's redis-server among its threads"
+    );
+    // The guest's own recording, reported on its own.
+    let inner = g.report(&format!("{AGENT_PLATFORM}-inner"));
+    let eth0 = rows(&inner, "device_counters")
+        .iter()
+        .find(|d| d["name"] == "eth0")
+        .expect("the guest's eth0");
+    let seen = |hop: &str| -> u64 {
+        rows(&inner, "devices")
+            .iter()
+            .filter(|d| d["name"] == "eth0" && d["hop"] == hop)
+            .map(|d| n(&d["packets"]))
+            .sum()
+    };
+    eprintln!(
+        "guest eth0: xmit {} (tx_packets {}), receive {} (rx_packets {})",
+        seen("xmit"),
+        eth0["tx_packets"],
+        seen("receive"),
+        eth0["rx_packets"]
+    );
+    assert_eq!(seen("xmit"), n(&eth0["tx_packets"]), "frames the guest sent");
+    assert_eq!(seen("receive"), n(&eth0["rx_packets"]), "frames the guest received");
+    assert!(seen("xmit") > 0 && seen("receive") > 0);
 }

@@ -29,8 +29,11 @@ pub const TAP: &str = "vtl-vm0";
 pub(super) const LINUX_GUEST_PORTS: &[u16] = &[6379, 5201, HTTP_PORT];
 /// What the Linux guests run (with their shared libraries).
 const GUEST_BINARIES: &[&str] = &["busybox", "redis-server", "iperf3"];
+/// The 9p share that carries vtrace into a lab VM, where /init starts
+/// `vtrace agent` from it (vsock port 1025) when the VM has the share.
+pub(super) const AGENT_TAG: &str = "vtrace";
 /// Bumped when the initramfs contents change.
-const INITRD_VERSION: &str = "5";
+const INITRD_VERSION: &str = "6";
 
 fn dir() -> PathBuf {
     Path::new(DATA_DIR).join("linuxvm")
@@ -179,10 +182,11 @@ pub(super) fn initramfs_path() -> PathBuf {
     dir().join("initrd.gz")
 }
 
-/// The initramfs: busybox, redis-server, iperf3 (with their libraries), the
-/// virtio network modules (PCI and MMIO transports) and an /init that serves
-/// redis, iperf3 and HTTP (busybox httpd) on the address of its kernel
-/// command line ([`address_arg`]).
+/// The initramfs: busybox, redis-server, iperf3 (with their libraries, and
+/// vtrace's), the virtio network modules (PCI and MMIO transports), vsock
+/// and 9p, and an /init that serves redis, iperf3 and HTTP (busybox httpd)
+/// on the address of its kernel command line ([`address_arg`]) and, where
+/// the VM shares vtrace with it ([`AGENT_TAG`]), runs `vtrace agent`.
 pub(super) fn initramfs() -> Result<PathBuf> {
     let out = initramfs_path();
     let marker = dir().join("initrd.version");
@@ -204,7 +208,25 @@ pub(super) fn initramfs() -> Result<PathBuf> {
             super::rootfs::copy_into(&tree, &lib)?;
         }
     }
-    let insmods = install_modules(&tree, &modules, &["virtio_pci", "virtio_mmio", "virtio_net", "igbvf"])?;
+    // vtrace's own libraries, for the agent a VM runs from its share (AGENT_TAG).
+    if let Ok(exe) = std::env::current_exe() {
+        for lib in super::rootfs::libraries(&exe) {
+            super::rootfs::copy_into(&tree, &lib)?;
+        }
+    }
+    let insmods = install_modules(
+        &tree,
+        &modules,
+        &[
+            "virtio_pci",
+            "virtio_mmio",
+            "virtio_net",
+            "igbvf",
+            "vmw_vsock_virtio_transport",
+            "9pnet_virtio",
+            "9p",
+        ],
+    )?;
     let init = format!(
         "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nmount -t proc proc /proc\nmount -t sysfs sys /sys\n\
          mount -t devtmpfs dev /dev\n{insmods}\
@@ -212,8 +234,12 @@ pub(super) fn initramfs() -> Result<PathBuf> {
          ip link set lo up\nip link set eth0 up\nip addr add $addr/24 dev eth0\niperf3 -s -D\n\
          mkdir -p /www\necho 'It works!' > /www/index.html\nhttpd -p {http} -h /www\n\
          redis-server --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no --daemonize yes\n\
+         mount -t tracefs tracefs /sys/kernel/tracing\nmkdir -p /agent\n\
+         if mount -t 9p -o trans=virtio,version=9p2000.L,ro {tag} /agent 2>/dev/null; then\n\
+           /agent/vtrace agent --dir /tmp/vtrace-agent > /dev/console 2>&1 &\nfi\n\
          echo vtrace-linuxvm-ready\nexec sleep 2147483647\n",
-        http = HTTP_PORT
+        http = HTTP_PORT,
+        tag = AGENT_TAG
     );
     let init_path = tree.join("init");
     fs::write(&init_path, init).map_err(crate::error::io("write init"))?;

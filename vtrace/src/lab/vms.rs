@@ -194,7 +194,7 @@ impl Runtime for QemuKvm {
                 let (vmlinuz, _) = linuxvm::kernel()?;
                 let initrd = linuxvm::initramfs()?;
                 let append = format!("console=ttyS0 quiet panic=-1 {}", linuxvm::address_arg(&guest_addr));
-                (vmlinuz, Some(initrd), append, "256")
+                (vmlinuz, Some(initrd), append, "512")
             }
             Guest::Unikraft => {
                 let image = unikraft_image().map_err(|why| unavailable(p.name, why))?;
@@ -226,12 +226,19 @@ impl Runtime for QemuKvm {
             // No option ROM: the guests boot from -kernel, not the network.
             .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
             .arg("-nodefaults");
+        let agent = match self.guest {
+            Guest::Linux => agent_devices(&mut qemu, &guest_addr),
+            Guest::Unikraft => None,
+        };
         start_daemon(qemu, &run, ledger).map_err(|why| unavailable(p.name, why))?;
         ledger.note = format!(
             "QEMU/KVM, virtio-net-pci on tap {}, vhost-net {vhost}; {}",
             self.tap,
             match self.guest {
-                Guest::Linux => "Linux guest".to_string(),
+                Guest::Linux => format!(
+                    "Linux guest; {}",
+                    agent.unwrap_or_else(|| "no vsock here (no /dev/vhost-vsock): no agent".into())
+                ),
                 Guest::Unikraft => format!("Unikraft image {} ({:?})", kernel.display(), UnikraftApp::configured()),
             }
         );
@@ -319,6 +326,32 @@ impl Runtime for Firecracker {
             .or_else(|| firecracker_binary().err())
             .or_else(|| linuxvm::kernel().err().map(|e| e.to_string()))
     }
+}
+
+/// A Linux guest's vsock device and the share that carries vtrace into it
+/// (its /init starts `vtrace agent`: `record --guest auto` finds it by the
+/// guest-cid): its context id is 100 + the third part of its address, one
+/// per lab platform. None where this host has no vhost-vsock.
+fn agent_devices(qemu: &mut Command, guest_addr: &str) -> Option<String> {
+    if !Path::new("/dev/vhost-vsock").exists() {
+        return None;
+    }
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    let cid = 100 + guest_addr.split('.').nth(2)?.parse::<u32>().ok()?;
+    qemu.args(["-device", &format!("vhost-vsock-pci,guest-cid={cid},romfile=")])
+        .args([
+            "-virtfs",
+            &format!(
+                "local,path={},mount_tag={},security_model=none,readonly=on",
+                dir.display(),
+                linuxvm::AGENT_TAG
+            ),
+        ]);
+    Some(format!(
+        "vtrace agent on vsock cid {cid} port 1025 (from {})",
+        dir.display()
+    ))
 }
 
 #[cfg(test)]

@@ -201,11 +201,14 @@ pub fn detect(profiles: &[Profile], snap: &SystemSnapshot) -> Vec<Instance> {
             procs.sort_unstable();
             let mut threads = Vec::new();
             let mut uses_vhost = false;
+            // A vhost-vsock worker is named as a vhost-net one: an instance
+            // with a vsock device is told by its vhost-net fd alone.
+            let has_vsock = procs.iter().any(|pid| by_pid[pid].vhost_vsock);
             for pid in &procs {
                 let p = by_pid[pid];
                 uses_vhost |= p.vhost_fds;
                 for t in &p.threads {
-                    uses_vhost |= t.comm.starts_with("vhost-");
+                    uses_vhost |= t.comm.starts_with("vhost-") && !has_vsock;
                     // KVM's word that it runs a vCPU before the name's.
                     let role = match t.vcpu {
                         Some(_) => "vcpu".to_string(),

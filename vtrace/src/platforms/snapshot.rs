@@ -68,9 +68,13 @@ pub struct ProcInfo {
     /// (fd, interface) of those fds.
     #[serde(default)]
     pub tun_fds: Vec<(u32, String)>,
-    /// Holds a /dev/vhost-net or /dev/vhost-vsock fd.
+    /// Holds a /dev/vhost-net fd: vhost-net serves its network queues.
     #[serde(default)]
     pub vhost_fds: bool,
+    /// Holds a /dev/vhost-vsock fd (a vsock device, e.g. to vtrace's
+    /// agent): its `vhost-PID` worker serves vsock, not the network.
+    #[serde(default)]
+    pub vhost_vsock: bool,
     /// Holds a KVM vCPU fd (`anon_inode:kvm-vcpu:N`): runs a virtual machine.
     #[serde(default)]
     pub kvm_vcpus: bool,
@@ -244,7 +248,8 @@ fn read_proc(pid: u32, vcpus: &HashMap<u32, u32>) -> Option<ProcInfo> {
         }
     }
     threads.sort_by_key(|t| t.tid);
-    let (mut tun_ifaces, mut tun_fds, mut vhost_fds, mut kvm_vcpus) = (Vec::new(), Vec::new(), false, false);
+    let (mut tun_ifaces, mut tun_fds, mut vhost_fds, mut vhost_vsock, mut kvm_vcpus) =
+        (Vec::new(), Vec::new(), false, false, false);
     let mut vfio_groups = Vec::new();
     if let Ok(fds) = fs::read_dir(format!("{dir}/fd")) {
         for fd in fds.flatten() {
@@ -259,8 +264,10 @@ fn read_proc(pid: u32, vcpus: &HashMap<u32, u32>) -> Option<ProcInfo> {
                         tun_fds.push((fd, iff.trim().to_string()));
                     }
                 }
-            } else if target.starts_with("/dev/vhost-") {
+            } else if target == "/dev/vhost-net" {
                 vhost_fds = true;
+            } else if target == "/dev/vhost-vsock" {
+                vhost_vsock = true;
             } else if target.starts_with("anon_inode:kvm-vcpu") {
                 kvm_vcpus = true;
             } else if let Some(group) = target.strip_prefix("/dev/vfio/").and_then(|g| g.parse().ok()) {
@@ -286,6 +293,7 @@ fn read_proc(pid: u32, vcpus: &HashMap<u32, u32>) -> Option<ProcInfo> {
         tun_ifaces,
         tun_fds,
         vhost_fds,
+        vhost_vsock,
         kvm_vcpus,
         vfio_groups,
         netns: netns_of(&pid.to_string()),

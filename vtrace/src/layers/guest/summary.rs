@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{GuestClockRow, GuestLinkRow, clock::ClockMap};
 use crate::{
-    layers::cpu::{CpuRow, ThreadRow},
+    layers::cpu::{CpuRow, IntervalRow, ThreadRow},
     recording::Recording,
     report_model::{Section, Table, col, left, secs},
 };
@@ -22,10 +22,14 @@ struct GuestCpu {
     hardirq_ns: u64,
     idle_ns: u64,
     /// The host's thread that ran this vCPU, and its time in guest mode
-    /// and out of it (the exits' handling, kernel and VMM).
+    /// and out of it (the exits' handling, kernel and VMM), over the
+    /// guest's window (the host's intervals shared out by overlap).
     host_tid: Option<u32>,
     host_guest_ns: u64,
     host_exits_ns: u64,
+    /// The rest of the window: the vCPU thread was not running (halted
+    /// in the guest's idle, or waiting for a host CPU: steal, to the guest).
+    host_off_ns: u64,
 }
 
 impl GuestCpu {
@@ -55,6 +59,10 @@ struct GuestReport {
     kernel: String,
     /// Host s from the recording's start to the last frame heard from it.
     last_heard_s: f64,
+    /// The guest's recording's window on the host's timeline: from its
+    /// agent's probes attaching (host s since the start), its length (s).
+    window_start_s: f64,
+    window_s: f64,
     /// The guest's recording could not be read (why).
     unreadable: Option<String>,
     clock: Option<ClockMap>,
@@ -72,6 +80,22 @@ fn vcpu_index(t: &ThreadRow) -> Option<u32> {
         let digits = c.strip_prefix("CPU ").or_else(|| c.strip_prefix("fc_vcpu "))?;
         digits.split('/').next()?.trim().parse().ok()
     })
+}
+
+/// Thread `tid`'s guest-mode and other time (ns) within `window` (host ns
+/// since the start), from its intervals, each shared out by its overlap.
+fn in_window(rec: &Recording, tid: u32, (from, to): (u64, u64)) -> (u64, u64) {
+    let (mut guest, mut exits) = (0.0, 0.0);
+    for i in rec
+        .rows::<IntervalRow>()
+        .iter()
+        .filter(|i| i.tid == tid && i.end_ns > i.start_ns)
+    {
+        let overlap = i.end_ns.min(to).saturating_sub(i.start_ns.max(from)) as f64 / (i.end_ns - i.start_ns) as f64;
+        guest += i.guest_ns as f64 * overlap;
+        exits += (i.user_ns + i.system_ns + i.softirq_ns + i.hardirq_ns) as f64 * overlap;
+    }
+    (guest as u64, exits as u64)
 }
 
 pub fn section(rec: &Recording, top: usize) -> Section {
@@ -109,6 +133,8 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             error: link.error.clone(),
             kernel: link.kernel.clone(),
             last_heard_s: link.last_heard_ns as f64 / 1e9,
+            window_start_s: link.attached_ns as f64 / 1e9,
+            window_s: 0.0,
             unreadable: None,
             clock,
             agent_cost: None,
@@ -117,10 +143,13 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         };
         match rec.guests.iter().find(|g| g.name == link.guest).map(|g| &g.recording) {
             Some(Ok(guest)) => {
+                report.window_s = guest.meta.wall_ns as f64 / 1e9;
+                let window = (link.attached_ns, link.attached_ns + guest.meta.wall_ns);
                 for c in guest.rows::<CpuRow>() {
                     let host = host_vcpus
                         .iter()
                         .find(|t| Some(t.owner.pid) == vmm && vcpu_index(t) == Some(c.cpu));
+                    let (host_guest_ns, host_exits_ns) = host.map_or((0, 0), |t| in_window(rec, t.tid, window));
                     report.cpus.push(GuestCpu {
                         cpu: c.cpu,
                         user_ns: c.user_ns,
@@ -129,8 +158,11 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                         hardirq_ns: c.hardirq_ns,
                         idle_ns: c.idle_ns,
                         host_tid: host.map(|t| t.tid),
-                        host_guest_ns: host.map_or(0, |t| t.guest_ns),
-                        host_exits_ns: host.map_or(0, |t| t.user_ns + t.system_ns + t.softirq_ns + t.hardirq_ns),
+                        host_guest_ns,
+                        host_exits_ns,
+                        host_off_ns: host.map_or(0, |_| {
+                            (window.1 - window.0).saturating_sub(host_guest_ns + host_exits_ns)
+                        }),
                     });
                 }
                 let mut threads: Vec<&ThreadRow> = guest
@@ -192,6 +224,12 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             )),
             None => lines.push("  clock: no exchange answered: the guest's times are its own".into()),
         }
+        if r.window_s > 0.0 {
+            lines.push(format!(
+                "  its recording: {:.3} s from {:.3} s into the host's (the host's figures below are over the same span, from its intervals)",
+                r.window_s, r.window_start_s
+            ));
+        }
         if let Some(cost) = r.agent_cost {
             lines.push(format!(
                 "  the agent's recording cost the guest {:.2}% of its capacity",
@@ -205,7 +243,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         if !r.cpus.is_empty() {
             let mut t = Table::new(
                 format!(
-                    "{}: each guest CPU (s) beside the host thread that ran it: guest-mode time, and exits (host kernel and VMM)",
+                    "{}: each guest CPU (s, as the guest's clock ran) beside the host thread that ran it over the same span: in guest mode, handling exits (host kernel and VMM), and not running (halted, or waiting for a host CPU: time the guest counts as its own)",
                     r.guest
                 ),
                 vec![
@@ -219,6 +257,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                     col("host tid", 9),
                     col("guest mode", 11),
                     col("exits", 8),
+                    col("not running", 12),
                 ],
             );
             for c in &r.cpus {
@@ -233,6 +272,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                     c.host_tid.map_or("-".into(), |t| t.to_string()),
                     secs(c.host_guest_ns),
                     secs(c.host_exits_ns),
+                    secs(c.host_off_ns),
                 ]);
             }
             s.table(t);
