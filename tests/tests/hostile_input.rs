@@ -574,7 +574,7 @@ fn hostile_agent_streams_never_panic_or_escape_the_guests_directory() {
     let row = link::replay(&stream[..], &whole, "g");
     assert_eq!(row.state, "complete", "{row:?}");
     assert!(vtrace::layers::read(&whole.join("g")).is_ok());
-    let ran = fuzz("agent stream", 6000, Duration::from_secs(30), |seed| {
+    let ran = fuzz("agent stream", 3000, Duration::from_secs(30), |seed| {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let mut s = stream.clone();
         let mut did = Vec::new();

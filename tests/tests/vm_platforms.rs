@@ -124,18 +124,19 @@ fn script() -> String {
         let fail = format!("{p}.failed");
         // The guest too, through the agent its /init started: its own
         // recording is kept beside the host's for its report.
-        let (guest, inner) = if *p == AGENT_PLATFORM {
+        let (agent, guest, inner) = if *p == AGENT_PLATFORM {
             (
+                "env VTRACE_LAB_AGENT=1 ",
                 " --guest auto",
                 format!(
                     "cp -r {p}.vtrace/guests/qemu* {p}-inner.vtrace; cp /var/lib/vtrace-lab/run/{p}/console.log {p}-console.log\n"
                 ),
             )
         } else {
-            ("", String::new())
+            ("", "", String::new())
         };
         s.push_str(&format!(
-            "if step {LAB_LIMIT} {fail} 'up {p}' vtrace lab up {p} > up-{p}.out 2>&1; then\n\
+            "if step {LAB_LIMIT} {fail} 'up {p}' {agent}vtrace lab up {p} > up-{p}.out 2>&1; then\n\
                step {RECORD_LIMIT} {fail} 'record {p}' vtrace record --platform {p}{guest} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1\n\
                {inner}\
              else cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n"
@@ -710,8 +711,8 @@ fn a_delay_put_into_the_serving_threads_wakeups_is_ranked_first_by_explain() {
     }
 }
 
-/// The lab's QEMU guest runs `vtrace agent` (its /init, from the share the
-/// lab gives it), which `record --guest auto` finds by its guest-cid and
+/// The lab's QEMU guest, brought up with VTRACE_LAB_AGENT=1, runs `vtrace
+/// agent` (its /init, from the share the lab gives it), which `record --guest auto` finds by its guest-cid and
 /// reaches over vsock: the guest's recording comes whole, its clock is
 /// mapped onto the host's with every exchange in causal order within the
 /// stated bound, its CPU sits beside the host's vCPU thread, and its eth0

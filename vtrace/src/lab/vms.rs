@@ -29,6 +29,8 @@ use crate::{Error, Result};
 
 /// Names the Firecracker binary when it is not `firecracker` on PATH.
 pub const FIRECRACKER_ENV: &str = "VTRACE_FIRECRACKER";
+/// `1`: the lab's QEMU Linux guests carry `vtrace agent` (agent_devices).
+pub const AGENT_ENV: &str = "VTRACE_LAB_AGENT";
 /// Names the Unikraft image the unikraft platforms boot.
 pub const UNIKRAFT_IMAGE_ENV: &str = "VTRACE_UNIKRAFT_IMAGE";
 
@@ -235,10 +237,7 @@ impl Runtime for QemuKvm {
             "QEMU/KVM, virtio-net-pci on tap {}, vhost-net {vhost}; {}",
             self.tap,
             match self.guest {
-                Guest::Linux => format!(
-                    "Linux guest; {}",
-                    agent.unwrap_or_else(|| "no vsock here (no /dev/vhost-vsock): no agent".into())
-                ),
+                Guest::Linux => format!("Linux guest; {}", agent.unwrap_or_default()),
                 Guest::Unikraft => format!("Unikraft image {} ({:?})", kernel.display(), UnikraftApp::configured()),
             }
         );
@@ -331,10 +330,16 @@ impl Runtime for Firecracker {
 /// A Linux guest's vsock device and the share that carries vtrace into it
 /// (its /init starts `vtrace agent`: `record --guest auto` finds it by the
 /// guest-cid): its context id is 100 + the third part of its address, one
-/// per lab platform. None where this host has no vhost-vsock.
+/// per lab platform. Only with `VTRACE_LAB_AGENT=1`: one level down the
+/// agent's start-up (its binary paged in over 9p under nested TCG) costs
+/// every boot, and QEMU's main loop serves the share beside a
+/// vhost-less VM's network queues. What it did, in words.
 fn agent_devices(qemu: &mut Command, guest_addr: &str) -> Option<String> {
+    if std::env::var_os(AGENT_ENV).is_none_or(|v| v != "1") {
+        return Some(format!("no agent ({AGENT_ENV}=1 gives it one)"));
+    }
     if !Path::new("/dev/vhost-vsock").exists() {
-        return None;
+        return Some("no vsock here (no /dev/vhost-vsock): no agent".into());
     }
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;
