@@ -27,7 +27,7 @@ use vtrace_common::Config;
 
 pub use tables::{GuestClockRow, GuestLinkRow};
 
-use super::{Attached, Collector, Emit, End, Layer, LayerOutput, Request, Setup, switches::SwitchGroup};
+use super::{Collector, Emit, End, Layer, LayerOutput, Request, Setup, switches::SwitchGroup};
 use crate::{
     Result,
     probes::{ProbeSpec, ProbeStatus},
@@ -164,9 +164,6 @@ impl Collector for GuestCollector {
                 }
             })
             .collect())
-    }
-    fn baseline(&mut self, _attached: &Attached) -> Result<()> {
-        Ok(())
     }
     fn end(&mut self, _ebpf: &Ebpf, _end: &End) -> Result<()> {
         for l in &mut self.links {
