@@ -157,21 +157,9 @@ pub fn num(v: &serde_json::Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("{field} missing or not a number in {v}"))
 }
 
-/// Shell functions for a script run in the stock-kernel guest
-/// (vtrace::lab::guest): `mark` notes a step in steps.log and on the
-/// console (so a guest that runs out of time says where it was); `step
-/// LIMIT FAILFILE WHAT CMD...` runs CMD under a deadline, SIGINT first as
-/// Ctrl-C would (a recording stops and keeps what it has), and notes a
-/// failure in FAILFILE.
-pub const GUEST_STEPS: &str = r#"mark() { m="[$(cut -d' ' -f1 /proc/uptime) s] $*"; echo "$m" >> /out/steps.log; echo "$m" > /dev/console; }
-step() {
-  limit=$1 fail=$2 what=$3; shift 3
-  mark "$what"
-  timeout -s INT -k 15 "$limit" "$@"; rc=$?
-  [ $rc = 0 ] || { echo "$what failed (exit $rc)" >> "$fail"; mark "$what failed (exit $rc)"; }
-  return $rc
-}
-"#;
+/// Shell functions for a script run in the stock-kernel guest: `mark`,
+/// `step`, `once` and `finished` ([`vtrace::lab::guest::STEPS`]).
+pub const GUEST_STEPS: &str = ::vtrace::lab::guest::STEPS;
 
 // The block layer's ground truth: what a lab container's blkio cgroup read.
 

@@ -53,13 +53,15 @@ const LAYERS: &str = "cpu,net,tun,kvm,vsock";
 /// one size below the MTU and one above, GET and SET apart, each platform
 /// brought up and down by the bench, so none runs beside another. The
 /// study's Kata 64 B GET run is the recording of a sandbox running when it
-/// began.
+/// began. A boot after a freeze (vtrace::lab::guest) goes on after the
+/// sandbox's part or the bench, whichever was finished.
 fn script() -> String {
     let ping_in = format!("ping -c {PINGS} -i 0.05 {ADDR}");
     let ping_out = format!("vtrace lab exec kata -- busybox ping -c {PINGS} -i 0.05 {HOST_ADDR}");
     let mut s = format!(
         "{GUEST_STEPS}export VTRACE_KATA_DIR=/vmm/kata VTRACE_UNIKRAFT_IMAGE=/vmm/redis_qemu-x86_64\n\
          vtrace lab status > status.out 2>&1\n\
+         if once sandbox; then\n\
          step 400 start.failed 'record the sandbox starting' vtrace record --platform kata --layers {LAYERS} --interval 250ms -o start.vtrace \
            -- sh -c 'vtrace lab up kata > up.out 2>&1 && {ping_in} && {ping_out}' > start.out 2>&1\n"
     );
@@ -68,8 +70,11 @@ fn script() -> String {
            -- sh -c '{ping_in} && {ping_out}' > hops.out 2>&1\n\
          ip -n vtl-kata -s link > netns-links.out 2>&1\n\
          step 120 down.failed 'down kata' vtrace lab down kata > down.out 2>&1\n\
+         finished sandbox; fi\n\
+         if once bench; then\n\
          step 900 bench.failed bench vtrace bench --platforms containerd-runc,kata --workload modules \
            --modules {MODULES} --loaders 1,{LOADERS} --repeat 1 --layers {LAYERS} -o bench > bench.out 2>&1\n\
+         finished bench; fi\n\
          step 900 study.failed study vtrace bench --study redis-sizes --sizes {SMALL},{LARGE} --requests {REDIS_REQUESTS} \
            --request-seconds 1 --repeat 1 --layers {LAYERS} -o study > study.out 2>&1\n\
          (ls /run/netns; ls /run/vtrace-lab; ps -o pid,comm,args) > after-down.out 2>&1\n\

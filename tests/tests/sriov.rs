@@ -73,10 +73,12 @@ exit 0
 /// The VF guest up, pinged inside a recording (ground truth read around
 /// the pings), reported, down; then seed 003's bench: virtio (qemu-kvm,
 /// vhost-net) against SR-IOV under ping with 0 and 2 busy loops, each
-/// platform brought up and down by the bench.
+/// platform brought up and down by the bench. A boot after a freeze goes on
+/// after the VF guest's part or the bench, whichever was finished.
 fn script() -> String {
     format!(
         "{GUEST_STEPS}cat > /tmp/truth.sh <<'EOF'\n{TRUTH}EOF\n\
+         if once sriov; then\n\
          if step 150 sriov.failed 'up sriov' vtrace lab up sriov > up.out 2>&1; then\n\
            ip link show >> up.out 2>&1\n\
            step 150 sriov.failed 'record pings' vtrace record --platform sriov --layers {LAYERS} --events -o sriov.vtrace \
@@ -86,10 +88,13 @@ fn script() -> String {
            step 90 sriov.failed 'text report' vtrace report sriov.vtrace > sriov.txt 2>&1\n\
          else cat /var/lib/vtrace-lab/run/sriov/console.log >> up.out; fi\n\
          step 60 sriov.failed 'down sriov' vtrace lab down sriov >> up.out 2>&1\n\
+         finished sriov; fi\n\
+         if once bench; then\n\
          step 400 bench.failed 'bench' vtrace bench --platforms qemu-kvm,sriov --workload ping --pings {BENCH_PINGS} \
            --stress {BENCH_STRESS} --repeat 1 --layers cpu,net,kvm,path,runq -o bench > bench.out 2>&1\n\
          step 90 bench.failed 'report bench' vtrace report bench --format json -o bench.json\n\
          step 90 bench.failed 'text report bench' vtrace report bench > bench.txt 2>&1\n\
+         finished bench; fi\n\
          cat > /tmp/usersriov.sh <<'EOF'\n{USER_VM_TRUTH}{USER_VM}EOF\n\
          step 150 usersriov.failed 'record usersriov' vtrace record --platform sriov --layers cpu,net,kvm \
            -o usersriov.vtrace -- sh /tmp/usersriov.sh > usersriov.out 2>&1\n\

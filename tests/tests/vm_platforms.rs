@@ -108,8 +108,9 @@ const RECORD_LIMIT: u32 = 150;
 const REPORT_LIMIT: u32 = 60;
 const LAB_LIMIT: u32 = 120;
 
-/// Each platform up, recorded, reported and down, one after the other; a
-/// platform that fails leaves its reason and the rest go on. Then the VM
+/// Each platform up, recorded, reported and down, one after the other (a
+/// boot after a freeze goes on after the last one down); a platform that
+/// fails leaves its reason and the rest go on. Then the VM
 /// started by the recorded command. (A bench over these platforms, Redis
 /// from the unikernels among them, is seed 000's study in kata.rs.)
 fn script() -> String {
@@ -136,7 +137,8 @@ fn script() -> String {
             ("", "", String::new())
         };
         s.push_str(&format!(
-            "if step {LAB_LIMIT} {fail} 'up {p}' {agent}vtrace lab up {p} > up-{p}.out 2>&1; then\n\
+            "if once {p}; then\n\
+             if step {LAB_LIMIT} {fail} 'up {p}' {agent}vtrace lab up {p} > up-{p}.out 2>&1; then\n\
                step {RECORD_LIMIT} {fail} 'record {p}' vtrace record --platform {p}{guest} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1\n\
                {inner}\
              else cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n"
@@ -156,7 +158,7 @@ fn script() -> String {
             ));
         }
         s.push_str(&format!(
-            "step {LAB_LIMIT} {fail} 'down {p}' vtrace lab down {p} >> up-{p}.out 2>&1\n"
+            "step {LAB_LIMIT} {fail} 'down {p}' vtrace lab down {p} >> up-{p}.out 2>&1\nfinished {p}; fi\n"
         ));
     }
     // vhost-net on against off, for the Linux guest and for Unikraft.

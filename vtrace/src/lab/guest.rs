@@ -280,7 +280,7 @@ pub fn run_on(
              mount -t cgroup2 none /sys/fs/cgroup\nmkdir -p /dev/shm /var/log\nmount -t tmpfs shm /dev/shm\nsyslogd\n\
              {insmods}mount -t 9p -o trans=virtio,version=9p2000.L out /out\n\
              (while :; do cut -d' ' -f1 /proc/uptime > /out/{HEARTBEAT}; sleep 5; done) &\n\
-             cd /out && sh /script.sh > /out/script.log 2>&1; echo $? > /out/script.rc\n\
+             cd /out && sh /script.sh >> /out/script.log 2>&1; echo $? > /out/script.rc\n\
              sync\npoweroff -f\n"
         );
         for (name, text) in [("init", init.as_str()), ("script.sh", script)] {
@@ -295,11 +295,12 @@ pub fn run_on(
         // its own timer never delivered) in about one boot of four with a
         // nested VM running: that is the emulator, not what is tested, so a
         // frozen guest is booted again, at most BOOTS times in all.
+        // A boot after a freeze goes on after the parts of the script the
+        // frozen one finished (STEPS' `once` and `finished`): their files
+        // are kept, and everything written after them is removed.
         let mut boot = 1;
         loop {
-            for e in fs::read_dir(out).into_iter().flatten().flatten() {
-                let _ = fs::remove_dir_all(e.path()).or_else(|_| fs::remove_file(e.path()));
-            }
+            clear_for_boot(out, boot);
             let result: Result<GuestRun> = (|| {
                 let _ = fs::remove_file(out.join("script.rc"));
                 let console = work.join("console.log");
@@ -377,6 +378,12 @@ pub fn run_on(
             match result {
                 Err(e) if boot < BOOTS && e.to_string().contains(FROZE) => {
                     eprintln!("vtrace: {e}; booting the guest again");
+                    let note = format!("[boot {}] the guest froze; booted again\n", boot + 1);
+                    let _ = fs::OpenOptions::new()
+                        .append(true)
+                        .create(true)
+                        .open(out.join("steps.log"))
+                        .and_then(|mut f| std::io::Write::write_all(&mut f, note.as_bytes()));
                     boot += 1;
                 }
                 other => break other,
@@ -387,6 +394,33 @@ pub fn run_on(
     result
 }
 
+/// Shell functions for a script run here, put before it by the caller:
+/// - `mark WHAT` notes a step in steps.log and on the console (so a guest
+///   that runs out of time says where it was);
+/// - `step LIMIT FAILFILE WHAT CMD...` runs CMD under a deadline, SIGINT
+///   first as Ctrl-C would (a recording stops and keeps what it has), and
+///   notes a failure in FAILFILE;
+/// - `if once PART; then ...; finished PART; fi` runs PART unless a boot
+///   before this one finished it and then froze: a part that leaves the
+///   guest as it booted (what it brought up taken down) keeps its files, and
+///   a boot after a freeze goes on after it instead of from the start.
+pub const STEPS: &str = r#": "${OUT:=/out}"
+mark() { m="[$(cut -d' ' -f1 /proc/uptime) s] $*"; echo "$m" >> "$OUT"/steps.log; echo "$m" > /dev/console; }
+step() {
+  limit=$1 fail=$2 what=$3; shift 3
+  mark "$what"
+  timeout -s INT -k 15 "$limit" "$@"; rc=$?
+  [ $rc = 0 ] || { echo "$what failed (exit $rc)" >> "$fail"; mark "$what failed (exit $rc)"; }
+  return $rc
+}
+once() { if grep -qxF "$1" "$OUT"/.done 2>/dev/null; then mark "$1: finished by a boot that froze later, kept"; return 1; fi; }
+finished() { echo "$1" >> "$OUT"/.done; ls -A "$OUT" > "$OUT"/.kept.new && mv "$OUT"/.kept.new "$OUT"/.kept; }
+"#;
+/// The parts of a script finished (`finished` in [`STEPS`]), and the files
+/// in the share when the last of them was.
+const DONE: &str = ".done";
+const KEPT: &str = ".kept";
+
 /// What a frozen guest's error begins with.
 pub const FROZE: &str = "the guest froze";
 /// A guest whose heartbeat does not move this long is frozen (booting to
@@ -396,6 +430,27 @@ const FROZEN_AFTER: Duration = Duration::from_secs(90);
 const BOOTS: u32 = 3;
 /// The file in the share the guest writes its uptime to every 5 s.
 const HEARTBEAT: &str = ".heartbeat";
+
+/// Empties the share for boot `boot`: the first starts from nothing; a
+/// later one keeps what the parts finished before the freeze left.
+fn clear_for_boot(out: &Path, boot: u32) {
+    let kept: Vec<String> = match boot {
+        1 => Vec::new(),
+        _ => fs::read_to_string(out.join(KEPT))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect(),
+    };
+    for e in fs::read_dir(out).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let bookkeeping = [KEPT, DONE, "steps.log"].contains(&name.as_str());
+        if name != HEARTBEAT && ((boot > 1 && bookkeeping) || kept.contains(&name)) {
+            continue;
+        }
+        let _ = fs::remove_dir_all(e.path()).or_else(|_| fs::remove_file(e.path()));
+    }
+}
 
 fn heartbeat(out: &Path) -> String {
     fs::read_to_string(out.join(HEARTBEAT)).unwrap_or_default()
@@ -409,4 +464,52 @@ fn script_tail(out: &Path) -> String {
 fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A boot's script, run here with the share at `out`.
+    fn boot(out: &Path, n: u32, script: &str) {
+        clear_for_boot(out, n);
+        let status = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{STEPS}{script}"))
+            .env("OUT", out)
+            .current_dir(out)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// The first boot finishes part `a` and freezes in part `b` (here: stops
+    /// writing); the next keeps `a`'s files and runs only `b`, from nothing.
+    #[test]
+    fn a_boot_after_a_freeze_goes_on_after_the_parts_finished() {
+        let out = std::env::temp_dir().join(format!("vtrace-guest-parts-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&out);
+        fs::create_dir_all(&out).unwrap();
+        fs::write(out.join("stale"), "from an earlier run").unwrap();
+        let script = "if once a; then echo \"$BOOT\" >> a.out; finished a; fi\n\
+                      if once b; then echo \"$BOOT\" >> b.out; [ \"$BOOT\" = 1 ] && exit 0; finished b; fi\n";
+        boot(&out, 1, &script.replace("$BOOT", "1"));
+        assert!(!out.join("stale").exists(), "a first boot starts from nothing");
+        assert_eq!(fs::read_to_string(out.join("b.out")).unwrap(), "1\n");
+        boot(&out, 2, &script.replace("$BOOT", "2"));
+        assert_eq!(fs::read_to_string(out.join("a.out")).unwrap(), "1\n", "part a ran once");
+        assert_eq!(
+            fs::read_to_string(out.join("b.out")).unwrap(),
+            "2\n",
+            "part b ran again from nothing"
+        );
+        let steps = fs::read_to_string(out.join("steps.log")).unwrap();
+        assert!(
+            steps.contains("a: finished by a boot that froze later, kept"),
+            "{steps}"
+        );
+        assert_eq!(fs::read_to_string(out.join(DONE)).unwrap(), "a\nb\n");
+        fs::remove_dir_all(&out).unwrap();
+    }
 }
