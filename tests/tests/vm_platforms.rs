@@ -786,4 +786,25 @@ fn the_qemu_guests_agent_is_reached_over_vsock_and_its_clock_is_mapped_within_a_
     assert_eq!(seen("xmit"), n(&eth0["tx_packets"]), "frames the guest sent");
     assert_eq!(seen("receive"), n(&eth0["rx_packets"]), "frames the guest received");
     assert!(seen("xmit") > 0 && seen("receive") > 0);
+    // virtio-net's side of the path, timed in the guest: every frame its
+    // polls received, and every frame announced by a kick or handed over
+    // without one, against the same counters.
+    let guest_stages = stages(&inner);
+    let unannounced = n(&inner["overhead"]["losses"]["path.guest_unannounced"]);
+    eprintln!("guest path stages (count, frames, sum_ns): {guest_stages:?}; unannounced {unannounced}");
+    let frames = |stage: &str| guest_stages.get(stage).map_or(0, |s| s.1);
+    assert_eq!(
+        frames("guest_rx_stack"),
+        n(&eth0["rx_packets"]),
+        "frames the guest's polls received"
+    );
+    assert_eq!(
+        frames("guest_tx_kick") + unannounced,
+        n(&eth0["tx_packets"]),
+        "frames the guest queued, kicked or not"
+    );
+    for stage in ["guest_rx_poll", "guest_rx_stack", "guest_tx_kick", "guest_tx_notify"] {
+        let (count, _, sum_ns) = guest_stages.get(stage).copied().unwrap_or_default();
+        assert!(count > 0 && sum_ns > 0, "{stage} timed in the guest: {guest_stages:?}");
+    }
 }

@@ -89,7 +89,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 85] = [
+pub const COUNTED_HOOKS: [&str; 93] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exec",
@@ -173,6 +173,14 @@ pub const COUNTED_HOOKS: [&str; 85] = [
     "path_kvm_entry",
     "path_irq_handler_entry",
     "path_irq_handler_exit",
+    "path_vring_interrupt",
+    "path_virtnet_poll",
+    "kretprobe_path_virtnet_poll",
+    "path_virtqueue_add_outbuf",
+    "path_virtqueue_kick_prepare",
+    "kretprobe_path_virtqueue_kick_prepare",
+    "path_virtqueue_notify",
+    "kretprobe_path_virtqueue_notify",
     "virtio_transport_recv_pkt",
     "virtio_transport_alloc_pkt",
 ];

@@ -47,7 +47,27 @@ pub mod path_stage {
     /// The VF's host hardirq itself (irq_handler_entry -> _exit), beside
     /// the chain above (PT_SIGNAL ends inside it).
     pub const PT_HARDIRQ: u32 = 10;
-    pub const COUNT: usize = 11;
+    /// Inside a guest (`vtrace agent`), virtio-net's side of the path. A
+    /// receive queue's interrupt (vring_interrupt of an `input.N`
+    /// virtqueue) -> its NAPI poll starts (virtnet_poll): the guest's
+    /// softirq getting to it. Per interrupt.
+    pub const GUEST_RX_POLL: u32 = 11;
+    /// That poll (virtnet_poll's entry -> return): the driver takes the
+    /// frames and the guest's stack runs them (GRO is flushed before it
+    /// returns: IP, TCP or ICMP, the socket, a reply the stack sends
+    /// inline). Per poll; `frames`: the frames it received.
+    pub const GUEST_RX_STACK: u32 = 12;
+    /// The first frame added to an `output.N` virtqueue
+    /// (virtqueue_add_outbuf) and not announced yet -> the driver's kick
+    /// (virtqueue_notify). Frames whose kick the driver found unneeded
+    /// (the host was still serving the queue) are handed over without one
+    /// (`path.guest_unannounced`). `frames`: the frames announced.
+    pub const GUEST_TX_KICK: u32 = 13;
+    /// The kick itself (virtqueue_notify's entry -> return): the guest's
+    /// write traps to the host (a VM exit, taken by an ioeventfd or the
+    /// VMM) until the guest runs again.
+    pub const GUEST_TX_NOTIFY: u32 = 14;
+    pub const COUNT: usize = 15;
     pub const NAMES: [&str; COUNT] = [
         "rx_tap_queue",
         "rx_signal",
@@ -60,11 +80,18 @@ pub mod path_stage {
         "pt_inject",
         "pt_entry",
         "pt_hardirq",
+        "guest_rx_poll",
+        "guest_rx_stack",
+        "guest_tx_kick",
+        "guest_tx_notify",
     ];
     /// Each stage's direction: rx (host -> guest), tx (guest -> host), or
     /// passthrough (a VF's interrupt into its guest: `pt` in sequence,
-    /// `pt_irq` the hardirq beside them).
-    pub const DIRECTIONS: [&str; COUNT] = ["rx", "rx", "rx", "rx", "tx", "tx", "tx", "pt", "pt", "pt", "pt_irq"];
+    /// `pt_irq` the hardirq beside them), and a guest's own rx and tx.
+    pub const DIRECTIONS: [&str; COUNT] = [
+        "rx", "rx", "rx", "rx", "tx", "tx", "tx", "pt", "pt", "pt", "pt_irq", "guest_rx", "guest_rx", "guest_tx",
+        "guest_tx",
+    ];
 }
 
 /// One stage's latencies, ended by one process (the thread that ended it:
@@ -227,7 +254,11 @@ pub mod path_loss {
     pub const UNINJECTED: u32 = 2;
     /// Followed packets (`--events`) not recorded: their ring buffer was full.
     pub const PACKETS_DROPPED: u32 = 3;
-    pub const COUNT: u32 = 4;
+    /// Inside a guest: frames added to a virtio-net transmit queue whose
+    /// kick the driver found unneeded (virtqueue_kick_prepare false: the
+    /// host was still serving the queue), so not in guest_tx_kick.
+    pub const GUEST_UNANNOUNCED: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 /// Processes x stages the path layer keeps latencies for.
@@ -252,4 +283,35 @@ pub struct PathConfig {
     pub tp_kvm_apic_accept_irq_vec: u32,
     /// Non-zero: the path layer streams followed packets (`--events`).
     pub path_packets_on: u32,
+    /// Inside a guest: `offsetof(struct virtqueue, name)` (virtio-net's
+    /// queues are `input.N` and `output.N`); 0 when unknown (the guest
+    /// stages are not timed).
+    pub virtqueue_name: u32,
+}
+
+/// Inside a guest, per CPU: virtio-net's receive side.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathGuestRx {
+    /// The first receive interrupt its poll has not started on (0: none).
+    pub irq_ns: u64,
+    /// The poll running now began (0: none).
+    pub poll_ns: u64,
+}
+
+/// Inside a guest: a transmit virtqueue's frames not announced yet.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathGuestTx {
+    pub first_ns: u64,
+    pub frames: u64,
+}
+
+/// Inside a guest, per CPU: the transmit virtqueue a kick decision or a
+/// kick is running for (0: none), and when that kick began.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathGuestKick {
+    pub vq: u64,
+    pub notify_ns: u64,
 }

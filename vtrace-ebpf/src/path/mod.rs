@@ -27,9 +27,11 @@
 //! One or two hash lookups a hit; kvm_entry, the hottest hook, one.
 
 //!
-//! Each direction is a file: `rx.rs`, `tx.rs`, and `passthrough.rs` (a
-//! VF's interrupt, SR-IOV); the maps and helpers all three share are here.
+//! Each direction is a file: `rx.rs`, `tx.rs`, `passthrough.rs` (a VF's
+//! interrupt, SR-IOV), and `guest.rs` (virtio-net inside a guest, where
+//! `vtrace agent` runs); the maps and helpers they share are here.
 
+mod guest;
 mod passthrough;
 mod rx;
 mod tx;

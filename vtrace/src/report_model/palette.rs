@@ -79,7 +79,7 @@ pub(crate) const PLATFORM_COLORS: [(&str, RGBColor); 17] = [
 
 /// The data path's stages (vtrace_common::path_stage::NAMES), each its
 /// own colour in every report: host -> guest warm, guest -> host cool,
-/// passthrough (pt) apart.
+/// passthrough (pt) apart, a guest's own stages lighter than the host's.
 pub(crate) const STAGE_COLORS: [(&str, RGBColor); vtrace_common::path_stage::COUNT] = [
     ("rx_tap_queue", RGBColor(0xff, 0x7f, 0x0e)),
     ("rx_signal", RGBColor(0xd6, 0x27, 0x28)),
@@ -92,6 +92,10 @@ pub(crate) const STAGE_COLORS: [(&str, RGBColor); vtrace_common::path_stage::COU
     ("pt_inject", RGBColor(0xbc, 0xbd, 0x22)),
     ("pt_entry", RGBColor(0x39, 0x3b, 0x79)),
     ("pt_hardirq", RGBColor(0x7f, 0x7f, 0x7f)),
+    ("guest_rx_poll", RGBColor(0xff, 0xbb, 0x78)),
+    ("guest_rx_stack", RGBColor(0xff, 0x98, 0x96)),
+    ("guest_tx_kick", RGBColor(0xae, 0xc7, 0xe8)),
+    ("guest_tx_notify", RGBColor(0x9e, 0xda, 0xe5)),
 ];
 
 /// The colour of a state, role ("platform/role" too) or platform; any other

@@ -38,7 +38,7 @@ use crate::{
 /// The directory of a recording that holds its guests' recordings.
 pub const GUESTS_DIR: &str = "guests";
 /// The layers an agent records unless `--guest-layers` says otherwise.
-pub const DEFAULT_GUEST_LAYERS: &str = "cpu,net,runq";
+pub const DEFAULT_GUEST_LAYERS: &str = "cpu,net,runq,path";
 
 /// The guest layer's switches (`record`).
 #[derive(Clone, Debug, Default, clap::Args)]

@@ -9,7 +9,10 @@
 //! instance's path; with `--events`, each rx batch's and tx kick's first
 //! frame is followed through every stage (path_packets). Its ends are
 //! tun/vhost-net functions (kprobes) and kvm/* tracepoints: without kprobes
-//! it does not run.
+//! it does not run. Inside a guest (`vtrace agent`), the same layer times
+//! virtio-net's side: the receive interrupt -> its NAPI poll -> the frames
+//! through the guest's stack; the first frame queued -> the kick -> the
+//! kick's exit back (`guest_*` stages).
 
 pub mod packets;
 pub mod probes;
@@ -86,6 +89,13 @@ impl Layer for PathLayer {
             o.path.tun_msg_ctl_type = offsets::member_offset(&tun, "tun_msg_ctl", "type").unwrap_or(0);
             o.path.tun_msg_ctl_num = offsets::member_offset(&tun, "tun_msg_ctl", "num").unwrap_or(0);
         }
+        // Inside a guest: virtio's struct virtqueue, in vmlinux where virtio
+        // is built in, else in the module's BTF.
+        o.path.virtqueue_name = ["virtio_ring", "virtio"]
+            .iter()
+            .filter_map(|m| k.module(m))
+            .find_map(|btf| offsets::member_offset(&btf, "virtqueue", "name"))
+            .unwrap_or_else(|| k.member("virtqueue", "name"));
     }
     fn configure(&self, setup: &Setup, config: &mut Config) {
         config.path.path_packets_on = setup.asked.switches.get::<super::CommonSwitches>().events as u32;
@@ -124,6 +134,11 @@ impl Layer for PathLayer {
                 meaning: "interrupts raised for a VM after taking frames whose injection KVM did not trace before \
                           the same vector was raised again (posted interrupts: APICv/AVIC; or coalesced): not in \
                           rx_inject or rx_entry",
+            },
+            Loss {
+                key: "path.guest_unannounced",
+                meaning: "inside a guest: frames virtio-net added to a transmit queue without a kick, the host still \
+                          serving the queue (virtqueue_kick_prepare false): not in guest_tx_kick's frames",
             },
             Loss {
                 key: "path.packets_dropped",
@@ -294,6 +309,8 @@ impl Collector for PathRecorder {
         out.losses.push(("path.unsignalled_at_start", self.base_unsignalled));
         out.losses.push(("path.unsignalled_at_end", self.unsignalled));
         out.losses.push(("path.uninjected", lost(path_loss::UNINJECTED)));
+        out.losses
+            .push(("path.guest_unannounced", lost(path_loss::GUEST_UNANNOUNCED)));
         out.losses
             .push(("path.packets_dropped", lost(path_loss::PACKETS_DROPPED) + self.unkept));
         Ok(())

@@ -188,4 +188,74 @@ pub const PATH: &[ProbeSpec] = &[
             function: "tun_get_user",
         }],
     },
+    // Inside a guest: virtio-net's side (virtio_ring and virtio_net are
+    // modules on common kernels). On a host without virtio-net devices
+    // these find no function, or never fire for a queue of virtio-net's.
+    kfunc_probe!(
+        "path:vring_interrupt",
+        "path",
+        "guest rx: a virtio-net receive queue's interrupt",
+        "vring_interrupt",
+        "fentry_path_vring_interrupt",
+        "kprobe_path_vring_interrupt"
+    ),
+    kfunc_probe!(
+        "path:virtnet_poll",
+        "path",
+        "guest rx: virtio-net's NAPI poll starts",
+        "virtnet_poll",
+        "fentry_path_virtnet_poll",
+        "kprobe_path_virtnet_poll"
+    ),
+    ProbeSpec {
+        id: "path:virtnet_poll.ret",
+        layer: "path",
+        what: "guest rx: that poll returns the frames it received, through the guest's stack",
+        strategies: &[Strategy::KProbe {
+            program: "kretprobe_path_virtnet_poll",
+            function: "virtnet_poll",
+        }],
+    },
+    kfunc_probe!(
+        "path:virtqueue_add_outbuf",
+        "path",
+        "guest tx: virtio-net adds a frame to a transmit queue",
+        "virtqueue_add_outbuf",
+        "fentry_path_virtqueue_add_outbuf",
+        "kprobe_path_virtqueue_add_outbuf"
+    ),
+    kfunc_probe!(
+        "path:virtqueue_kick_prepare",
+        "path",
+        "guest tx: virtio-net asks whether the host wants a kick",
+        "virtqueue_kick_prepare",
+        "fentry_path_virtqueue_kick_prepare",
+        "kprobe_path_virtqueue_kick_prepare"
+    ),
+    ProbeSpec {
+        id: "path:virtqueue_kick_prepare.ret",
+        layer: "path",
+        what: "guest tx: no kick wanted (the host is still serving the queue)",
+        strategies: &[Strategy::KProbe {
+            program: "kretprobe_path_virtqueue_kick_prepare",
+            function: "virtqueue_kick_prepare",
+        }],
+    },
+    kfunc_probe!(
+        "path:virtqueue_notify",
+        "path",
+        "guest tx: the kick, a write the host traps",
+        "virtqueue_notify",
+        "fentry_path_virtqueue_notify",
+        "kprobe_path_virtqueue_notify"
+    ),
+    ProbeSpec {
+        id: "path:virtqueue_notify.ret",
+        layer: "path",
+        what: "guest tx: the host let the guest run on after its kick",
+        strategies: &[Strategy::KProbe {
+            program: "kretprobe_path_virtqueue_notify",
+            function: "virtqueue_notify",
+        }],
+    },
 ];

@@ -1,0 +1,173 @@
+//! Inside a guest (`vtrace agent`): virtio-net's side of the path, in the
+//! guest's own kernel (kprobes on virtio_ring and virtio_net, modules).
+//! rx: a receive queue's interrupt -> its NAPI poll starts
+//! [guest_rx_poll] -> that poll returns, the frames through the guest's
+//! stack [guest_rx_stack]. tx: the first frame added to a transmit queue
+//! and not announced -> the driver's kick [guest_tx_kick] -> the kick's
+//! write back from the host [guest_tx_notify].
+//!
+//! virtio-net's queues are told from the guest's other virtio devices
+//! (vsock, 9p, block) by their names, `input.N` and `output.N`. Per-CPU
+//! state where one CPU runs the whole step (an interrupt and the poll it
+//! schedules there, a kick decision and its kick, under the queue's lock
+//! with bottom halves off); a queue's unannounced frames in a map by queue.
+
+use vtrace_common::{PathGuestKick, PathGuestRx, PathGuestTx};
+
+use super::*;
+
+/// Per CPU: virtio-net's receive interrupt and poll.
+#[map]
+pub static PATH_GUEST_RX: PerCpuArray<PathGuestRx> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU: the transmit queue being kicked.
+#[map]
+pub static PATH_GUEST_KICK: PerCpuArray<PathGuestKick> = PerCpuArray::with_max_entries(1, 0);
+
+/// Transmit virtqueue -> its frames not announced yet.
+#[map]
+pub static PATH_GUEST_TX: LruHashMap<u64, PathGuestTx> = LruHashMap::with_max_entries(256, 0);
+
+/// Whether virtqueue `vq`'s name starts with `prefix` (six bytes:
+/// `input.`, `output`). Never, where the name's offset is unknown.
+#[inline(always)]
+fn named(vq: u64, prefix: &[u8; 6]) -> bool {
+    let at = conf!(path.virtqueue_name);
+    if at == 0 || vq == 0 {
+        return false;
+    }
+    let name: u64 = read_or_zero(vq, at);
+    let head: [u8; 6] = read_or_zero(name, 0);
+    &head == prefix
+}
+
+// vring_interrupt(int irq, void *vq): a virtqueue's interrupt.
+kfunc_programs!(kprobe_path_vring_interrupt, fentry_path_vring_interrupt, "vring_interrupt", counted "path_vring_interrupt", [_irq, vq] => {
+    if named(vq, b"input.") {
+        if let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) {
+            let rx = unsafe { &mut *rx };
+            if rx.irq_ns == 0 {
+                rx.irq_ns = account::now();
+            }
+        }
+    }
+});
+
+// virtnet_poll(struct napi_struct *napi, int budget): a receive queue's poll.
+kfunc_programs!(kprobe_path_virtnet_poll, fentry_path_virtnet_poll, "virtnet_poll", counted "path_virtnet_poll", [] => {
+    if let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) {
+        let rx = unsafe { &mut *rx };
+        let now = account::now();
+        if rx.irq_ns != 0 {
+            add(path_stage::GUEST_RX_POLL, now.saturating_sub(rx.irq_ns), 1);
+            rx.irq_ns = 0;
+        }
+        rx.poll_ns = now;
+    }
+});
+
+/// virtnet_poll returns the frames it received.
+#[kretprobe]
+pub fn kretprobe_path_virtnet_poll(ctx: RetProbeContext) -> u32 {
+    count_run!("kretprobe_path_virtnet_poll");
+    if let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) {
+        let rx = unsafe { &mut *rx };
+        if rx.poll_ns != 0 {
+            let frames = ctx.ret::<i64>().max(0) as u64;
+            add(
+                path_stage::GUEST_RX_STACK,
+                account::now().saturating_sub(rx.poll_ns),
+                frames,
+            );
+            rx.poll_ns = 0;
+        }
+    }
+    0
+}
+
+// virtqueue_add_outbuf(vq, sg, num, data, gfp): a frame onto a transmit queue.
+kfunc_programs!(kprobe_path_virtqueue_add_outbuf, fentry_path_virtqueue_add_outbuf, "virtqueue_add_outbuf", counted "path_virtqueue_add_outbuf", [vq] => {
+    if named(vq, b"output") {
+        match PATH_GUEST_TX.get_ptr_mut(&vq) {
+            Some(t) => {
+                let t = unsafe { &mut *t };
+                if t.frames == 0 {
+                    t.first_ns = account::now();
+                }
+                t.frames += 1;
+            }
+            None => {
+                let t = PathGuestTx { first_ns: account::now(), frames: 1 };
+                let _ = PATH_GUEST_TX.insert(&vq, &t, 0);
+            }
+        }
+    }
+});
+
+// virtqueue_kick_prepare(vq): whether the host wants this kick.
+kfunc_programs!(kprobe_path_virtqueue_kick_prepare, fentry_path_virtqueue_kick_prepare, "virtqueue_kick_prepare", counted "path_virtqueue_kick_prepare", [vq] => {
+    if let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) {
+        unsafe { (*k).vq = if named(vq, b"output") { vq } else { 0 } };
+    }
+});
+
+/// virtqueue_kick_prepare returns false: no kick, the host is still
+/// serving the queue and takes the frames without one. (A bool: only the
+/// return register's low byte is defined.)
+#[kretprobe]
+pub fn kretprobe_path_virtqueue_kick_prepare(ctx: RetProbeContext) -> u32 {
+    count_run!("kretprobe_path_virtqueue_kick_prepare");
+    let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) else {
+        return 0;
+    };
+    let k = unsafe { &mut *k };
+    let vq = k.vq;
+    if vq == 0 || ctx.ret::<u64>() & 0xff != 0 {
+        return 0;
+    }
+    k.vq = 0;
+    if let Some(t) = PATH_GUEST_TX.get_ptr_mut(&vq) {
+        let t = unsafe { &mut *t };
+        if let Some(c) = PATH_LOSSES.get_ptr_mut(path_loss::GUEST_UNANNOUNCED) {
+            unsafe { *c += t.frames };
+        }
+        t.frames = 0;
+    }
+    0
+}
+
+// virtqueue_notify(vq): the kick, a write the host traps.
+kfunc_programs!(kprobe_path_virtqueue_notify, fentry_path_virtqueue_notify, "virtqueue_notify", counted "path_virtqueue_notify", [vq] => {
+    if named(vq, b"output") {
+        let now = account::now();
+        if let Some(t) = PATH_GUEST_TX.get_ptr_mut(&vq) {
+            let t = unsafe { &mut *t };
+            if t.frames != 0 {
+                add(path_stage::GUEST_TX_KICK, now.saturating_sub(t.first_ns), t.frames);
+                t.frames = 0;
+            }
+        }
+        if let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) {
+            unsafe { (*k).notify_ns = now };
+        }
+    }
+});
+
+/// virtqueue_notify returns: the host let the guest run again.
+#[kretprobe]
+pub fn kretprobe_path_virtqueue_notify(_ctx: RetProbeContext) -> u32 {
+    count_run!("kretprobe_path_virtqueue_notify");
+    if let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) {
+        let k = unsafe { &mut *k };
+        if k.notify_ns != 0 {
+            add(
+                path_stage::GUEST_TX_NOTIFY,
+                account::now().saturating_sub(k.notify_ns),
+                1,
+            );
+            k.notify_ns = 0;
+            k.vq = 0;
+        }
+    }
+    0
+}
