@@ -198,6 +198,13 @@ pub mod path_dir {
     /// A VF's interrupt: ts are its host IRQ's entry, KVM's MSI, the
     /// injection, the guest entry, 0.
     pub const PASSTHROUGH: u32 = 2;
+    /// Inside a guest, a receive interrupt: ts are the interrupt
+    /// (vring_interrupt), its poll's start and return, 0, 0; `frames`: the
+    /// frames the poll received.
+    pub const GUEST_RX: u32 = 3;
+    /// Inside a guest, a kick: ts are its first frame added, the notify's
+    /// start and return, 0, 0; `frames`: the frames it announced.
+    pub const GUEST_TX: u32 = 4;
 }
 
 /// A VF interrupt in its host handler on this CPU (`PT_IRQ`), then waiting
@@ -258,7 +265,11 @@ pub mod path_loss {
     /// kick the driver found unneeded (virtqueue_kick_prepare false: the
     /// host was still serving the queue), so not in guest_tx_kick.
     pub const GUEST_UNANNOUNCED: u32 = 4;
-    pub const COUNT: u32 = 5;
+    /// Guest writes an ioeventfd took that woke a vhost queue other than
+    /// vhost-net's transmit one (its receive queue refilled, vhost-vsock):
+    /// not kicks of tx_kick.
+    pub const OTHER_KICKS: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 /// Processes x stages the path layer keeps latencies for.
@@ -283,10 +294,27 @@ pub struct PathConfig {
     pub tp_kvm_apic_accept_irq_vec: u32,
     /// Non-zero: the path layer streams followed packets (`--events`).
     pub path_packets_on: u32,
+    /// From a vhost poll's wait queue entry (`struct vhost_poll.wait`) to
+    /// the function its work runs (`.work.fn`), and vhost-net's transmit
+    /// kick handler's address (handle_tx_kick, its low and high halves: the
+    /// programs read the configuration as u32s): a guest write that wakes
+    /// another is no kick of tx_kick's. 0: unknown (every write counts).
+    pub vhost_wait_to_fn: u32,
+    pub vhost_tx_kick_fn_lo: u32,
+    pub vhost_tx_kick_fn_hi: u32,
     /// Inside a guest: `offsetof(struct virtqueue, name)` (virtio-net's
     /// queues are `input.N` and `output.N`); 0 when unknown (the guest
     /// stages are not timed).
     pub virtqueue_name: u32,
+}
+
+/// Per CPU: the vCPU thread inside ioeventfd_write (0: none), and whether
+/// the write woke a vhost queue other than vhost-net's transmit one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathKickTarget {
+    pub tid: u32,
+    pub other: u32,
 }
 
 /// Inside a guest, per CPU: virtio-net's receive side.
@@ -295,8 +323,10 @@ pub struct PathConfig {
 pub struct PathGuestRx {
     /// The first receive interrupt its poll has not started on (0: none).
     pub irq_ns: u64,
-    /// The poll running now began (0: none).
+    /// The poll running now began (0: none), after the interrupt at
+    /// `poll_irq_ns` (0: a poll no interrupt started, rescheduled).
     pub poll_ns: u64,
+    pub poll_irq_ns: u64,
 }
 
 /// Inside a guest: a transmit virtqueue's frames not announced yet.
@@ -314,4 +344,7 @@ pub struct PathGuestTx {
 pub struct PathGuestKick {
     pub vq: u64,
     pub notify_ns: u64,
+    /// The kick's first frame added, and the frames it announces.
+    pub first_ns: u64,
+    pub frames: u64,
 }

@@ -60,8 +60,9 @@ kfunc_programs!(kprobe_path_virtnet_poll, fentry_path_virtnet_poll, "virtnet_pol
         let now = account::now();
         if rx.irq_ns != 0 {
             add(path_stage::GUEST_RX_POLL, now.saturating_sub(rx.irq_ns), 1);
-            rx.irq_ns = 0;
         }
+        rx.poll_irq_ns = rx.irq_ns;
+        rx.irq_ns = 0;
         rx.poll_ns = now;
     }
 });
@@ -74,12 +75,19 @@ pub fn kretprobe_path_virtnet_poll(ctx: RetProbeContext) -> u32 {
         let rx = unsafe { &mut *rx };
         if rx.poll_ns != 0 {
             let frames = ctx.ret::<i64>().max(0) as u64;
-            add(
-                path_stage::GUEST_RX_STACK,
-                account::now().saturating_sub(rx.poll_ns),
-                frames,
-            );
+            let now = account::now();
+            add(path_stage::GUEST_RX_STACK, now.saturating_sub(rx.poll_ns), frames);
+            // An interrupt's poll, followed: the host's injection joins it.
+            if rx.poll_irq_ns != 0 {
+                followed(PathPacket {
+                    ts: [rx.poll_irq_ns, rx.poll_ns, now, 0, 0],
+                    dir: path_dir::GUEST_RX,
+                    frames: frames as u32,
+                    ..Default::default()
+                });
+            }
             rx.poll_ns = 0;
+            rx.poll_irq_ns = 0;
         }
     }
     0
@@ -140,15 +148,20 @@ pub fn kretprobe_path_virtqueue_kick_prepare(ctx: RetProbeContext) -> u32 {
 kfunc_programs!(kprobe_path_virtqueue_notify, fentry_path_virtqueue_notify, "virtqueue_notify", counted "path_virtqueue_notify", [vq] => {
     if named(vq, b"output") {
         let now = account::now();
+        let (mut first_ns, mut frames) = (0, 0);
         if let Some(t) = PATH_GUEST_TX.get_ptr_mut(&vq) {
             let t = unsafe { &mut *t };
             if t.frames != 0 {
                 add(path_stage::GUEST_TX_KICK, now.saturating_sub(t.first_ns), t.frames);
+                (first_ns, frames) = (t.first_ns, t.frames);
                 t.frames = 0;
             }
         }
         if let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) {
-            unsafe { (*k).notify_ns = now };
+            let k = unsafe { &mut *k };
+            k.notify_ns = now;
+            k.first_ns = first_ns;
+            k.frames = frames;
         }
     }
 });
@@ -160,11 +173,15 @@ pub fn kretprobe_path_virtqueue_notify(_ctx: RetProbeContext) -> u32 {
     if let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) {
         let k = unsafe { &mut *k };
         if k.notify_ns != 0 {
-            add(
-                path_stage::GUEST_TX_NOTIFY,
-                account::now().saturating_sub(k.notify_ns),
-                1,
-            );
+            let now = account::now();
+            add(path_stage::GUEST_TX_NOTIFY, now.saturating_sub(k.notify_ns), 1);
+            // A kick, followed: the host's ioeventfd joins it.
+            followed(PathPacket {
+                ts: [k.first_ns, k.notify_ns, now, 0, 0],
+                dir: path_dir::GUEST_TX,
+                frames: k.frames as u32,
+                ..Default::default()
+            });
             k.notify_ns = 0;
             k.vq = 0;
         }

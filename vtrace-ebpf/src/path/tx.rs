@@ -177,15 +177,55 @@ pub fn kretprobe_path_tun_get_user(_ctx: RetProbeContext) -> u32 {
     0
 }
 
-// ioeventfd_write(vcpu, dev, addr, len, val) returns 0 when the guest's
-// write was a notify an ioeventfd took (its address, and its value where
-// it has a datamatch): a virtqueue kick, to vhost-net or the VMM's thread.
-// Other MMIO and port writes (interrupt acks, EOIs) are not kicks.
+/// Per CPU: the vCPU thread inside ioeventfd_write, and whether its
+/// write woke a vhost queue other than vhost-net's transmit one.
+#[map]
+pub static PATH_KICK_TARGET: PerCpuArray<PathKickTarget> = PerCpuArray::with_max_entries(1, 0);
+
+// ioeventfd_write(vcpu, dev, addr, len, val): a guest write an ioeventfd
+// may take; its eventfd's waiters are woken inside it.
+kfunc_programs!(kprobe_path_ioeventfd_write, fentry_path_ioeventfd_write, "ioeventfd_write", counted "path_ioeventfd_write", [] => {
+    if let Some(k) = PATH_KICK_TARGET.get_ptr_mut(0) {
+        unsafe { *k = PathKickTarget { tid: account::current_tid(), other: 0 } };
+    }
+});
+
+// vhost_poll_wakeup(wait, mode, sync, key): an eventfd vhost polls woke
+// it; inside a guest's write, the queue the write kicked. Its work's
+// function tells vhost-net's transmit queue (handle_tx_kick) from the rest.
+kfunc_programs!(kprobe_path_vhost_poll_wakeup, fentry_path_vhost_poll_wakeup, "vhost_poll_wakeup", counted "path_vhost_poll_wakeup", [wait] => {
+    let at = conf!(path.vhost_wait_to_fn);
+    let tx_kick = (conf!(path.vhost_tx_kick_fn_hi) as u64) << 32 | conf!(path.vhost_tx_kick_fn_lo) as u64;
+    if at != 0 && tx_kick != 0 {
+        if let Some(k) = PATH_KICK_TARGET.get_ptr_mut(0) {
+            let k = unsafe { &mut *k };
+            if k.tid == account::current_tid() && read_or_zero::<u64>(wait, at) != tx_kick {
+                k.other = 1;
+            }
+        }
+    }
+});
+
+// ioeventfd_write returns 0 when the guest's write was a notify an
+// ioeventfd took (its address, and its value where it has a datamatch): a
+// virtqueue kick, to vhost-net or the VMM's thread, unless it woke another
+// vhost queue. Other MMIO and port writes (interrupt acks, EOIs) are not
+// kicks.
 #[kretprobe]
 pub fn kretprobe_path_ioeventfd_write(ctx: RetProbeContext) -> u32 {
     count_run!("kretprobe_path_ioeventfd_write");
+    let mut other = false;
+    if let Some(k) = PATH_KICK_TARGET.get_ptr_mut(0) {
+        let k = unsafe { &mut *k };
+        other = k.tid == account::current_tid() && k.other != 0;
+        *k = PathKickTarget::default();
+    }
     if ctx.ret::<i64>() == 0 {
-        kicked();
+        if other {
+            lost(path_loss::OTHER_KICKS);
+        } else {
+            kicked();
+        }
     }
     0
 }

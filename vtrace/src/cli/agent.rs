@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use vtrace::{
+    layers::CommonSwitches,
     layers::guest::{
         agent::{self, Asked, GuestRecording},
         transport::Listen,
@@ -50,7 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     eprintln!("vtrace agent: waiting for the host on {}", listener.local());
     let output = args.dir.join("guest.vtrace");
     let start = |asked: &Asked| -> Result<Box<dyn GuestRecording>, String> {
-        let opts = RecordOptions {
+        let mut opts = RecordOptions {
             // An agent records its own guest, never a guest of its own.
             layers: asked.layers.iter().filter(|l| *l != "guest").cloned().collect(),
             duration: None,
@@ -61,6 +62,7 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             pass_output: false,
             ..RecordOptions::default()
         };
+        opts.switches.edit::<CommonSwitches>(|s| s.events = asked.events);
         let recorder = Recorder::start(opts).map_err(|e| e.to_string())?;
         let staging = args.dir.join(format!(".guest.vtrace.tmp.{}", std::process::id()));
         Ok(Box::new(Running { recorder, staging }))

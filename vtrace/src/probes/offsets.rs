@@ -188,6 +188,24 @@ pub fn tracepoint_field(tracefs: &Path, category: &str, event: &str, field: &str
         .find(|f| f.name == field)
 }
 
+/// The address of kernel function `name` in `module` (/proc/kallsyms, as
+/// root); None when it is not loaded or the addresses are hidden.
+pub fn kernel_symbol(name: &str, module: &str) -> Option<u64> {
+    if !Path::new("/sys/module").join(module).exists() {
+        return None;
+    }
+    let tag = format!("[{module}]");
+    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    text.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (addr, _kind, sym, m) = (f.next()?, f.next()?, f.next()?, f.next()?);
+        (sym == name && m == tag)
+            .then(|| u64::from_str_radix(addr, 16).ok())
+            .flatten()
+            .filter(|&a| a != 0)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -53,6 +53,7 @@ impl Session<'_> {
             workload: child.workload.clone(),
             stopped_by: String::new(),
             start_unix_ns: live.start_unix,
+            start_mono_ns: live.start_mono,
             end_unix_ns: live.start_unix,
             wall_ns: 0,
             cpu_split: opts.switches.get::<layers::cpu::CpuOptions>().cpu_split.name().into(),

@@ -198,6 +198,11 @@ pub struct Metadata {
     /// Why recording stopped: "workload exited", "duration elapsed", "SIGINT", "SIGTERM".
     pub stopped_by: String,
     pub start_unix_ns: u64,
+    /// CLOCK_MONOTONIC at the start, which every table's "ns since the
+    /// start" counts from (a guest's, mapped onto its host's clock, joins
+    /// the host's timeline by it); 0 in recordings before it was kept.
+    #[serde(default)]
+    pub start_mono_ns: u64,
     pub end_unix_ns: u64,
     pub wall_ns: u64,
     /// How user and system time were told apart: "syscalls" (exact) or "ticks" (`record --cpu-split`).

@@ -50,6 +50,7 @@ pub fn sections(rec: &Recording, top: usize) -> Vec<model::Section> {
     join_thread_columns(&mut sections, rec);
     views::overlay::join(&mut sections, rec);
     sections.extend(views::startup::section(rec));
+    sections.extend(views::boundary::section(rec));
     sections.extend([run::probes(rec), run::overhead(rec)]);
     if let Some(ops) = rec.ops() {
         per_op::divide(&mut sections, ops.count);

@@ -2,10 +2,12 @@
 //! (which each see only their own and the CPU layer's) and below the
 //! reports, which show them without naming a layer: the Chrome trace
 //! (`trace.rs`: CPU, net, KVM), start-up (`startup.rs`: CPU, net, vsock),
+//! each packet across the guest boundary (`boundary.rs`: path, guest),
 //! the overlay cost (`overlay.rs`: fs beside sampled stacks), sampled
 //! stacks folded and drawn (each thread's process name from the CPU layer),
 //! and the threads' CPU breakdown as CSV.
 
+pub mod boundary;
 pub mod overlay;
 pub mod startup;
 pub mod trace;

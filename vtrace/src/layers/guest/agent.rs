@@ -28,6 +28,8 @@ use crate::layers::cpu::monotonic_ns;
 #[derive(Clone, Debug)]
 pub struct Asked {
     pub layers: Vec<String>,
+    /// `--events`, as the host recorded.
+    pub events: bool,
     pub interval: Duration,
     pub checkpoint: Duration,
 }
@@ -79,8 +81,10 @@ fn serve_one(mut stream: Stream, start: Start) -> Result<String, String> {
             layers,
             interval_ms,
             checkpoint_ms,
+            events,
         }) => Asked {
             layers,
+            events,
             interval: Duration::from_millis(interval_ms.clamp(100, 60_000)),
             checkpoint: Duration::from_millis(checkpoint_ms.min(3_600_000)),
         },

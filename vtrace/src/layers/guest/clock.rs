@@ -39,6 +39,17 @@ impl ClockMap {
         (guest_ns as f64 - self.offset_ns + d * self.t0_host_ns as f64) / (1.0 + d)
     }
 
+    /// Guest `guest`'s mapping, from its exchanges in `rec`; None without any.
+    pub fn of(rec: &crate::recording::Recording, guest: &str) -> Option<ClockMap> {
+        let exchanges: Vec<GuestClockRow> = rec
+            .rows::<GuestClockRow>()
+            .iter()
+            .filter(|r| r.guest == guest)
+            .cloned()
+            .collect();
+        ClockMap::fit(&exchanges)
+    }
+
     /// Fits the mapping to `rows` (one guest's exchanges); None without any.
     pub fn fit(rows: &[GuestClockRow]) -> Option<ClockMap> {
         let rows: Vec<&GuestClockRow> = rows

@@ -35,6 +35,8 @@ pub struct Ask {
     pub layers: Vec<String>,
     pub interval_ms: u64,
     pub checkpoint_ms: u64,
+    /// `--events`: the guest follows packets too.
+    pub events: bool,
     /// How long an agent may take to connect, and to attach its probes.
     pub connect: Duration,
     pub attach: Duration,
@@ -113,6 +115,7 @@ impl Link {
                             layers: ask.layers.clone(),
                             interval_ms: ask.interval_ms,
                             checkpoint_ms: ask.checkpoint_ms,
+                            events: ask.events,
                         },
                     );
                     if let Err(e) = sent {

@@ -104,6 +104,7 @@ impl Layer for GuestLayer {
             layers,
             interval_ms: 1000,
             checkpoint_ms: 5000,
+            events: setup.asked.switches.get::<super::CommonSwitches>().events,
             connect: Duration::from_secs(5),
             attach: opts.guest_wait,
         };

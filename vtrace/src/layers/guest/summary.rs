@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::{GuestClockRow, GuestLinkRow, clock::ClockMap};
+use super::{GuestLinkRow, clock::ClockMap};
 use crate::{
     layers::cpu::{CpuRow, IntervalRow, ThreadRow},
     recording::Recording,
@@ -112,13 +112,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     let vmms: std::collections::BTreeSet<u32> = host_vcpus.iter().map(|t| t.owner.pid).collect();
     let mut reports = Vec::new();
     for link in links {
-        let exchanges: Vec<GuestClockRow> = rec
-            .rows::<GuestClockRow>()
-            .iter()
-            .filter(|r| r.guest == link.guest)
-            .cloned()
-            .collect();
-        let clock = ClockMap::fit(&exchanges);
+        let clock = ClockMap::of(rec, &link.guest);
         let vmm = if link.vmm_pid != 0 {
             Some(link.vmm_pid)
         } else if vmms.len() == 1 {

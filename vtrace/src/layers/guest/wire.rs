@@ -35,6 +35,10 @@ pub enum Message {
         interval_ms: u64,
         /// Every table's checkpoint in the journal (ms).
         checkpoint_ms: u64,
+        /// `record --events`: the guest follows packets too (the path
+        /// layer's, joined to the host's per packet).
+        #[serde(default)]
+        events: bool,
     },
     /// Agent -> host, answering Start: who the guest is.
     Hello {

@@ -89,6 +89,21 @@ impl Layer for PathLayer {
             o.path.tun_msg_ctl_type = offsets::member_offset(&tun, "tun_msg_ctl", "type").unwrap_or(0);
             o.path.tun_msg_ctl_num = offsets::member_offset(&tun, "tun_msg_ctl", "num").unwrap_or(0);
         }
+        // vhost's struct vhost_poll: from its wait queue entry to its
+        // work's function, and vhost-net's transmit kick handler.
+        if let Some(vhost) = k.module("vhost") {
+            let member = |s: &str, m: &str| offsets::member_offset(&vhost, s, m);
+            if let (Some(wait), Some(work), Some(func)) = (
+                member("vhost_poll", "wait"),
+                member("vhost_poll", "work"),
+                member("vhost_work", "fn"),
+            ) && work + func > wait
+            {
+                let tx_kick = offsets::kernel_symbol("handle_tx_kick", "vhost_net").unwrap_or(0);
+                o.path.vhost_wait_to_fn = work + func - wait;
+                (o.path.vhost_tx_kick_fn_lo, o.path.vhost_tx_kick_fn_hi) = (tx_kick as u32, (tx_kick >> 32) as u32);
+            }
+        }
         // Inside a guest: virtio's struct virtqueue, in vmlinux where virtio
         // is built in, else in the module's BTF.
         o.path.virtqueue_name = ["virtio_ring", "virtio"]
@@ -134,6 +149,11 @@ impl Layer for PathLayer {
                 meaning: "interrupts raised for a VM after taking frames whose injection KVM did not trace before \
                           the same vector was raised again (posted interrupts: APICv/AVIC; or coalesced): not in \
                           rx_inject or rx_entry",
+            },
+            Loss {
+                key: "path.other_kicks",
+                meaning: "guest writes an ioeventfd took that woke a vhost queue other than vhost-net's transmit one \
+                          (its receive queue refilled, vhost-vsock): not kicks of tx_kick",
             },
             Loss {
                 key: "path.guest_unannounced",
@@ -311,6 +331,7 @@ impl Collector for PathRecorder {
         out.losses.push(("path.uninjected", lost(path_loss::UNINJECTED)));
         out.losses
             .push(("path.guest_unannounced", lost(path_loss::GUEST_UNANNOUNCED)));
+        out.losses.push(("path.other_kicks", lost(path_loss::OTHER_KICKS)));
         out.losses
             .push(("path.packets_dropped", lost(path_loss::PACKETS_DROPPED) + self.unkept));
         Ok(())
@@ -378,6 +399,8 @@ fn packet_rows(packets: &[PathPacket], threads: &[ThreadRow], start_mono: u64) -
                 dir: match p.dir {
                     path_dir::TX => "tx",
                     path_dir::PASSTHROUGH => "pt",
+                    path_dir::GUEST_RX => "guest_rx",
+                    path_dir::GUEST_TX => "guest_tx",
                     _ => "rx",
                 }
                 .into(),

@@ -37,6 +37,21 @@ const PT_ENDS: [Option<u32>; 5] = [
     None,
 ];
 
+const GUEST_RX_ENDS: [Option<u32>; 5] = [
+    None,
+    Some(path_stage::GUEST_RX_POLL),
+    Some(path_stage::GUEST_RX_STACK),
+    None,
+    None,
+];
+const GUEST_TX_ENDS: [Option<u32>; 5] = [
+    None,
+    Some(path_stage::GUEST_TX_KICK),
+    Some(path_stage::GUEST_TX_NOTIFY),
+    None,
+    None,
+];
+
 pub fn points(p: &PathPacketRow) -> [u64; 5] {
     [p.t0_ns, p.t1_ns, p.t2_ns, p.t3_ns, p.t4_ns]
 }
@@ -47,6 +62,8 @@ pub fn stages(p: &PathPacketRow) -> Vec<(u32, u64)> {
     let ends = match p.dir.as_str() {
         "tx" => &TX_ENDS,
         "pt" => &PT_ENDS,
+        "guest_rx" => &GUEST_RX_ENDS,
+        "guest_tx" => &GUEST_TX_ENDS,
         _ => &RX_ENDS,
     };
     let pts = points(p);
@@ -87,6 +104,14 @@ pub struct RoundTrip {
     /// interrupt -> its next kick), then tx stages up to the tap: they sum
     /// to `total_ns` exactly.
     pub parts: Vec<(String, u64)>,
+    /// The VM's key, and the guest part's ends (ns since the start): the
+    /// vCPU's entry with the request's interrupt, the reply's kick.
+    #[serde(skip)]
+    pub vm: u64,
+    #[serde(skip)]
+    pub entry_ns: u64,
+    #[serde(skip)]
+    pub kick_ns: u64,
 }
 
 /// The round trips of each VM: every rx packet followed from its queueing
@@ -135,6 +160,9 @@ pub fn round_trips(packets: &[PathPacketRow]) -> Vec<RoundTrip> {
                 start_ns: r.t0_ns,
                 total_ns: x.t2_ns - r.t0_ns,
                 parts,
+                vm: r.vm,
+                entry_ns: r.t4_ns,
+                kick_ns: x.t0_ns,
             });
         }
     }

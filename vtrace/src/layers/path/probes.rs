@@ -137,6 +137,22 @@ pub const PATH: &[ProbeSpec] = &[
             },
         ],
     },
+    kfunc_probe!(
+        "path:ioeventfd_write",
+        "path",
+        "tx: a guest write an ioeventfd may take (which queue it kicks is learnt inside it)",
+        "ioeventfd_write",
+        "fentry_path_ioeventfd_write",
+        "kprobe_path_ioeventfd_write"
+    ),
+    kfunc_probe!(
+        "path:vhost_poll_wakeup",
+        "path",
+        "tx: the vhost queue a guest's write woke (kicks of vhost-net's receive queue or vhost-vsock are not tx kicks)",
+        "vhost_poll_wakeup",
+        "fentry_path_vhost_poll_wakeup",
+        "kprobe_path_vhost_poll_wakeup"
+    ),
     ProbeSpec {
         id: "path:ioeventfd_write.ret",
         layer: "path",

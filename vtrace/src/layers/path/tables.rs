@@ -68,6 +68,10 @@ table! {
         t4_ns: u64,
         /// pt (a VF's interrupt, since 2): its host IRQ; t0..t3 are the
         /// IRQ's entry, KVM's MSI, the injection, the guest entry; t4 0.
+        /// Inside a guest (`vtrace agent`): guest_rx, an interrupt's poll
+        /// (t0..t2: the interrupt, the poll's start and return; `frames`:
+        /// received), guest_tx, a kick (t0..t2: its first frame added, the
+        /// notify's start and return; `frames`: announced); `vm` 0.
         irq: u32 [since 2],
     }
 }

@@ -107,7 +107,7 @@ pub(super) fn add_section(s: &mut Section, rows: &[PathPacketRow], top: usize) {
         })
         .collect();
     slowest.sort_by_key(|(_, ns)| std::cmp::Reverse(*ns));
-    for dir in ["rx", "tx", "pt"] {
+    for dir in ["rx", "tx", "pt", "guest_rx", "guest_tx"] {
         let named: Vec<usize> = (0..path_stage::COUNT)
             .filter(|&i| path_stage::DIRECTIONS[i] == dir)
             .collect();

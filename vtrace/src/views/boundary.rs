@@ -1,0 +1,563 @@
+//! Across the boundary: a VM's followed packets on the host (the path
+//! layer's path_packets, `record --events`) joined to its guest's (the same
+//! layer inside the guest, in the agent's recording) on one clock.
+//!
+//! The guest layer's exchanges map the guest's clock onto the host's
+//! within a bound (layers/guest/clock.rs). With that mapping each vCPU
+//! entry that delivered a receive interrupt is paired with the guest's
+//! next vring_interrupt, and each kick the host saw (an ioeventfd) with
+//! the guest's last virtqueue_notify before it. Each pair bounds the offset
+//! from one side (the interrupt comes after the entry, the notify before
+//! the kick): the pairs and the exchanges together narrow the mapping, and
+//! a pair the mapping puts out of order would show the two disagree.
+//!
+//! A round trip at the tap (the path layer's: request queued -> reply into
+//! the tap) then loses its one `guest` residual: the vCPU's entry -> the
+//! guest's interrupt (`guest_irq`), -> its poll (`guest_rx_poll`), -> the
+//! reply's first frame queued (`guest_reply`: the guest's stack and
+//! application, which no probe here divides), -> its kick
+//! (`guest_tx_kick`), -> the host's ioeventfd (`guest_trap`). They sum to
+//! the host's part exactly; the two at the ends carry the mapping's bound.
+
+use serde::Serialize;
+
+use crate::{
+    layers::{
+        guest::{GuestLinkRow, clock::ClockMap},
+        path::{PathPacketRow, packets},
+    },
+    recording::Recording,
+    report_model::{Section, Table, col, left},
+};
+
+/// The parts a joined round trip's `guest` part becomes, in order.
+pub const GUEST_PARTS: [&str; 5] = [
+    "guest_irq",
+    "guest_rx_poll",
+    "guest_reply",
+    "guest_tx_kick",
+    "guest_trap",
+];
+
+/// A guest's receive poll on the host's timeline (ns since the host's start).
+#[derive(Clone, Copy, Debug)]
+struct GuestRx {
+    irq: f64,
+    poll: f64,
+}
+
+/// A guest's kick on the host's timeline: its first frame queued (None
+/// when it announced none), the notify.
+#[derive(Clone, Copy, Debug)]
+struct GuestTx {
+    first: Option<f64>,
+    notify: f64,
+}
+
+/// How the pairs anchored the clock.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Anchoring {
+    /// guest − host at the mapping's `t0_host_ns`, and its drift (the
+    /// exchanges'), ns and ppm.
+    pub offset_ns: f64,
+    pub drift_ppm: f64,
+    /// The bound after the pairs, and the exchanges' alone, ns.
+    pub bound_ns: f64,
+    pub exchange_bound_ns: f64,
+    /// Interrupt pairs (host entry -> guest vring_interrupt) and kick pairs
+    /// (guest notify -> host ioeventfd) used.
+    pub rx_pairs: usize,
+    pub tx_pairs: usize,
+    /// Pairs in causal order after the mapping (all of them when the pairs
+    /// and the exchanges agree).
+    pub causal: usize,
+    /// The pairs and the exchanges leave the offset a common window.
+    pub agrees: bool,
+    /// How far apart they are when they do not, ns.
+    pub disagreement_ns: f64,
+    /// The narrowest one-way crossing seen (guest_irq or guest_trap), ns.
+    pub narrowest_crossing_ns: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Joins {
+    pub host: usize,
+    pub guest: usize,
+    pub matched: usize,
+}
+
+/// One guest's side joined to its VM's.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Boundary {
+    pub guest: String,
+    pub platform: String,
+    pub instance: String,
+    /// Why nothing was joined, when nothing was.
+    pub unjoined: Option<String>,
+    pub clock: Option<Anchoring>,
+    /// Host receive interrupts (the vCPU entries) and guest polls; host
+    /// kicks served and guest notifies.
+    pub rx: Joins,
+    pub tx: Joins,
+    /// Round trips at the tap, and those joined.
+    pub trips: usize,
+    pub trips_joined: usize,
+    /// Each part's mean over the joined trips, and their total's (ns).
+    pub parts: Vec<(String, f64)>,
+    pub total_mean_ns: f64,
+    /// The joined trips (at most [`MAX_TRIPS`]).
+    pub round_trips: Vec<packets::RoundTrip>,
+}
+
+/// Joined round trips kept per guest in the JSON.
+const MAX_TRIPS: usize = 1000;
+
+/// Pairs each host vCPU entry (sorted) with the first guest interrupt
+/// (sorted, mapped) at or after it, less `slack`, and before the next
+/// entry, less `slack`; each interrupt used once.
+fn pair_rx(entries: &[u64], irqs: &[f64], slack: f64) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for (i, &e) in entries.iter().enumerate() {
+        let from = e as f64 - slack;
+        let until = entries.get(i + 1).map_or(f64::MAX, |&n| n as f64 - slack);
+        while j < irqs.len() && irqs[j] < from {
+            j += 1;
+        }
+        if j < irqs.len() && irqs[j] < until {
+            out.push((i, j));
+            j += 1;
+        }
+    }
+    out
+}
+
+/// Pairs each host kick (sorted) with the last guest notify (sorted,
+/// mapped) at or before it, plus `slack`, and after the kick before it,
+/// plus `slack`; each notify used once.
+fn pair_tx(kicks: &[u64], notifies: &[f64], slack: f64) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut used: Option<usize> = None;
+    for (i, &k) in kicks.iter().enumerate() {
+        let after = if i == 0 { f64::MIN } else { kicks[i - 1] as f64 + slack };
+        let n = notifies.partition_point(|&t| t <= k as f64 + slack);
+        if n == 0 {
+            continue;
+        }
+        let j = n - 1;
+        if notifies[j] > after && used.is_none_or(|u| j > u) {
+            out.push((i, j));
+            used = Some(j);
+        }
+    }
+    out
+}
+
+/// The offset window the pairs leave beside the exchanges'. `rx`: (host
+/// entry, guest interrupt), `tx`: (guest notify, host kick), all absolute
+/// monotonic ns on their own clocks.
+fn anchor(map: &ClockMap, rx: &[(u64, u64)], tx: &[(u64, u64)]) -> (ClockMap, Anchoring) {
+    let d = map.drift_ppm * 1e-6;
+    let t0 = map.t0_host_ns as f64;
+    // guest = host + a + d·(host − t0): an interrupt after its entry caps
+    // `a`, a notify before its kick floors it.
+    let cap = rx
+        .iter()
+        .map(|&(h, g)| g as f64 - h as f64 - d * (h as f64 - t0))
+        .fold(f64::MAX, f64::min);
+    let floor = tx
+        .iter()
+        .map(|&(g, h)| g as f64 - h as f64 - d * (h as f64 - t0))
+        .fold(f64::MIN, f64::max);
+    let (ex_lo, ex_hi) = (map.offset_ns - map.bound_ns, map.offset_ns + map.bound_ns);
+    let (lo, hi) = (ex_lo.max(floor), ex_hi.min(cap));
+    let mut anchored = map.clone();
+    let mut a = Anchoring {
+        drift_ppm: map.drift_ppm,
+        exchange_bound_ns: map.bound_ns,
+        rx_pairs: rx.len(),
+        tx_pairs: tx.len(),
+        agrees: lo <= hi,
+        ..Default::default()
+    };
+    if lo <= hi {
+        anchored.offset_ns = (lo + hi) / 2.0;
+        anchored.bound_ns = (hi - lo) / 2.0;
+    } else {
+        a.disagreement_ns = lo - hi;
+    }
+    a.offset_ns = anchored.offset_ns;
+    a.bound_ns = anchored.bound_ns;
+    let host = |g: u64| anchored.to_host(g);
+    a.causal = rx.iter().filter(|&&(h, g)| host(g) >= h as f64 - 1.0).count()
+        + tx.iter().filter(|&&(g, h)| host(g) <= h as f64 + 1.0).count();
+    (anchored, a)
+}
+
+/// `guest`'s VM among the host's followed packets: the key of the rx
+/// packets its VMM's vCPUs ended, else the only VM there is.
+fn vm_of(host: &[PathPacketRow], link: &GuestLinkRow) -> Option<u64> {
+    let by_vmm = host
+        .iter()
+        .find(|p| p.dir == "rx" && p.vm != 0 && link.vmm_pid != 0 && p.owner.pid == link.vmm_pid)
+        .map(|p| p.vm);
+    by_vmm.or_else(|| {
+        let vms: std::collections::BTreeSet<u64> = host.iter().filter(|p| p.vm != 0).map(|p| p.vm).collect();
+        (vms.len() == 1).then(|| *vms.first().unwrap())
+    })
+}
+
+/// One guest joined to its VM; None when the recording has no followed
+/// packets on either side to join.
+fn join(rec: &Recording, link: &GuestLinkRow) -> Option<Boundary> {
+    let host_packets = rec.rows::<PathPacketRow>();
+    let guest = rec
+        .guests
+        .iter()
+        .find(|g| g.name == link.guest)?
+        .recording
+        .as_ref()
+        .ok()?;
+    let guest_packets = guest.rows::<PathPacketRow>();
+    let has_guest = guest_packets.iter().any(|p| p.dir.starts_with("guest_"));
+    if host_packets.is_empty() && !has_guest {
+        return None;
+    }
+    let mut b = Boundary {
+        guest: link.guest.clone(),
+        ..Default::default()
+    };
+    let Some(vm) = vm_of(host_packets, link) else {
+        b.unjoined = Some("none of the host's followed packets is its VM's".into());
+        return Some(b);
+    };
+    let (host_start, guest_start) = (rec.meta.start_mono_ns, guest.meta.start_mono_ns);
+    let map = match ClockMap::of(rec, &link.guest) {
+        _ if !has_guest => {
+            b.unjoined = Some(
+                "the guest followed no packet (its agent records the path layer with --events; a guest without \
+                 kprobes or virtio-net has none)"
+                    .into(),
+            );
+            None
+        }
+        _ if host_start == 0 || guest_start == 0 => {
+            b.unjoined = Some("recorded before recordings kept their monotonic start".into());
+            None
+        }
+        None => {
+            b.unjoined = Some("no clock exchange was answered".into());
+            None
+        }
+        Some(m) => Some(m),
+    };
+    let trips: Vec<packets::RoundTrip> = packets::round_trips(host_packets)
+        .into_iter()
+        .filter(|t| t.vm == vm)
+        .collect();
+    b.trips = trips.len();
+    let mut entries: Vec<u64> = host_packets
+        .iter()
+        .filter(|p| p.vm == vm && p.dir == "rx" && p.t4_ns != 0)
+        .map(|p| p.t4_ns)
+        .collect();
+    entries.sort_unstable();
+    let mut kicks: Vec<u64> = host_packets
+        .iter()
+        .filter(|p| p.vm == vm && p.dir == "tx" && p.t0_ns != 0)
+        .map(|p| p.t0_ns)
+        .collect();
+    kicks.sort_unstable();
+    if let Some(p) = host_packets.iter().find(|p| p.vm == vm) {
+        b.platform = p.owner.platform.clone();
+        b.instance = p.owner.instance.clone();
+    }
+    let mut guest_rx: Vec<&PathPacketRow> = guest_packets.iter().filter(|p| p.dir == "guest_rx").collect();
+    let mut guest_tx: Vec<&PathPacketRow> = guest_packets.iter().filter(|p| p.dir == "guest_tx").collect();
+    guest_rx.sort_by_key(|p| p.t0_ns);
+    guest_tx.sort_by_key(|p| p.t1_ns);
+    b.rx = Joins {
+        host: entries.len(),
+        guest: guest_rx.len(),
+        matched: 0,
+    };
+    b.tx = Joins {
+        host: kicks.len(),
+        guest: guest_tx.len(),
+        matched: 0,
+    };
+    let Some(map) = map else {
+        return Some(b);
+    };
+    // Guest times (ns since the guest's start) on the host's timeline (ns
+    // since the host's start), by a mapping.
+    let on_host = |m: &ClockMap, t: u64| m.to_host(t + guest_start) - host_start as f64;
+    let pairs = |m: &ClockMap| {
+        let irqs: Vec<f64> = guest_rx.iter().map(|p| on_host(m, p.t0_ns)).collect();
+        let notifies: Vec<f64> = guest_tx.iter().map(|p| on_host(m, p.t1_ns)).collect();
+        (
+            pair_rx(&entries, &irqs, m.bound_ns),
+            pair_tx(&kicks, &notifies, m.bound_ns),
+        )
+    };
+    let (rx_pairs, tx_pairs) = pairs(&map);
+    let rx_abs: Vec<(u64, u64)> = rx_pairs
+        .iter()
+        .map(|&(h, g)| (entries[h] + host_start, guest_rx[g].t0_ns + guest_start))
+        .collect();
+    let tx_abs: Vec<(u64, u64)> = tx_pairs
+        .iter()
+        .map(|&(h, g)| (guest_tx[g].t1_ns + guest_start, kicks[h] + host_start))
+        .collect();
+    let (anchored, mut anchoring) = anchor(&map, &rx_abs, &tx_abs);
+    b.rx.matched = rx_pairs.len();
+    b.tx.matched = tx_pairs.len();
+    // Each joined trip: its entry's interrupt and its kick's notify.
+    let rx_of = |entry: u64| {
+        let i = entries.binary_search(&entry).ok()?;
+        rx_pairs.iter().find(|&&(h, _)| h == i).map(|&(_, g)| GuestRx {
+            irq: on_host(&anchored, guest_rx[g].t0_ns),
+            poll: on_host(&anchored, guest_rx[g].t1_ns),
+        })
+    };
+    let tx_of = |kick: u64| {
+        let i = kicks.binary_search(&kick).ok()?;
+        tx_pairs.iter().find(|&&(h, _)| h == i).map(|&(_, g)| GuestTx {
+            first: (guest_tx[g].frames > 0 && guest_tx[g].t0_ns != 0).then(|| on_host(&anchored, guest_tx[g].t0_ns)),
+            notify: on_host(&anchored, guest_tx[g].t1_ns),
+        })
+    };
+    let mut narrowest = f64::MAX;
+    let mut sums = vec![0u64; GUEST_PARTS.len()];
+    let mut joined = Vec::new();
+    for trip in &trips {
+        let (Some(rx), Some(tx)) = (rx_of(trip.entry_ns), tx_of(trip.kick_ns)) else {
+            continue;
+        };
+        let Some(parts) = guest_parts(trip.entry_ns, trip.kick_ns, rx, tx) else {
+            continue;
+        };
+        narrowest = narrowest.min(parts[0].1.min(parts[4].1) as f64);
+        for (s, (_, ns)) in sums.iter_mut().zip(&parts) {
+            *s += ns;
+        }
+        let mut t = trip.clone();
+        let at = t
+            .parts
+            .iter()
+            .position(|(name, _)| name == "guest")
+            .unwrap_or(t.parts.len());
+        t.parts.splice(
+            at..(at + 1).min(t.parts.len()),
+            parts.into_iter().map(|(n, ns)| (n.to_string(), ns)),
+        );
+        joined.push(t);
+    }
+    b.trips_joined = joined.len();
+    if !joined.is_empty() {
+        let n = joined.len() as f64;
+        let mut means: Vec<(String, f64)> = Vec::new();
+        for t in &joined {
+            for (name, ns) in &t.parts {
+                match means.iter_mut().find(|(m, _)| m == name) {
+                    Some(m) => m.1 += *ns as f64 / n,
+                    None => means.push((name.clone(), *ns as f64 / n)),
+                }
+            }
+        }
+        b.parts = means;
+        b.total_mean_ns = joined.iter().map(|t| t.total_ns as f64).sum::<f64>() / n;
+    }
+    anchoring.narrowest_crossing_ns = if narrowest == f64::MAX { 0.0 } else { narrowest };
+    b.clock = Some(anchoring);
+    joined.truncate(MAX_TRIPS);
+    b.round_trips = joined;
+    Some(b)
+}
+
+/// The guest's parts between the vCPU's entry and the host's kick (ns
+/// since the host's start), rounded so that they sum to `kick - entry`
+/// exactly; None when the guest's events are not in the order a reply
+/// makes (interrupt, poll, reply queued, notify), so not this trip's.
+fn guest_parts(entry: u64, kick: u64, rx: GuestRx, tx: GuestTx) -> Option<Vec<(&'static str, u64)>> {
+    let r = |t: f64| t.round() as i64;
+    let mut points: Vec<(&'static str, i64)> = vec![
+        ("", entry as i64),
+        ("guest_irq", r(rx.irq)),
+        ("guest_rx_poll", r(rx.poll)),
+    ];
+    match tx.first.map(r) {
+        Some(f) if f >= r(rx.poll) => {
+            points.push(("guest_reply", f));
+            points.push(("guest_tx_kick", r(tx.notify)));
+        }
+        // The kick announced no frame queued in this poll: the reply's
+        // way is one part up to the notify.
+        _ => {
+            points.push(("guest_reply", r(tx.notify)));
+            points.push(("guest_tx_kick", r(tx.notify)));
+        }
+    }
+    points.push(("guest_trap", kick as i64));
+    let mut parts = Vec::new();
+    for w in points.windows(2) {
+        let ns = w[1].1 - w[0].1;
+        if ns < 0 {
+            return None;
+        }
+        parts.push((w[1].0, ns as u64));
+    }
+    Some(parts)
+}
+
+/// The section, when any guest has followed packets to join.
+pub fn section(rec: &Recording) -> Option<Section> {
+    let boundaries: Vec<Boundary> = rec.rows::<GuestLinkRow>().iter().filter_map(|l| join(rec, l)).collect();
+    if boundaries.is_empty() {
+        return None;
+    }
+    let mut s = Section::new("boundary", "across the boundary: each packet on both sides");
+    for b in &boundaries {
+        let name = if b.instance.is_empty() {
+            b.guest.clone()
+        } else {
+            format!("{} ({})", b.guest, b.instance)
+        };
+        let mut lines = vec![format!("guest {name}")];
+        if let Some(why) = &b.unjoined {
+            lines.push(format!("  not joined: {why}"));
+        }
+        if let Some(c) = &b.clock {
+            lines.push(format!(
+                "  clock anchored by {} interrupt and {} kick pairs: guest = host {:+.3} ms, bound ±{:.1} us (the exchanges alone ±{:.1} us); {}; {} of {} pairs in causal order after mapping; narrowest one-way crossing {:.1} us",
+                c.rx_pairs,
+                c.tx_pairs,
+                c.offset_ns / 1e6,
+                c.bound_ns / 1e3,
+                c.exchange_bound_ns / 1e3,
+                if c.agrees {
+                    "the pairs agree with the exchanges".to_string()
+                } else {
+                    format!("the pairs DISAGREE with the exchanges by {:.1} us", c.disagreement_ns / 1e3)
+                },
+                c.causal,
+                c.rx_pairs + c.tx_pairs,
+                c.narrowest_crossing_ns / 1e3
+            ));
+        }
+        lines.push(format!(
+            "  joined: rx {} of {} host interrupts to {} guest polls ({} host, {} guest unmatched); tx {} of {} host kicks to {} guest notifies ({} host, {} guest unmatched); round trips {} of {}",
+            b.rx.matched,
+            b.rx.host,
+            b.rx.guest,
+            b.rx.host - b.rx.matched,
+            b.rx.guest - b.rx.matched,
+            b.tx.matched,
+            b.tx.host,
+            b.tx.guest,
+            b.tx.host - b.tx.matched,
+            b.tx.guest - b.tx.matched,
+            b.trips_joined,
+            b.trips
+        ));
+        s.lines(lines);
+        if !b.parts.is_empty() {
+            let mut t = Table::new(
+                format!(
+                    "{name}: round trips at the tap, host and guest stages (mean us over {}; they sum to the total: guest_irq and guest_trap cross the boundary, within the clock's bound)",
+                    b.trips_joined
+                ),
+                vec![left("part", 16), left("side", 6), col("mean(us)", 10), col("share", 7)],
+            );
+            for (part, mean) in &b.parts {
+                let side = match part.as_str() {
+                    "guest_irq" | "guest_trap" => "across",
+                    p if GUEST_PARTS.contains(&p) => "guest",
+                    _ => "host",
+                };
+                t.row(vec![
+                    part.clone(),
+                    side.into(),
+                    format!("{:.1}", mean / 1e3),
+                    format!("{:.1}%", mean / b.total_mean_ns.max(1.0) * 100.0),
+                ]);
+            }
+            t.row(vec![
+                "total".into(),
+                String::new(),
+                format!("{:.1}", b.total_mean_ns / 1e3),
+                "100.0%".into(),
+            ]);
+            s.table(t);
+            for (part, mean) in &b.parts {
+                s.metric(
+                    "boundary_part_mean_ns",
+                    *mean,
+                    "ns",
+                    &[("guest", &b.guest), ("part", part)],
+                );
+            }
+        }
+    }
+    s.json("boundary", &boundaries);
+    Some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interrupts_pair_with_the_entry_before_them_and_kicks_with_the_notify_before_them() {
+        // Entries at 100, 200, 300; interrupts 5 after the first and third
+        // (the second was lost): two pairs, none across an entry.
+        assert_eq!(pair_rx(&[100, 200, 300], &[105.0, 305.0], 2.0), vec![(0, 0), (2, 1)]);
+        // Kicks at 100 and 200; notifies just before each, one stray long before.
+        assert_eq!(pair_tx(&[100, 200], &[10.0, 97.0, 198.0], 2.0), vec![(0, 1), (1, 2)]);
+        // A notify a little after its kick (within the slack) still pairs.
+        assert_eq!(pair_tx(&[100], &[101.0], 2.0), vec![(0, 0)]);
+    }
+
+    #[test]
+    fn the_pairs_narrow_the_offset_from_both_sides() {
+        // True offset 1000 (guest = host + 1000), exchanges' window ±500.
+        let map = ClockMap {
+            exchanges: 10,
+            t0_host_ns: 0,
+            offset_ns: 1100.0,
+            drift_ppm: 0.0,
+            bound_ns: 500.0,
+            min_round_trip_ns: 1000,
+            causal: 10,
+        };
+        // An interrupt 30 after its entry caps the offset at 1030; a notify
+        // 20 before its kick floors it at 980.
+        let rx = [(10_000, 10_000 + 1000 + 30)];
+        let tx = [(20_000 + 1000 - 20, 20_000)];
+        let (m, a) = anchor(&map, &rx, &tx);
+        assert!(a.agrees);
+        assert!((m.offset_ns - 1005.0).abs() < 1e-6, "{m:?}");
+        assert!((m.bound_ns - 25.0).abs() < 1e-6, "{m:?}");
+        assert_eq!(a.causal, 2);
+        // Pairs that no offset inside the exchanges' window satisfies.
+        let (_, a) = anchor(&map, &[(10_000, 10_000 + 400)], &[]);
+        assert!(!a.agrees && (a.disagreement_ns - 200.0).abs() < 1e-6, "{a:?}");
+    }
+
+    #[test]
+    fn a_trips_guest_parts_sum_to_the_guest_time_exactly() {
+        let rx = GuestRx {
+            irq: 1_010.4,
+            poll: 1_100.6,
+        };
+        let tx = GuestTx {
+            first: Some(1_500.2),
+            notify: 1_520.7,
+        };
+        let parts = guest_parts(1_000, 1_600, rx, tx).unwrap();
+        assert_eq!(parts.iter().map(|p| p.0).collect::<Vec<_>>(), GUEST_PARTS);
+        assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), 600);
+        // An interrupt mapped before the entry is not this trip's.
+        assert!(guest_parts(1_100, 1_600, rx, tx).is_none());
+    }
+}
