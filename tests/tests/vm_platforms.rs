@@ -254,8 +254,13 @@ fn boot() -> Result<Guest, String> {
         &out.0,
         Duration::from_secs(840),
     )?;
+    let mut out_files = run.out;
+    // The pings on both sides as Perfetto opens them.
+    let both = format!("{AGENT_PLATFORM}-boundary");
+    let from = out.0.join(format!("{both}.vtrace"));
+    vtrace_tests::draw_report(&out.0, &mut out_files, &both, &from, "trace");
     Ok(Guest {
-        out: run.out,
+        out: out_files,
         wall: run.wall,
     })
 }
@@ -788,6 +793,61 @@ fn each_ping_is_followed_across_the_boundary_with_no_residual() {
     let (trip_p50, ping_p50) = (median(totals), median(rtts) * 1e6);
     eprintln!("joined round trips p50 {trip_p50} ns, ping's own p50 {ping_p50} ns");
     assert!(trip_p50 > 0.0 && trip_p50 <= ping_p50);
+
+    // Perfetto: the guest's track right under its VM's vCPU track, on the
+    // host's timeline; each joined trip a span its parts fill in order.
+    let trace: Value = serde_json::from_str(g.text(&format!("{AGENT_PLATFORM}-boundary.trace"))).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let meta = |name: &str| -> Vec<(u64, Value)> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "M" && e["name"] == name)
+            .map(|e| (n(&e["pid"]), e["args"].clone()))
+            .collect()
+    };
+    let sort_of = |pid: u64| {
+        meta("process_sort_index")
+            .iter()
+            .find(|(p, _)| *p == pid)
+            .map(|(_, a)| n(&a["sort_index"]))
+    };
+    let names = meta("process_name");
+    let pid_named = |f: &dyn Fn(&str) -> bool| {
+        names
+            .iter()
+            .find(|(_, a)| f(a["name"].as_str().unwrap()))
+            .map(|(p, _)| *p)
+            .unwrap_or_else(|| panic!("no such track: {names:?}"))
+    };
+    let vcpu = pid_named(&|s| s == "qemu-kvm/vcpu");
+    let guest_track = pid_named(&|s| s.starts_with("qemu-kvm/vcpu > guest "));
+    assert_eq!(sort_of(guest_track), sort_of(vcpu).map(|s| s + 1), "{names:?}");
+    let guest_counters = events
+        .iter()
+        .filter(|e| e["ph"] == "C" && n(&e["pid"]) == guest_track)
+        .count();
+    assert!(guest_counters > 0, "the guest's CPU on its track");
+    let spans: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["cat"] == "boundary")
+        .collect();
+    assert_eq!(spans.len(), joined.len(), "a span per joined trip");
+    for span in spans {
+        let (from, to) = (
+            span["ts"].as_f64().unwrap(),
+            span["ts"].as_f64().unwrap() + span["dur"].as_f64().unwrap(),
+        );
+        let inside: f64 = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] != "boundary" && e["pid"] == span["pid"] && e["tid"] == span["tid"])
+            .filter(|e| e["ts"].as_f64().unwrap() >= from - 1e-3 && e["ts"].as_f64().unwrap() < to)
+            .map(|e| e["dur"].as_f64().unwrap())
+            .sum();
+        assert!(
+            (inside - span["dur"].as_f64().unwrap()).abs() < 0.01,
+            "{span}: parts {inside} us"
+        );
+    }
 }
 
 /// The lab's QEMU guest, brought up with VTRACE_LAB_AGENT=1, runs `vtrace

@@ -39,6 +39,16 @@ pub const GUEST_PARTS: [&str; 5] = [
     "guest_trap",
 ];
 
+/// Where a part of a joined round trip lies: the host's, the guest's, or
+/// across the boundary (its ends on both sides, timed by the clock).
+pub fn side_of(part: &str) -> &'static str {
+    match part {
+        "guest_irq" | "guest_trap" => "across",
+        p if GUEST_PARTS.contains(&p) => "guest",
+        _ => "host",
+    }
+}
+
 /// A guest's receive poll on the host's timeline (ns since the host's start).
 #[derive(Clone, Copy, Debug)]
 struct GuestRx {
@@ -410,9 +420,14 @@ fn guest_parts(entry: u64, kick: u64, rx: GuestRx, tx: GuestTx) -> Option<Vec<(&
     Some(parts)
 }
 
+/// Every guest with followed packets on either side, joined to its VM.
+pub fn boundaries(rec: &Recording) -> Vec<Boundary> {
+    rec.rows::<GuestLinkRow>().iter().filter_map(|l| join(rec, l)).collect()
+}
+
 /// The section, when any guest has followed packets to join.
 pub fn section(rec: &Recording) -> Option<Section> {
-    let boundaries: Vec<Boundary> = rec.rows::<GuestLinkRow>().iter().filter_map(|l| join(rec, l)).collect();
+    let boundaries = boundaries(rec);
     if boundaries.is_empty() {
         return None;
     }
@@ -470,11 +485,7 @@ pub fn section(rec: &Recording) -> Option<Section> {
                 vec![left("part", 16), left("side", 6), col("mean(us)", 10), col("share", 7)],
             );
             for (part, mean) in &b.parts {
-                let side = match part.as_str() {
-                    "guest_irq" | "guest_trap" => "across",
-                    p if GUEST_PARTS.contains(&p) => "guest",
-                    _ => "host",
-                };
+                let side = side_of(part);
                 t.row(vec![
                     part.clone(),
                     side.into(),

@@ -5,6 +5,10 @@
 //! threads named by their comm; with `--events`, one span per packet per
 //! hop-to-hop step on a "packets" track; KVM exits per vCPU thread as
 //! totals at the end (exits are aggregated in the kernel, not timestamped).
+//! Each guest recorded with the host (`record --guest`) is a track of its
+//! own right under its VM's vCPU track, on the host's timeline: its CPU by
+//! state and its busiest threads; each round trip joined across the
+//! boundary is a span whose host and guest parts nest inside it.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +29,11 @@ const MAX_PACKET_SPANS: usize = 200_000;
 /// Track ids that no real process has (pids stop at 2^22).
 const ROLE_TRACK_BASE: u64 = 1 << 24;
 const PACKETS_TRACK: u64 = (1 << 24) - 1;
+/// Guests' tracks, and the round trips across the boundary.
+const GUEST_TRACK_BASE: u64 = 1 << 25;
+const BOUNDARY_TRACK: u64 = (1 << 24) - 2;
+/// A guest's threads drawn one by one (the rest are in its CPU counter).
+const GUEST_THREADS: usize = 16;
 
 const STATES: [&str; 5] = ["user", "system", "softirq", "hardirq", "guest"];
 
@@ -55,9 +64,12 @@ pub fn render(rec: &Recording) -> String {
     roles.dedup();
     let track = |role: &str| ROLE_TRACK_BASE + roles.iter().position(|r| r == role).unwrap_or(roles.len()) as u64;
     let mut events: Vec<Value> = Vec::new();
-    for role in &roles {
+    for (i, role) in roles.iter().enumerate() {
         events.push(json!({"ph": "M", "name": "process_name", "pid": track(role), "args": {"name": role}}));
+        events
+            .push(json!({"ph": "M", "name": "process_sort_index", "pid": track(role), "args": {"sort_index": 2 * i}}));
     }
+    guest_tracks(rec, &roles, &mut events);
     for t in threads.values() {
         let role = format!("{}/{}", t.owner.platform, t.owner.role);
         events.push(
@@ -166,6 +178,8 @@ pub fn render(rec: &Recording) -> String {
         );
     }
 
+    boundary_spans(rec, &mut events);
+
     let doc = json!({
         "traceEvents": events,
         "displayTimeUnit": "ns",
@@ -179,4 +193,115 @@ pub fn render(rec: &Recording) -> String {
         },
     });
     serde_json::to_string(&doc).expect("trace serializes")
+}
+
+/// Each guest's track, sorted right after its VM's vCPU role track: the
+/// guest's CPU ns per interval by state and its busiest threads' CPU ns,
+/// each interval placed on the host's timeline by the guest's clock.
+fn guest_tracks(rec: &Recording, roles: &[String], events: &mut Vec<Value>) {
+    use crate::layers::guest::{GuestLinkRow, clock::ClockMap};
+    for (i, part) in rec.guests.iter().enumerate() {
+        let (Ok(guest), Some(map)) = (&part.recording, ClockMap::of(rec, &part.name)) else {
+            continue;
+        };
+        let (host_start, guest_start) = (rec.meta.start_mono_ns, guest.meta.start_mono_ns);
+        if host_start == 0 || guest_start == 0 {
+            continue;
+        }
+        let on_host = |t: u64| (map.to_host(t + guest_start) - host_start as f64).max(0.0) / 1e3;
+        let vmm = rec
+            .rows::<GuestLinkRow>()
+            .iter()
+            .find(|l| l.guest == part.name)
+            .map_or(0, |l| l.vmm_pid);
+        let vcpu_role = rec
+            .rows::<ThreadRow>()
+            .iter()
+            .find(|t| t.owner.pid == vmm && t.owner.role == "vcpu")
+            .map(|t| format!("{}/{}", t.owner.platform, t.owner.role));
+        let at = vcpu_role.as_ref().and_then(|r| roles.iter().position(|x| x == r));
+        let pid = GUEST_TRACK_BASE + i as u64;
+        let name = match &vcpu_role {
+            Some(r) => format!("{r} > guest {}", part.name),
+            None => format!("guest {}", part.name),
+        };
+        events.push(json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}));
+        events.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid,
+                           "args": {"sort_index": at.map_or(2 * roles.len() + 1, |a| 2 * a + 1)}}));
+        // Its CPU by state, and its busiest threads', per interval.
+        let busy = |r: &IntervalRow| r.user_ns + r.system_ns + r.softirq_ns + r.hardirq_ns;
+        let mut per_thread: BTreeMap<u32, u64> = BTreeMap::new();
+        for r in guest.rows::<IntervalRow>() {
+            *per_thread.entry(r.tid).or_default() += busy(r);
+        }
+        let mut busiest: Vec<(u32, u64)> = per_thread.into_iter().filter(|(_, ns)| *ns > 0).collect();
+        busiest.sort_by_key(|(_, ns)| std::cmp::Reverse(*ns));
+        busiest.truncate(GUEST_THREADS);
+        let comm = |tid: u32| {
+            guest
+                .rows::<ThreadRow>()
+                .iter()
+                .find(|t| t.tid == tid)
+                .map_or_else(|| tid.to_string(), |t| format!("{} ({tid})", t.owner.comm))
+        };
+        let mut per_interval: BTreeMap<u64, [u64; 5]> = BTreeMap::new();
+        for r in guest.rows::<IntervalRow>() {
+            let e = per_interval.entry(r.start_ns).or_default();
+            for (sum, v) in e
+                .iter_mut()
+                .zip([r.user_ns, r.system_ns, r.softirq_ns, r.hardirq_ns, r.idle_ns])
+            {
+                *sum += v;
+            }
+            if busiest.iter().any(|(t, _)| *t == r.tid) {
+                events.push(
+                    json!({"ph": "C", "name": format!("CPU ns: {}", comm(r.tid)), "pid": pid,
+                                   "ts": on_host(r.start_ns), "args": {"busy": busy(r)}}),
+                );
+            }
+        }
+        for (start, ns) in per_interval {
+            let args: serde_json::Map<String, Value> = ["user", "system", "softirq", "hardirq", "idle"]
+                .iter()
+                .zip(ns)
+                .map(|(s, v)| (s.to_string(), json!(v)))
+                .collect();
+            events.push(json!({"ph": "C", "name": "guest CPU ns per interval", "pid": pid,
+                               "ts": on_host(start), "args": args}));
+        }
+    }
+}
+
+/// Each round trip joined across the boundary (views/boundary.rs): a span
+/// from the request queued to the reply into the tap, its host and guest
+/// parts nested inside it in order, one thread per guest.
+fn boundary_spans(rec: &Recording, events: &mut Vec<Value>) {
+    let boundaries = super::boundary::boundaries(rec);
+    let mut any = false;
+    for (i, b) in boundaries.iter().enumerate() {
+        for trip in &b.round_trips {
+            any = true;
+            events.push(
+                json!({"ph": "X", "name": "round trip", "cat": "boundary", "pid": BOUNDARY_TRACK, "tid": i,
+                               "ts": us(trip.start_ns), "dur": us(trip.total_ns)}),
+            );
+            let mut at = trip.start_ns;
+            for (part, ns) in &trip.parts {
+                let side = super::boundary::side_of(part);
+                events.push(
+                    json!({"ph": "X", "name": part, "cat": side, "pid": BOUNDARY_TRACK, "tid": i,
+                                   "ts": us(at), "dur": us(*ns), "args": {"side": side}}),
+                );
+                at += ns;
+            }
+        }
+        events.push(
+            json!({"ph": "M", "name": "thread_name", "pid": BOUNDARY_TRACK, "tid": i,
+                           "args": {"name": format!("guest {}", b.guest)}}),
+        );
+    }
+    if any {
+        events.push(json!({"ph": "M", "name": "process_name", "pid": BOUNDARY_TRACK,
+                           "args": {"name": "round trips across the boundary (host and guest parts)"}}));
+    }
 }
