@@ -54,7 +54,10 @@ const LAYERS: &str = "cpu,net,tun,kvm,vsock";
 /// brought up and down by the bench, so none runs beside another. The
 /// study's Kata 64 B GET run is the recording of a sandbox running when it
 /// began. A boot after a freeze (vtrace::lab::guest) goes on after the
-/// sandbox's part or the bench, whichever was finished.
+/// sandbox's part or the bench, whichever was finished. Each step's limit
+/// is a few times what it takes (the bench about 80 s, the study about
+/// 180 s): one that hangs (a bench's Kata cell once did, for the guest's
+/// whole 900 s) fails its own tests, with what was running, and the rest go on.
 fn script() -> String {
     let ping_in = format!("ping -c {PINGS} -i 0.05 {ADDR}");
     let ping_out = format!("vtrace lab exec kata -- busybox ping -c {PINGS} -i 0.05 {HOST_ADDR}");
@@ -70,15 +73,15 @@ fn script() -> String {
            -- sh -c '{ping_in} && {ping_out}' > hops.out 2>&1\n\
          ip -n vtl-kata -s link > netns-links.out 2>&1\n\
          step 120 down.failed 'down kata' vtrace lab down kata > down.out 2>&1\n\
+         cp /var/log/messages syslog.log\n\
          finished sandbox; fi\n\
          if once bench; then\n\
-         step 900 bench.failed bench vtrace bench --platforms containerd-runc,kata --workload modules \
+         step 300 bench.failed bench vtrace bench --platforms containerd-runc,kata --workload modules \
            --modules {MODULES} --loaders 1,{LOADERS} --repeat 1 --layers {LAYERS} -o bench > bench.out 2>&1\n\
          finished bench; fi\n\
-         step 900 study.failed study vtrace bench --study redis-sizes --sizes {SMALL},{LARGE} --requests {REDIS_REQUESTS} \
+         step 450 study.failed study vtrace bench --study redis-sizes --sizes {SMALL},{LARGE} --requests {REDIS_REQUESTS} \
            --request-seconds 1 --repeat 1 --layers {LAYERS} -o study > study.out 2>&1\n\
          (ls /run/netns; ls /run/vtrace-lab; ps -o pid,comm,args) > after-down.out 2>&1\n\
-         cp /var/log/messages syslog.log\n\
          mark done\n",
     ));
     s

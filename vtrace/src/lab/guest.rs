@@ -399,7 +399,8 @@ pub fn run_on(
 ///   that runs out of time says where it was);
 /// - `step LIMIT FAILFILE WHAT CMD...` runs CMD under a deadline, SIGINT
 ///   first as Ctrl-C would (a recording stops and keeps what it has), and
-///   notes a failure in FAILFILE;
+///   notes a failure in FAILFILE (with the processes running, when the
+///   deadline ended it);
 /// - `if once PART; then ...; finished PART; fi` runs PART unless a boot
 ///   before this one finished it and then froze: a part that leaves the
 ///   guest as it booted (what it brought up taken down) keeps its files, and
@@ -411,6 +412,7 @@ step() {
   mark "$what"
   timeout -s INT -k 15 "$limit" "$@"; rc=$?
   [ $rc = 0 ] || { echo "$what failed (exit $rc)" >> "$fail"; mark "$what failed (exit $rc)"; }
+  [ $rc -lt 124 ] || { echo "what ran when its limit came:"; ps -o pid,comm,args; } >> "$fail" 2>&1
   return $rc
 }
 once() { if grep -qxF "$1" "$OUT"/.done 2>/dev/null; then mark "$1: finished by a boot that froze later, kept"; return 1; fi; }
