@@ -323,16 +323,20 @@ fn join(rec: &Recording, link: &GuestLinkRow) -> Option<Boundary> {
     b.rx.matched = rx_pairs.len();
     b.tx.matched = tx_pairs.len();
     // Each joined trip: its entry's interrupt and its kick's notify.
+    // Host index -> guest index, so each trip's lookup is O(1) (a
+    // recording keeps up to 2^20 followed packets).
+    let rx_by_host: std::collections::HashMap<usize, usize> = rx_pairs.iter().copied().collect();
+    let tx_by_host: std::collections::HashMap<usize, usize> = tx_pairs.iter().copied().collect();
     let rx_of = |entry: u64| {
         let i = entries.binary_search(&entry).ok()?;
-        rx_pairs.iter().find(|&&(h, _)| h == i).map(|&(_, g)| GuestRx {
+        rx_by_host.get(&i).map(|&g| GuestRx {
             irq: on_host(&anchored, guest_rx[g].t0_ns),
             poll: on_host(&anchored, guest_rx[g].t1_ns),
         })
     };
     let tx_of = |kick: u64| {
         let i = kicks.binary_search(&kick).ok()?;
-        tx_pairs.iter().find(|&&(h, _)| h == i).map(|&(_, g)| GuestTx {
+        tx_by_host.get(&i).map(|&g| GuestTx {
             first: (guest_tx[g].frames > 0 && guest_tx[g].t0_ns != 0).then(|| on_host(&anchored, guest_tx[g].t0_ns)),
             notify: on_host(&anchored, guest_tx[g].t1_ns),
         })
