@@ -170,6 +170,10 @@ pub struct PathKick {
     /// The first of the kicks it serves, and their count.
     pub served_kick_ns: u64,
     pub served_kicks: u64,
+    /// 1 once a kick of this VM woke vhost-net's transmit queue: from then
+    /// on only such kicks are its transmit kicks (a 9p share's or another
+    /// device the VMM serves is not).
+    pub vhost: u64,
 }
 
 /// A frame in tun_get_user on a thread, until it returns.
@@ -266,8 +270,9 @@ pub mod path_loss {
     /// host was still serving the queue), so not in guest_tx_kick.
     pub const GUEST_UNANNOUNCED: u32 = 4;
     /// Guest writes an ioeventfd took that woke a vhost queue other than
-    /// vhost-net's transmit one (its receive queue refilled, vhost-vsock):
-    /// not kicks of tx_kick.
+    /// vhost-net's transmit one (its receive queue refilled, vhost-vsock),
+    /// or, in a VM whose transmit queue vhost-net serves, woke none (a
+    /// device the VMM serves: a 9p share): not kicks of tx_kick.
     pub const OTHER_KICKS: u32 = 5;
     pub const COUNT: u32 = 6;
 }
@@ -315,6 +320,9 @@ pub struct PathConfig {
 pub struct PathKickTarget {
     pub tid: u32,
     pub other: u32,
+    /// The write woke vhost-net's transmit queue.
+    pub tx: u32,
+    pub _pad: u32,
 }
 
 /// Inside a guest, per CPU: virtio-net's receive side.

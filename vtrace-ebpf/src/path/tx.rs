@@ -10,10 +10,14 @@ pub static PATH_TX_FRAMES: LruHashMap<u32, PathTxFrame> = LruHashMap::with_max_e
 #[map]
 pub static PATH_KICKS: LruHashMap<u64, PathKick> = LruHashMap::with_max_entries(1024, 0);
 
-/// A vCPU kicked a virtqueue (an ioeventfd took its write): the VM's first
-/// kick not served starts now unless one waits already.
+/// A vCPU kicked a virtqueue (an ioeventfd took its write; `vhost_tx`: it
+/// woke vhost-net's transmit queue): the VM's first kick not served starts
+/// now unless one waits already. In a VM vhost-net serves, a kick that
+/// woke no vhost queue went to a device the VMM serves (a 9p share): not
+/// a transmit kick, and none counted before the VM's first vhost-net one
+/// was either.
 #[inline(always)]
-fn kicked() {
+fn kicked(vhost_tx: bool) {
     let mm = current_mm();
     if mm == 0 {
         return;
@@ -21,6 +25,17 @@ fn kicked() {
     match PATH_KICKS.get_ptr_mut(&mm) {
         Some(k) => {
             let k = unsafe { &mut *k };
+            if vhost_tx && k.vhost == 0 {
+                k.vhost = 1;
+                if k.first_ns != 0 {
+                    lost(path_loss::OTHER_KICKS);
+                    k.first_ns = 0;
+                    k.kicks = 0;
+                }
+            } else if !vhost_tx && k.vhost != 0 {
+                lost(path_loss::OTHER_KICKS);
+                return;
+            }
             if k.first_ns == 0 {
                 k.first_ns = account::now();
             }
@@ -30,6 +45,7 @@ fn kicked() {
             let k = PathKick {
                 first_ns: account::now(),
                 kicks: 1,
+                vhost: vhost_tx as u64,
                 ..Default::default()
             };
             let _ = PATH_KICKS.insert(&mm, &k, 0);
@@ -186,7 +202,7 @@ pub static PATH_KICK_TARGET: PerCpuArray<PathKickTarget> = PerCpuArray::with_max
 // may take; its eventfd's waiters are woken inside it.
 kfunc_programs!(kprobe_path_ioeventfd_write, fentry_path_ioeventfd_write, "ioeventfd_write", counted "path_ioeventfd_write", [] => {
     if let Some(k) = PATH_KICK_TARGET.get_ptr_mut(0) {
-        unsafe { *k = PathKickTarget { tid: account::current_tid(), other: 0 } };
+        unsafe { *k = PathKickTarget { tid: account::current_tid(), ..Default::default() } };
     }
 });
 
@@ -199,8 +215,12 @@ kfunc_programs!(kprobe_path_vhost_poll_wakeup, fentry_path_vhost_poll_wakeup, "v
     if at != 0 && tx_kick != 0 {
         if let Some(k) = PATH_KICK_TARGET.get_ptr_mut(0) {
             let k = unsafe { &mut *k };
-            if k.tid == account::current_tid() && read_or_zero::<u64>(wait, at) != tx_kick {
-                k.other = 1;
+            if k.tid == account::current_tid() {
+                if read_or_zero::<u64>(wait, at) == tx_kick {
+                    k.tx = 1;
+                } else {
+                    k.other = 1;
+                }
             }
         }
     }
@@ -214,17 +234,19 @@ kfunc_programs!(kprobe_path_vhost_poll_wakeup, fentry_path_vhost_poll_wakeup, "v
 #[kretprobe]
 pub fn kretprobe_path_ioeventfd_write(ctx: RetProbeContext) -> u32 {
     count_run!("kretprobe_path_ioeventfd_write");
-    let mut other = false;
+    let (mut other, mut tx) = (false, false);
     if let Some(k) = PATH_KICK_TARGET.get_ptr_mut(0) {
         let k = unsafe { &mut *k };
-        other = k.tid == account::current_tid() && k.other != 0;
+        if k.tid == account::current_tid() {
+            (other, tx) = (k.other != 0, k.tx != 0);
+        }
         *k = PathKickTarget::default();
     }
     if ctx.ret::<i64>() == 0 {
-        if other {
+        if other && !tx {
             lost(path_loss::OTHER_KICKS);
         } else {
-            kicked();
+            kicked(tx);
         }
     }
     0

@@ -153,7 +153,8 @@ impl Layer for PathLayer {
             Loss {
                 key: "path.other_kicks",
                 meaning: "guest writes an ioeventfd took that woke a vhost queue other than vhost-net's transmit one \
-                          (its receive queue refilled, vhost-vsock): not kicks of tx_kick",
+                          (its receive queue refilled, vhost-vsock), or, in a VM vhost-net serves, woke none (a device \
+                          the VMM serves: a 9p share): not kicks of tx_kick",
             },
             Loss {
                 key: "path.guest_unannounced",
