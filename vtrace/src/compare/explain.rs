@@ -63,10 +63,22 @@ pub fn terms(a: &Subject, b: &Subject, per_op: bool) -> (Vec<Term>, f64, f64) {
     (terms, total_a, total_b)
 }
 
-/// The path layer's stages of A and B, pooled over each side's VMs: (dir,
-/// stage, mean in A, mean in B; None where that side timed none), the
-/// largest difference first (a stage one side lacks counts as 0 there).
+/// Whether a subject's recordings hold their guests' own path stages
+/// (`record --guest`).
+fn times_its_guests(s: &Subject) -> bool {
+    s.metrics
+        .keys()
+        .any(|(k, dims)| k == "path_sum_ns" && dims.iter().any(|(d, v)| d == "dir" && v.starts_with("guest")))
+}
+
+/// The path layer's stages of A and B, pooled over each side's VMs, the
+/// guests' own beside the host's: (dir, stage, mean in A, mean in B; None
+/// where that side timed none), the largest difference first (a host stage
+/// one side lacks counts as 0 there: that side's path has none). The
+/// guests' stages only where both sides recorded their guests: one side's
+/// alone would rank as the whole of it.
 pub fn path_stages(a: &Subject, b: &Subject) -> Vec<(String, String, Option<f64>, Option<f64>)> {
+    let both_guests = times_its_guests(a) && times_its_guests(b);
     let mean = |s: &Subject, dims: &Vec<(String, String)>| {
         let get = |key: &str| s.metrics.get(&(key.to_string(), dims.clone())).map_or(0.0, |v| v.value);
         let events = get("path_events");
@@ -76,7 +88,9 @@ pub fn path_stages(a: &Subject, b: &Subject) -> Vec<(String, String, Option<f64>
         .metrics
         .keys()
         .chain(b.metrics.keys())
-        .filter(|(k, _)| k == "path_sum_ns")
+        .filter(|(k, dims)| {
+            k == "path_sum_ns" && (both_guests || !dims.iter().any(|(d, v)| d == "dir" && v.starts_with("guest")))
+        })
         .map(|(_, d)| d)
         .collect();
     dims.sort();
@@ -230,8 +244,9 @@ pub fn explain(a: &Subject, b: &Subject, top: usize) -> Vec<Section> {
     let path = path_stages(a, b);
     if !path.is_empty() {
         let mut t = Table::new(
-            "The virtio path's latency by stage (mean per event; largest difference first; -: a stage that \
-             side did not time, 0 in its path; a direction's stages sum to its path)",
+            "The virtio path's latency by stage, the guests' own (guest_*) beside the host's (mean per \
+             event; largest difference first; -: a stage that side did not time, 0 in its path; a host \
+             direction's stages sum to its path)",
             vec![
                 col("B - A", 14),
                 left("dir", 4).gap(2),
@@ -261,6 +276,12 @@ pub fn explain(a: &Subject, b: &Subject, top: usize) -> Vec<Section> {
             }
         }
         s.table(t);
+    }
+    if times_its_guests(a) != times_its_guests(b) {
+        s.lines(vec![format!(
+            "guest stages: only {} recorded its guests' (record --guest): not ranked",
+            if times_its_guests(a) { "A" } else { "B" }
+        )]);
     }
     s.json(
         "explain",
@@ -459,5 +480,62 @@ mod tests {
         let json = &explain(&a(), &c, 2)[0].json[0].1;
         assert!(json["per_op_unit"].is_null());
         assert_eq!(json["total_diff_ns"], 1.0 - 6800.0);
+    }
+
+    /// A subject whose path metrics are `(dir, stage, mean ns)`, 10 events each.
+    fn stages(name: &str, means: &[(&str, &str, f64)]) -> Subject {
+        let mut s = subject(name, 0.0, &[]);
+        for &(dir, stage, mean) in means {
+            let dims = vec![
+                ("dir".to_string(), dir.to_string()),
+                ("stage".to_string(), stage.to_string()),
+            ];
+            for (key, value) in [("path_sum_ns", mean * 10.0), ("path_events", 10.0)] {
+                s.metrics.insert(
+                    (key.into(), dims.clone()),
+                    Value {
+                        unit: "ns",
+                        value,
+                        per_op: None,
+                    },
+                );
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn the_guests_stages_rank_beside_the_hosts_where_both_sides_recorded_their_guests() {
+        let host = [("rx", "rx_entry", 100.0), ("tx", "tx_kick", 500.0)];
+        let a = stages("a", &[&host[..], &[("guest_tx", "guest_tx_kick", 40.0)]].concat());
+        let b = stages(
+            "b",
+            &[
+                ("rx", "rx_entry", 100.0),
+                ("tx", "tx_kick", 600.0),
+                ("guest_tx", "guest_tx_kick", 340.0),
+            ],
+        );
+        let ranked: Vec<(String, f64)> = path_stages(&a, &b)
+            .into_iter()
+            .map(|(_, stage, ma, mb)| (stage, mb.unwrap() - ma.unwrap()))
+            .collect();
+        assert_eq!(
+            ranked,
+            [
+                ("guest_tx_kick".to_string(), 300.0),
+                ("tx_kick".to_string(), 100.0),
+                ("rx_entry".to_string(), 0.0)
+            ]
+        );
+        // One side without its guest: the guest's stages are left out (and
+        // said to be), not ranked as the whole of them.
+        let c = stages("c", &host);
+        let stages_of =
+            |x: &Subject, y: &Subject| -> Vec<String> { path_stages(x, y).into_iter().map(|p| p.1).collect() };
+        assert_eq!(stages_of(&a, &c), ["rx_entry", "tx_kick"]);
+        assert_eq!(stages_of(&c, &b), ["tx_kick", "rx_entry"]);
+        let text = crate::report::render_sections(&explain(&c, &b, 5), crate::report::Format::Text, "x");
+        assert!(text.contains("only B recorded its guests'"), "{text}");
     }
 }

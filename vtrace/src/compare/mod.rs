@@ -72,7 +72,21 @@ impl Subject {
         let all_ops: Option<Vec<&Operations>> = recs.iter().map(|r| r.ops()).collect();
         let total_ops: f64 = all_ops.iter().flatten().map(|o| o.count).sum();
         for rec in recs {
-            for m in report::sections(rec, usize::MAX).iter().flat_map(|s| &s.metrics) {
+            // Each guest's own path stages (`record --guest`) beside the
+            // host's, so that `explain` ranks both sides' together.
+            let guest_stages = rec
+                .guests
+                .iter()
+                .filter_map(|g| g.recording.as_ref().ok())
+                .flat_map(|g| report::sections(g, usize::MAX))
+                .filter(|s| s.id == "path")
+                .flat_map(|s| s.metrics)
+                .filter(|m| {
+                    ["path_sum_ns", "path_events"].contains(&m.key.as_str())
+                        && m.dims.get("dir").is_some_and(|d| d.starts_with("guest"))
+                });
+            let host = report::sections(rec, usize::MAX).into_iter().flat_map(|s| s.metrics);
+            for m in &host.chain(guest_stages).collect::<Vec<_>>() {
                 if !keys.contains(&m.key) {
                     keys.push(m.key.clone());
                 }

@@ -129,7 +129,8 @@ fn stacked_bars(out: &mut String, f: &Figure, categories: &[String], series: &[S
         .x_label_formatter(&tick)
         .y_labels(n)
         .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => categories.get(top_down(n, *i)).cloned().unwrap_or_default(),
+            // One bar still spans two segments: only the one it is in is named.
+            SegmentValue::CenterOf(i) if *i < n => categories.get(top_down(n, *i)).cloned().unwrap_or_default(),
             _ => String::new(),
         })
         .draw()?;
@@ -261,7 +262,7 @@ fn ranged_bars(out: &mut String, f: &Figure, categories: &[String], series: &[Ra
         .x_label_formatter(&tick)
         .y_labels(n)
         .y_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(i) => rows.get(top_down(n, *i)).map(|r| r.0.clone()).unwrap_or_default(),
+            SegmentValue::CenterOf(i) if *i < n => rows.get(top_down(n, *i)).map(|r| r.0.clone()).unwrap_or_default(),
             _ => String::new(),
         })
         .draw()?;
@@ -305,7 +306,7 @@ pub fn html_escape(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::report::model::{LineSeries, Series};
-    use crate::report_model::palette::{PLATFORM_COLORS, ROLE_COLORS, STAGE_COLORS};
+    use crate::report_model::palette::{BOUNDARY_PART_COLORS, PLATFORM_COLORS, ROLE_COLORS, STAGE_COLORS};
 
     fn figure(kind: FigureKind) -> Figure {
         Figure {
@@ -393,10 +394,23 @@ mod tests {
     #[test]
     fn every_path_stage_has_its_own_colour() {
         let mut seen: Vec<RGBColor> = Vec::new();
-        for stage in vtrace_common::path_stage::NAMES {
+        // The stages, then the boundary's parts that are no stage.
+        let parts = crate::views::boundary::GUEST_PARTS;
+        let names = vtrace_common::path_stage::NAMES.into_iter().chain(
+            parts
+                .into_iter()
+                .filter(|p| !vtrace_common::path_stage::NAMES.contains(p)),
+        );
+        for stage in names {
             let c = color_of(stage);
             assert!(!seen.contains(&c), "{stage} shares a colour");
-            assert!(STAGE_COLORS.iter().any(|(s, _)| *s == stage), "{stage} has a colour");
+            assert!(
+                STAGE_COLORS
+                    .iter()
+                    .chain(&BOUNDARY_PART_COLORS)
+                    .any(|(s, _)| *s == stage),
+                "{stage} has a colour"
+            );
             seen.push(c);
         }
     }
@@ -421,5 +435,18 @@ mod tests {
             .and_then(|h| h.parse().ok())
             .unwrap();
         assert!(height >= legend_height(7), "{height}");
+    }
+
+    /// One bar spans two of the axis's segments; its name is drawn once.
+    #[test]
+    fn a_single_bar_is_named_once() {
+        let out = svg(&figure(FigureKind::StackedBars {
+            categories: vec!["only-vm".into()],
+            series: vec![Series {
+                name: "user".into(),
+                values: vec![3.0],
+            }],
+        }));
+        assert_eq!(out.matches("only-vm").count(), 1, "{out}");
     }
 }

@@ -98,13 +98,33 @@ pub(crate) const STAGE_COLORS: [(&str, RGBColor); vtrace_common::path_stage::COU
     ("guest_tx_notify", RGBColor(0x9e, 0xda, 0xe5)),
 ];
 
+/// The parts of a round trip across the boundary that are no path stage
+/// (views/boundary.rs): the two crossings and the guest's stack between its
+/// poll and its reply, lighter still.
+pub(crate) const BOUNDARY_PART_COLORS: [(&str, RGBColor); 3] = [
+    ("guest_irq", RGBColor(0xc4, 0x9c, 0x94)),
+    ("guest_reply", RGBColor(0xc5, 0xb0, 0xd5)),
+    ("guest_trap", RGBColor(0xf7, 0xb6, 0xd2)),
+];
+
+/// A vCPU thread's time as the host saw it, beside the guest's own states
+/// (layers/guest/summary.rs): in guest mode is the `guest` state's colour.
+pub(crate) const VCPU_COLORS: [(&str, RGBColor); 2] = [
+    ("exits", RGBColor(0x8c, 0x6d, 0x31)),
+    ("not running", RGBColor(0xe7, 0xe7, 0xe7)),
+];
+
 /// The colour of a state, role ("platform/role" too) or platform; any other
 /// name gets a stable one from the palette.
 pub fn color_of(name: &str) -> RGBColor {
-    if let Some((_, c)) = STATE_COLORS.iter().find(|(s, _)| *s == name) {
+    if let Some((_, c)) = STATE_COLORS.iter().chain(&VCPU_COLORS).find(|(s, _)| *s == name) {
         return *c;
     }
-    if let Some((_, c)) = STAGE_COLORS.iter().find(|(s, _)| *s == name) {
+    if let Some((_, c)) = STAGE_COLORS
+        .iter()
+        .chain(&BOUNDARY_PART_COLORS)
+        .find(|(s, _)| *s == name)
+    {
         return *c;
     }
     // "platform/role": by its role, so a role looks the same on every platform.

@@ -27,7 +27,7 @@ use crate::{
         path::{PathPacketRow, packets},
     },
     recording::Recording,
-    report_model::{Section, Table, col, left},
+    report_model::{Figure, FigureKind, Section, Series, Table, col, left},
 };
 
 /// The parts a joined round trip's `guest` part becomes, in order.
@@ -514,8 +514,45 @@ pub fn section(rec: &Recording) -> Option<Section> {
             }
         }
     }
+    if let Some(f) = parts_figure(&boundaries) {
+        s.figure(f);
+    }
     s.json("boundary", &boundaries);
     Some(s)
+}
+
+/// Each guest's mean round trip as one bar, its host and guest parts
+/// stacked in the order a packet meets them: where a trip's time goes on
+/// both sides of the boundary.
+fn parts_figure(boundaries: &[Boundary]) -> Option<Figure> {
+    let joined: Vec<&Boundary> = boundaries.iter().filter(|b| !b.parts.is_empty()).collect();
+    let mut names: Vec<&str> = Vec::new();
+    for (part, _) in joined.iter().flat_map(|b| &b.parts) {
+        if !names.contains(&part.as_str()) {
+            names.push(part);
+        }
+    }
+    if names.is_empty() {
+        return None;
+    }
+    let series = names
+        .iter()
+        .map(|name| Series {
+            name: name.to_string(),
+            values: joined
+                .iter()
+                .map(|b| b.parts.iter().find(|(p, _)| p == name).map_or(0.0, |(_, ns)| ns / 1e3))
+                .collect(),
+        })
+        .collect();
+    Some(Figure {
+        title: "Round trips at the tap across the boundary: host parts, then guest_* inside it (mean)".into(),
+        value_label: "mean time per round trip (us), parts stacked in the packet's order".into(),
+        kind: FigureKind::StackedBars {
+            categories: joined.iter().map(|b| b.guest.clone()).collect(),
+            series,
+        },
+    })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::{GuestLinkRow, clock::ClockMap};
 use crate::{
     layers::cpu::{CpuRow, IntervalRow, ThreadRow},
     recording::Recording,
-    report_model::{Section, Table, col, left, secs},
+    report_model::{Figure, FigureKind, Section, Series, Table, col, left, secs},
 };
 
 #[derive(Serialize)]
@@ -273,7 +273,16 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         }
         if !r.threads.is_empty() {
             let mut t = Table::new(
-                format!("{}: the guest's own threads (s)", r.guest),
+                format!(
+                    "{}: the guest's own threads (s){}",
+                    r.guest,
+                    match r.cpus.as_slice() {
+                        [one] => one
+                            .host_tid
+                            .map_or(String::new(), |t| format!(", inside its one vCPU: host thread {t}")),
+                        _ => String::new(),
+                    }
+                ),
                 vec![
                     left("comm", 16),
                     col("pid", 7),
@@ -315,6 +324,60 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             }
         }
     }
+    if let Some(f) = cpu_figure(&reports) {
+        s.figure(f);
+    }
     s.json("guests", &reports);
     s
+}
+
+/// Each guest CPU as two bars over the guest's window: the host thread that
+/// ran it (in guest mode, handling exits, not running), and inside it the
+/// guest's own account (its states, idle included).
+fn cpu_figure(reports: &[GuestReport]) -> Option<Figure> {
+    let mut categories = Vec::new();
+    let mut bars: Vec<[(&str, u64); 8]> = Vec::new();
+    for r in reports {
+        for c in &r.cpus {
+            let host = c
+                .host_tid
+                .map_or("no host thread found".to_string(), |t| format!("host tid {t}"));
+            categories.push(format!("{} cpu {}: {host}", r.guest, c.cpu));
+            categories.push(format!("{} cpu {}: inside", r.guest, c.cpu));
+            let zero = [("user", 0), ("system", 0), ("softirq", 0), ("hardirq", 0), ("idle", 0)];
+            let host_side = [
+                ("guest", c.host_guest_ns),
+                ("exits", c.host_exits_ns),
+                ("not running", c.host_off_ns),
+            ];
+            let guest_side = [
+                ("user", c.user_ns),
+                ("system", c.system_ns),
+                ("softirq", c.softirq_ns),
+                ("hardirq", c.hardirq_ns),
+                ("idle", c.idle_ns),
+            ];
+            let none = [("guest", 0), ("exits", 0), ("not running", 0)];
+            bars.push(concat(host_side, zero));
+            bars.push(concat(none, guest_side));
+        }
+    }
+    fn concat(a: [(&'static str, u64); 3], b: [(&'static str, u64); 5]) -> [(&'static str, u64); 8] {
+        let mut out = [("", 0); 8];
+        out[..3].copy_from_slice(&a);
+        out[3..].copy_from_slice(&b);
+        out
+    }
+    let first = bars.first()?;
+    let series = (0..first.len())
+        .map(|i| Series {
+            name: first[i].0.to_string(),
+            values: bars.iter().map(|b| b[i].1 as f64 / 1e9).collect(),
+        })
+        .collect();
+    Some(Figure {
+        title: "Each guest CPU: the host thread that ran it, and inside it the guest's own states".into(),
+        value_label: "seconds over the guest's window (guest: the thread in guest mode)".into(),
+        kind: FigureKind::StackedBars { categories, series },
+    })
 }

@@ -192,9 +192,14 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         s.metric("path_stage_count", x.count as f64, "events", &dims);
     }
     // The VMs' stages pooled, without instance ids: what `explain` sets
-    // side by side across recordings (mean = path_sum_ns / path_events).
+    // side by side across recordings (mean = path_sum_ns / path_events). A
+    // guest's own stages have no instance (the guest's recording has no
+    // platform): they are its VM's.
     let mut pooled: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
-    for x in stages.iter().filter(|x| !x.instance.is_empty()) {
+    for x in stages
+        .iter()
+        .filter(|x| !x.instance.is_empty() || x.direction.starts_with("guest"))
+    {
         let e = pooled.entry((x.direction, x.stage.as_str())).or_default();
         e.0 += x.sum_ns;
         e.1 += x.count;
