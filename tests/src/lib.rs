@@ -151,6 +151,39 @@ pub fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// `v[field]` as a number; a missing or non-numeric field fails the test, naming it.
+/// A guest's own recording (its report): the frames its programs saw
+/// eth0 send and receive equal eth0's own counters over the same window,
+/// both ways. The frames sent, and received.
+pub fn assert_guest_eth0_matches_its_counters(inner: &serde_json::Value, label: &str) -> (u64, u64) {
+    let table = |name: &str| inner[name].as_array().cloned().unwrap_or_default();
+    let eth0 = table("device_counters")
+        .into_iter()
+        .find(|d| d["name"] == "eth0")
+        .unwrap_or_else(|| panic!("{label}: the guest's eth0"));
+    let seen = |hop: &str| -> u64 {
+        table("devices")
+            .iter()
+            .filter(|d| d["name"] == "eth0" && d["hop"] == hop)
+            .map(|d| d["packets"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let counted = |field: &str| eth0[field].as_u64().unwrap_or(u64::MAX);
+    eprintln!(
+        "{label} guest eth0: xmit {} (tx_packets {}), receive {} (rx_packets {})",
+        seen("xmit"),
+        counted("tx_packets"),
+        seen("receive"),
+        counted("rx_packets")
+    );
+    assert_eq!(seen("xmit"), counted("tx_packets"), "{label}: frames the guest sent");
+    assert_eq!(
+        seen("receive"),
+        counted("rx_packets"),
+        "{label}: frames the guest received"
+    );
+    (seen("xmit"), seen("receive"))
+}
+
 pub fn num(v: &serde_json::Value, field: &str) -> u64 {
     v[field]
         .as_u64()

@@ -69,8 +69,9 @@ fn script() -> String {
            -- sh -c 'vtrace lab up kata > up.out 2>&1 && {ping_in} && {ping_out}' > start.out 2>&1\n"
     );
     s.push_str(&format!(
-        "step 120 hops.failed 'record every ping hop by hop' vtrace record --platform kata --layers {LAYERS} --events -o hops.vtrace \
-           -- sh -c '{ping_in} && {ping_out}' > hops.out 2>&1\n\
+        "step 120 hops.failed 'record every ping hop by hop' vtrace record --platform kata --layers {LAYERS} --events \
+           --guest auto --guest-layers cpu,net -o hops.vtrace -- sh -c '{ping_in} && {ping_out}; sleep 1' > hops.out 2>&1\n\
+         cp -r hops.vtrace/guests/*-* hops-inner.vtrace\n\
          ip -n vtl-kata -s link > netns-links.out 2>&1\n\
          step 120 down.failed 'down kata' vtrace lab down kata > down.out 2>&1\n\
          cp /var/log/messages syslog.log\n\
@@ -201,7 +202,11 @@ fn run_in_guest(script: &str, out: &Path, timeout: Duration) -> Result<GuestFile
         binaries.push(system_tool(tool)?);
     }
     let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
-    files.extend(vtrace::lab::kata::guest_files(&kata).map_err(|e| format!("making the Kata guest: {e}"))?);
+    // Its guest carries vtrace's agent, as `lab up kata` there makes it.
+    files.extend(
+        vtrace::lab::kata::guest_files(&kata, Some(bin("vtrace").as_path()))
+            .map_err(|e| format!("making the Kata guest: {e}"))?,
+    );
     let rootfs = vtrace::lab::rootfs::ensure().map_err(|e| format!("the lab rootfs: {e}"))?;
     files.push((rootfs.clone(), rootfs));
     files.push((kata, "/vmm/kata".into()));
@@ -659,6 +664,52 @@ fn at_16_kib_get_unikrafts_frames_never_exceed_a_full_frame_and_firecrackers_and
             "{p}: frames to the VM"
         );
     }
+}
+
+/// The sandbox's guest runs `vtrace agent` beside kata-agent (the lab's
+/// guest initrd starts it, on vsock port 1025 where kata-agent has 1024),
+/// and `record --guest auto` finds it by the guest-cid on the command line
+/// of the QEMU Kata's shim started: the guest's recording comes whole, its
+/// clock mapped with every exchange in causal order within the stated
+/// bound, its CPU beside the vCPU thread, kata-agent among its threads, and
+/// its eth0 frames as its programs saw them equal eth0's own counters.
+#[test]
+fn the_sandboxs_guest_is_recorded_by_an_agent_beside_kata_agent() {
+    let g = guest();
+    let r = g.report("hops");
+    let guests = rows(&r, "guests");
+    assert_eq!(guests.len(), 1, "{guests:?}");
+    let guest = &guests[0];
+    let mut shown = guest.clone();
+    shown["threads"] = Value::from(guest["threads"].as_array().map_or(0, |t| t.len()));
+    eprintln!("kata's guest: {shown}");
+    assert_eq!(guest["state"], "complete", "{shown}");
+    assert!(guest["address"].as_str().unwrap().starts_with("cid:"), "{shown}");
+    let clock = &guest["clock"];
+    let exchanges = n(&clock["exchanges"]);
+    assert!(exchanges >= 4, "{clock}");
+    assert_eq!(
+        n(&clock["causal"]),
+        exchanges,
+        "every exchange in causal order: {clock}"
+    );
+    let bound = clock["bound_ns"].as_f64().unwrap();
+    assert!(
+        bound > 0.0 && bound <= n(&clock["min_round_trip_ns"]) as f64 / 2.0 + 1.0,
+        "{clock}"
+    );
+    let cpu = &rows(guest, "cpus")[0];
+    assert!(
+        cpu["host_tid"].is_u64() && n(&cpu["host_guest_ns"]) + n(&cpu["host_exits_ns"]) > 0,
+        "the vCPU thread beside guest CPU 0: {cpu}"
+    );
+    assert!(
+        rows(guest, "threads").iter().any(|t| t["comm"] == "kata-agent"),
+        "kata-agent among the guest's threads"
+    );
+    let inner = g.report("hops-inner");
+    let (sent, _) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, "kata");
+    assert!(sent >= 2 * PINGS as u64, "both pings' frames: {sent}");
 }
 
 /// Every frame through the pod's namespace is followed hop by hop both

@@ -30,8 +30,13 @@ const PINGS: usize = 50;
 /// (examples/src/rt_hog.rs) spinning this long, then sleeping as long,
 /// beside it; a wakeup at a random moment waits busy/4 on average.
 const HOG_BUSY_US: u64 = 2000;
-/// The platform whose guest is recorded too, by the agent the lab starts in it.
+/// The platform whose pings are followed on both sides of the boundary.
 const AGENT_PLATFORM: &str = "qemu-kvm";
+/// The platforms whose guest is recorded too, by the agent the lab starts
+/// in it (every lab Linux guest carries one), and how each is reached:
+/// QEMU's vhost-vsock by context id, Firecracker's hybrid vsock by its
+/// Unix socket.
+const AGENT_PLATFORMS: &[(&str, &str)] = &[("qemu-kvm", "cid:120:"), ("firecracker", "uds:")];
 /// The platforms whose path is followed packet by packet under ping, with
 /// and without the hog: vhost-net, and the VMM's own thread.
 const PING_PLATFORMS: &[&str] = &["qemu-kvm", "qemu-kvm-novhost"];
@@ -122,7 +127,8 @@ fn script() -> String {
     // share (vtrace_tests::run_guest), not under TCG here.
     for (p, addr) in PLATFORMS {
         let mut w = workload(p, addr);
-        if *p == AGENT_PLATFORM {
+        let agent = AGENT_PLATFORMS.iter().any(|(a, _)| a == p);
+        if agent {
             // A quiet second after it: the guest's counters and its stages
             // are read at different moments of its window's end, so they
             // agree only where no frame (the connection's close, late in
@@ -132,20 +138,19 @@ fn script() -> String {
         let fail = format!("{p}.failed");
         // The guest too, through the agent its /init started: its own
         // recording is kept beside the host's for its report.
-        let (agent, guest, inner) = if *p == AGENT_PLATFORM {
+        let (guest, inner) = if agent {
             (
-                "env VTRACE_LAB_AGENT=1 ",
                 " --guest auto",
                 format!(
-                    "cp -r {p}.vtrace/guests/qemu* {p}-inner.vtrace; cp /var/lib/vtrace-lab/run/{p}/console.log {p}-console.log\n"
+                    "cp -r {p}.vtrace/guests/*-* {p}-inner.vtrace; cp /var/lib/vtrace-lab/run/{p}/console.log {p}-console.log\n"
                 ),
             )
         } else {
-            ("", "", String::new())
+            ("", String::new())
         };
         s.push_str(&format!(
             "if once {p}; then\n\
-             if step {LAB_LIMIT} {fail} 'up {p}' {agent}vtrace lab up {p} > up-{p}.out 2>&1; then\n\
+             if step {LAB_LIMIT} {fail} 'up {p}' vtrace lab up {p} > up-{p}.out 2>&1; then\n\
                step {RECORD_LIMIT} {fail} 'record {p}' vtrace record --platform {p}{guest} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1\n\
                {inner}\
              else cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n"
@@ -153,27 +158,26 @@ fn script() -> String {
         if PING_PLATFORMS.contains(p) {
             // Pings followed through the path, then the same with the
             // serving thread's wakeups delayed (the vCPU raised above the hog).
+            // With the agent, the pings are followed on both sides of the
+            // boundary too: the guest records only its path layer, since
+            // what it does costs the one CPU of this level the VM's other
+            // threads need (a busier vCPU thread delays the vhost worker's
+            // wake-up, tx_kick, by milliseconds here).
             let ping = format!("ping -c {PINGS} -i 0.05 {addr}");
             let record = format!("vtrace record --platform {p} --layers cpu,net,path --events");
+            let both_sides = if *p == AGENT_PLATFORM {
+                " --guest auto --guest-layers path"
+            } else {
+                ""
+            };
             s.push_str(&format!(
-                "step {RECORD_LIMIT} {fail} 'record {p} pings' {record} -o {p}-ping.vtrace -- {ping} > {p}-ping.out 2>&1\n\
+                "step {RECORD_LIMIT} {fail} 'record {p} pings' {record}{both_sides} -o {p}-ping.vtrace -- {ping} > {p}-ping.out 2>&1\n\
                  step {REPORT_LIMIT} {fail} 'packets {p}' vtrace report {p}-ping.vtrace --format csv --table path_packets > {p}-ping.csv\n\
                  step {RECORD_LIMIT} {fail} 'record {p} pings with a hog' {record} -o {p}-hog.vtrace -- sh -c \"rt-hog --busy-us {HOG_BUSY_US} --idle-us {HOG_BUSY_US} \
                    --seconds 600 --raise 'CPU ' > {p}-hog.log 2>&1 & h=\\$!; sleep 0.2; {ping}; kill \\$h\" > {p}-hog.out 2>&1\n\
                  step {REPORT_LIMIT} {fail} 'explain {p}' vtrace explain {p}-ping.vtrace {p}-hog.vtrace --format json -o {p}-explain.json\n\
                  step {REPORT_LIMIT} {fail} 'text explain {p}' vtrace explain {p}-ping.vtrace {p}-hog.vtrace > {p}-explain.txt 2>&1\n"
             ));
-            // With the agent, the same pings on both sides of the boundary,
-            // in a recording of their own: the guest records only its path
-            // layer, since what it does costs the one CPU of this level the
-            // VM's other threads need (a busier vCPU thread delays the
-            // vhost worker's wake-up, tx_kick, by milliseconds here).
-            if *p == AGENT_PLATFORM {
-                s.push_str(&format!(
-                    "step {RECORD_LIMIT} {fail} 'record {p} pings on both sides' vtrace record --platform {p} --layers cpu,path --events \
-                       --guest auto --guest-layers path -o {p}-boundary.vtrace -- {ping} > {p}-boundary.out 2>&1\n"
-                ));
-            }
         }
         s.push_str(&format!(
             "step {LAB_LIMIT} {fail} 'down {p}' vtrace lab down {p} >> up-{p}.out 2>&1\nfinished {p}; fi\n"
@@ -255,10 +259,28 @@ fn boot() -> Result<Guest, String> {
         Duration::from_secs(840),
     )?;
     let mut out_files = run.out;
-    // The pings on both sides as Perfetto opens them.
-    let both = format!("{AGENT_PLATFORM}-boundary");
+    // The pings on both sides as Perfetto opens them, and as the HTML draws them.
+    let both = format!("{AGENT_PLATFORM}-ping");
     let from = out.0.join(format!("{both}.vtrace"));
     vtrace_tests::draw_report(&out.0, &mut out_files, &both, &from, "trace");
+    vtrace_tests::draw_report(&out.0, &mut out_files, &both, &from, "html");
+    // Both sides' stages ranked together: the redis recording against the
+    // pings, each with its guest.
+    let o = vtrace_tests::vtrace(&[
+        "explain",
+        out.0.join(format!("{AGENT_PLATFORM}.vtrace")).to_str().unwrap(),
+        from.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    out_files.files.insert(
+        "explain-guests.json".into(),
+        if o.status.success() {
+            String::from_utf8_lossy(&o.stdout).into_owned()
+        } else {
+            vtrace_tests::stderr(&o)
+        },
+    );
     Ok(Guest {
         out: out_files,
         wall: run.wall,
@@ -730,10 +752,54 @@ fn a_delay_put_into_the_serving_threads_wakeups_is_ranked_first_by_explain() {
         // rx_tap_queue it starts may or may not grow.)
         let first = &path[0];
         assert_eq!(first["stage"], "tx_kick", "{p}: {first}");
+        // The hog's recording has no guest (its raised vCPU, busy with
+        // the agent's start-up, starved this level's one CPU until the
+        // level froze): the guest's stages are named, not ranked.
+        if *p == AGENT_PLATFORM {
+            assert!(
+                path.iter().all(|x| !x["dir"].as_str().unwrap().starts_with("guest")),
+                "{p}: {path:?}"
+            );
+            assert!(
+                g.text(&format!("{p}-explain.txt"))
+                    .contains("only A recorded its guests'"),
+                "{p}"
+            );
+        }
         let grew = first["diff_ns"].as_f64().unwrap();
         eprintln!("{p}: tx_kick grew {grew:.0} ns");
         assert!(grew >= (HOG_BUSY_US * 1000 / 4 / 2) as f64, "{p}: {first}");
     }
+}
+
+/// Both sides' stages in one ranking: qemu-kvm's redis recording against
+/// its pings, each with its guest's path layer (explained on the host,
+/// from the recordings the guest left).
+#[test]
+fn explain_ranks_the_guests_stages_beside_the_hosts() {
+    let g = guest();
+    let text = g.text("explain-guests.json");
+    let e: Value = serde_json::from_str(text).unwrap_or_else(|_| panic!("{text}"));
+    let path = e["explain"]["path"].as_array().unwrap();
+    eprintln!("{path:?}");
+    let guest: Vec<&Value> = path
+        .iter()
+        .filter(|x| x["dir"].as_str().unwrap().starts_with("guest"))
+        .collect();
+    let names: Vec<&str> = guest.iter().map(|x| x["stage"].as_str().unwrap()).collect();
+    for stage in ["guest_rx_poll", "guest_rx_stack", "guest_tx_kick", "guest_tx_notify"] {
+        assert!(names.contains(&stage), "{stage} ranked: {path:?}");
+    }
+    for x in &guest {
+        assert!(
+            x["a_ns"].as_f64().unwrap() > 0.0 && x["b_ns"].as_f64().unwrap() > 0.0,
+            "{x}"
+        );
+    }
+    // One ranking: sorted by the size of the difference, both sides mixed.
+    let diffs: Vec<f64> = path.iter().map(|x| x["diff_ns"].as_f64().unwrap().abs()).collect();
+    assert!(diffs.windows(2).all(|w| w[0] >= w[1]), "{diffs:?}");
+    assert!(path.iter().any(|x| x["dir"] == "tx"), "the host's stages too");
 }
 
 /// qemu-kvm's pings recorded with its guest (`--guest auto --events`, the
@@ -746,13 +812,11 @@ fn a_delay_put_into_the_serving_threads_wakeups_is_ranked_first_by_explain() {
 #[test]
 fn each_ping_is_followed_across_the_boundary_with_no_residual() {
     let g = guest();
-    let r = g.report(&format!("{AGENT_PLATFORM}-boundary"));
-    let b = rows(&r, "boundary").first().cloned().unwrap_or_else(|| {
-        panic!(
-            "no boundary section: {}",
-            g.text(&format!("{AGENT_PLATFORM}-boundary.out"))
-        )
-    });
+    let r = g.report(&format!("{AGENT_PLATFORM}-ping"));
+    let b = rows(&r, "boundary")
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("no boundary section: {}", g.text(&format!("{AGENT_PLATFORM}-ping.out"))));
     let mut shown = b.clone();
     shown["round_trips"] = Value::from(b["round_trips"].as_array().map_or(0, |t| t.len()));
     eprintln!("{AGENT_PLATFORM} across the boundary: {shown}");
@@ -789,14 +853,31 @@ fn each_ping_is_followed_across_the_boundary_with_no_residual() {
         assert_eq!(sum, n(&trip["total_ns"]), "parts sum to the trip: {trip}");
         totals.push(n(&trip["total_ns"]) as f64);
     }
-    let rtts = vtrace::workload::ops::ping_rtts_ms(g.text(&format!("{AGENT_PLATFORM}-boundary.out")));
+    let rtts = vtrace::workload::ops::ping_rtts_ms(g.text(&format!("{AGENT_PLATFORM}-ping.out")));
     let (trip_p50, ping_p50) = (median(totals), median(rtts) * 1e6);
     eprintln!("joined round trips p50 {trip_p50} ns, ping's own p50 {ping_p50} ns");
     assert!(trip_p50 > 0.0 && trip_p50 <= ping_p50);
 
     // Perfetto: the guest's track right under its VM's vCPU track, on the
     // host's timeline; each joined trip a span its parts fill in order.
-    let trace: Value = serde_json::from_str(g.text(&format!("{AGENT_PLATFORM}-boundary.trace"))).unwrap();
+    // The HTML draws the trip's parts on both sides, each in its colour.
+    let html = g.text(&format!("{AGENT_PLATFORM}-ping.html"));
+    let section = html
+        .split("<section id=\"boundary\"")
+        .nth(1)
+        .and_then(|s| s.split("</section>").next())
+        .expect("the HTML's boundary section");
+    let figure = section.split("<svg").nth(1).expect("a figure of the boundary's parts");
+    let parts = b["parts"].as_array().unwrap();
+    assert!(!parts.is_empty(), "{shown}");
+    for part in parts {
+        let part = part[0].as_str().unwrap();
+        assert!(
+            figure.split(['<', '>']).any(|text| text.trim() == part),
+            "{part} in the figure"
+        );
+    }
+    let trace: Value = serde_json::from_str(g.text(&format!("{AGENT_PLATFORM}-ping.trace"))).unwrap();
     let events = trace["traceEvents"].as_array().unwrap();
     let meta = |name: &str| -> Vec<(u64, Value)> {
         events
@@ -850,34 +931,38 @@ fn each_ping_is_followed_across_the_boundary_with_no_residual() {
     }
 }
 
-/// The lab's QEMU guest, brought up with VTRACE_LAB_AGENT=1, runs `vtrace
-/// agent` (its /init, from the share the lab gives it), which `record --guest auto` finds by its guest-cid and
+/// The lab's QEMU guest runs `vtrace agent` (its /init, from the share the
+/// lab gives it), which `record --guest auto` finds by its guest-cid and
 /// reaches over vsock: the guest's recording comes whole, its clock is
 /// mapped onto the host's with every exchange in causal order within the
 /// stated bound, its CPU sits beside the host's vCPU thread, and its eth0
 /// frames as its programs saw them equal eth0's own counters.
 #[test]
 fn the_qemu_guests_agent_is_reached_over_vsock_and_its_clock_is_mapped_within_a_stated_bound() {
+    check_agent("qemu-kvm");
+}
+
+/// The same for Firecracker, whose guest's agent comes in its initramfs and
+/// is reached through Firecracker's hybrid vsock: the Unix socket its
+/// configuration names, `CONNECT 1025`.
+#[test]
+fn the_firecracker_guests_agent_is_reached_over_its_hybrid_vsock_and_its_clock_is_mapped() {
+    check_agent("firecracker");
+}
+
+fn check_agent(platform: &str) {
     let g = guest();
-    let r = g.report(AGENT_PLATFORM);
+    let (_, reached_by) = AGENT_PLATFORMS.iter().find(|(p, _)| *p == platform).unwrap();
+    let r = g.report(platform);
+    let console = || g.out.files.get(&format!("{platform}-console.log")).map_or("", |s| s);
     let guests = rows(&r, "guests");
-    assert_eq!(
-        guests.len(),
-        1,
-        "{guests:?}\n{}",
-        g.out.files.get("qemu-kvm-console.log").map_or("", |s| s)
-    );
+    assert_eq!(guests.len(), 1, "{guests:?}\n{}", console());
     let guest = &guests[0];
     let mut shown = guest.clone();
     shown["threads"] = Value::from(guest["threads"].as_array().map_or(0, |t| t.len()));
-    eprintln!("{AGENT_PLATFORM}'s guest: {shown}");
-    assert_eq!(
-        guest["state"],
-        "complete",
-        "{shown}\n{}",
-        g.out.files.get("qemu-kvm-console.log").map_or("", |s| s)
-    );
-    assert!(guest["address"].as_str().unwrap().starts_with("cid:120:"), "{shown}");
+    eprintln!("{platform}'s guest: {shown}");
+    assert_eq!(guest["state"], "complete", "{shown}\n{}", console());
+    assert!(guest["address"].as_str().unwrap().starts_with(reached_by), "{shown}");
     let clock = &guest["clock"];
     let exchanges = n(&clock["exchanges"]);
     let bound = clock["bound_ns"].as_f64().unwrap();
@@ -901,28 +986,13 @@ fn the_qemu_guests_agent_is_reached_over_vsock_and_its_clock_is_mapped_within_a_
         "the guest's redis-server among its threads"
     );
     // The guest's own recording, reported on its own.
-    let inner = g.report(&format!("{AGENT_PLATFORM}-inner"));
+    let inner = g.report(&format!("{platform}-inner"));
+    let (sent, received) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, platform);
+    assert!(sent > 0 && received > 0);
     let eth0 = rows(&inner, "device_counters")
         .iter()
         .find(|d| d["name"] == "eth0")
         .expect("the guest's eth0");
-    let seen = |hop: &str| -> u64 {
-        rows(&inner, "devices")
-            .iter()
-            .filter(|d| d["name"] == "eth0" && d["hop"] == hop)
-            .map(|d| n(&d["packets"]))
-            .sum()
-    };
-    eprintln!(
-        "guest eth0: xmit {} (tx_packets {}), receive {} (rx_packets {})",
-        seen("xmit"),
-        eth0["tx_packets"],
-        seen("receive"),
-        eth0["rx_packets"]
-    );
-    assert_eq!(seen("xmit"), n(&eth0["tx_packets"]), "frames the guest sent");
-    assert_eq!(seen("receive"), n(&eth0["rx_packets"]), "frames the guest received");
-    assert!(seen("xmit") > 0 && seen("receive") > 0);
     // virtio-net's side of the path, timed in the guest: every frame its
     // polls received, and every frame announced by a kick or handed over
     // without one, against the same counters.

@@ -74,21 +74,40 @@ fn is_bare_build(dir: &Path) -> bool {
     dir.join("kata-agent").is_file() && dir.join("configuration-qemu.toml").is_file()
 }
 
+/// What marks a vtrace binary the guest carries: its GNU build id (a copy
+/// keeps it where it loses the file's time), else its size.
+fn build_id(exe: &Path) -> String {
+    use object::Object;
+    let data = fs::read(exe).unwrap_or_default();
+    match object::File::parse(&*data)
+        .ok()
+        .and_then(|f| f.build_id().ok().flatten().map(<[u8]>::to_vec))
+    {
+        Some(id) => id.iter().map(|b| format!("{b:02x}")).collect(),
+        None => format!("size {}", data.len()),
+    }
+}
+
 /// The guest initrd for a bare build: busybox, kata-agent with its
 /// libraries and [`GUEST_MODULES`] of the lab's kernel; /init loads them,
 /// sends its output to the console the shim reads (/dev/hvc0) and execs
-/// the agent as PID 1. Made once per agent (its size and time mark it).
-pub fn guest_initrd(kata_dir: &Path) -> Result<PathBuf> {
+/// the agent as PID 1. With `vtrace` (the lab's Linux guests carry it by
+/// default: vms::agent_binary) it also starts `vtrace agent` on vsock port
+/// 1025, beside kata-agent's 1024, once kata-agent has mounted /proc and
+/// /sys. Made once per pair of agents (kata-agent's size and time and
+/// vtrace's build id mark it).
+pub fn guest_initrd(kata_dir: &Path, vtrace: Option<&Path>) -> Result<PathBuf> {
     let agent = kata_dir.join("kata-agent");
     let meta = fs::metadata(&agent).map_err(crate::error::io(format!("read {}", agent.display())))?;
     // Whole seconds: a copy through cpio (one level down) keeps no more.
     let stamp = format!(
-        "{INITRD_VERSION} {} {}",
+        "{INITRD_VERSION} {} {} {}",
         meta.len(),
         meta.modified()
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_secs())
+            .map_or(0, |d| d.as_secs()),
+        vtrace.map_or("no vtrace".into(), build_id)
     );
     let out = dir().join("kata-initrd.cpio");
     let marker = dir().join("kata-initrd.version");
@@ -102,13 +121,18 @@ pub fn guest_initrd(kata_dir: &Path) -> Result<PathBuf> {
         fs::create_dir_all(tree.join(d)).map_err(crate::error::io(format!("create {d}")))?;
     }
     let busybox = rootfs::find("busybox")?;
-    for (bin, dest) in [(&busybox, "bin/busybox"), (&agent, "usr/bin/kata-agent")] {
+    let mut binaries = vec![
+        (busybox.as_path(), "bin/busybox"),
+        (agent.as_path(), "usr/bin/kata-agent"),
+    ];
+    binaries.extend(vtrace.map(|v| (v, "usr/bin/vtrace")));
+    for (bin, dest) in binaries {
         fs::copy(bin, tree.join(dest)).map_err(crate::error::io(format!("copy {}", bin.display())))?;
         for lib in rootfs::libraries(bin) {
             rootfs::copy_into(&tree, &lib)?;
         }
     }
-    for applet in ["sh", "insmod", "mount", "umount", "cat"] {
+    for applet in ["sh", "insmod", "mount", "umount", "cat", "sleep"] {
         std::os::unix::fs::symlink("busybox", tree.join("bin").join(applet))
             .map_err(crate::error::io(format!("link {applet}")))?;
     }
@@ -117,7 +141,13 @@ pub fn guest_initrd(kata_dir: &Path) -> Result<PathBuf> {
     let init = format!(
         "#!/bin/sh\nmount -t proc proc /proc\n{insmods}umount /proc\n\
          mount -t devtmpfs dev /dev 2>/dev/null; [ -c /dev/hvc0 ] && exec >/dev/hvc0 2>&1\n\
-         echo 'init: modules loaded, starting kata-agent'\nexec /usr/bin/kata-agent\n"
+         {vtrace_agent}echo 'init: modules loaded, starting kata-agent'\nexec /usr/bin/kata-agent\n",
+        vtrace_agent = if vtrace.is_some() {
+            "(while [ ! -d /sys/kernel/tracing ]; do sleep 1; done; mount -t tracefs tracefs /sys/kernel/tracing; \
+             exec /usr/bin/vtrace agent --dir /tmp/vtrace-agent) &\n"
+        } else {
+            ""
+        }
     );
     let init_path = tree.join("init");
     fs::write(&init_path, init).map_err(crate::error::io("write init"))?;
@@ -130,9 +160,10 @@ pub fn guest_initrd(kata_dir: &Path) -> Result<PathBuf> {
 }
 
 /// What a bare build needs copied to run one level down: the guest initrd
+/// (carrying `vtrace` as its agent, the binary that will run `lab up` there)
 /// and its marker, at the same paths (made here, where `ldd` is).
-pub fn guest_files(kata_dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
-    let initrd = guest_initrd(kata_dir)?;
+pub fn guest_files(kata_dir: &Path, vtrace: Option<&Path>) -> Result<Vec<(PathBuf, PathBuf)>> {
+    let initrd = guest_initrd(kata_dir, vtrace)?;
     let marker = initrd.with_file_name("kata-initrd.version");
     Ok([initrd, marker].into_iter().map(|p| (p.clone(), p)).collect())
 }
@@ -142,7 +173,7 @@ pub fn guest_files(kata_dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
 /// off in the guest.
 fn bare_config(kata_dir: &Path, run: &Path) -> Result<PathBuf> {
     let (vmlinuz, _) = linuxvm::kernel()?;
-    let initrd = guest_initrd(kata_dir)?;
+    let initrd = guest_initrd(kata_dir, super::vms::agent_binary().ok().as_deref())?;
     let virtiofsd = [kata_dir.join("virtiofsd"), PathBuf::from("/usr/libexec/virtiofsd")]
         .into_iter()
         .find(|p| p.is_file())

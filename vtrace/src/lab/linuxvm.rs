@@ -29,11 +29,12 @@ pub const TAP: &str = "vtl-vm0";
 pub(super) const LINUX_GUEST_PORTS: &[u16] = &[6379, 5201, HTTP_PORT];
 /// What the Linux guests run (with their shared libraries).
 const GUEST_BINARIES: &[&str] = &["busybox", "redis-server", "iperf3"];
-/// The 9p share that carries vtrace into a lab VM, where /init starts
-/// `vtrace agent` from it (vsock port 1025) when the VM has the share.
+/// The 9p share that carries vtrace into a QEMU lab VM as /agent, where
+/// /init starts `vtrace agent` from it (vsock port 1025); a Firecracker VM's
+/// initramfs carries it there instead ([`initramfs_with_agent`]).
 pub(super) const AGENT_TAG: &str = "vtrace";
 /// Bumped when the initramfs contents change.
-const INITRD_VERSION: &str = "6";
+const INITRD_VERSION: &str = "7";
 
 fn dir() -> PathBuf {
     Path::new(DATA_DIR).join("linuxvm")
@@ -186,7 +187,8 @@ pub(super) fn initramfs_path() -> PathBuf {
 /// vtrace's), the virtio network modules (PCI and MMIO transports), vsock
 /// and 9p, and an /init that serves redis, iperf3 and HTTP (busybox httpd)
 /// on the address of its kernel command line ([`address_arg`]) and, where
-/// the VM shares vtrace with it ([`AGENT_TAG`]), runs `vtrace agent`.
+/// the VM carries vtrace as /agent (shared as [`AGENT_TAG`], or in the
+/// initramfs), runs `vtrace agent`.
 pub(super) fn initramfs() -> Result<PathBuf> {
     let out = initramfs_path();
     let marker = dir().join("initrd.version");
@@ -235,8 +237,8 @@ pub(super) fn initramfs() -> Result<PathBuf> {
          mkdir -p /www\necho 'It works!' > /www/index.html\nhttpd -p {http} -h /www\n\
          redis-server --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no --daemonize yes\n\
          mount -t tracefs tracefs /sys/kernel/tracing\nmkdir -p /agent\n\
-         if mount -t 9p -o trans=virtio,version=9p2000.L,ro {tag} /agent 2>/dev/null; then\n\
-           /agent/vtrace agent --dir /tmp/vtrace-agent > /dev/console 2>&1 &\nfi\n\
+         mount -t 9p -o trans=virtio,version=9p2000.L,ro {tag} /agent 2>/dev/null\n\
+         if [ -x /agent/vtrace ]; then /agent/vtrace agent --dir /tmp/vtrace-agent > /dev/console 2>&1 & fi\n\
          echo vtrace-linuxvm-ready\nexec sleep 2147483647\n",
         http = HTTP_PORT,
         tag = AGENT_TAG
@@ -249,6 +251,35 @@ pub(super) fn initramfs() -> Result<PathBuf> {
     let _ = fs::remove_dir_all(&tree);
     fs::write(&marker, INITRD_VERSION).map_err(crate::error::io("write initrd marker"))?;
     Ok(out)
+}
+
+/// `base` with vtrace's binary `exe` appended as /agent/vtrace, at `out`: a
+/// second, uncompressed cpio archive after the gzipped one, which the
+/// kernel unpacks over the first (it must start 4-byte aligned; the zeros
+/// before it are skipped). Uncompressed, since inflating tens of MB under
+/// nested TCG takes many seconds where copying them takes few.
+pub(super) fn initramfs_with_agent(base: &Path, exe: &Path, out: &Path) -> Result<()> {
+    use std::io::Write;
+    let tree = out.with_extension("tree");
+    let _ = fs::remove_dir_all(&tree);
+    fs::create_dir_all(tree.join("agent")).map_err(crate::error::io("create the agent's tree"))?;
+    let inside = tree.join("agent").join("vtrace");
+    if fs::hard_link(exe, &inside).is_err() {
+        fs::copy(exe, &inside).map_err(crate::error::io(format!("copy {}", exe.display())))?;
+    }
+    let archive = out.with_extension("cpio");
+    pack(&tree, &archive, false)?;
+    let _ = fs::remove_dir_all(&tree);
+    let append = || -> std::io::Result<()> {
+        let mut w = std::io::BufWriter::new(fs::File::create(out)?);
+        let first = std::io::copy(&mut fs::File::open(base)?, &mut w)?;
+        w.write_all(&vec![0u8; ((4 - first % 4) % 4) as usize])?;
+        std::io::copy(&mut fs::File::open(&archive)?, &mut w)?;
+        w.flush()
+    };
+    let done = append().map_err(crate::error::io(format!("write {}", out.display())));
+    let _ = fs::remove_file(&archive);
+    done
 }
 
 /// The kernel as an ELF vmlinux (what Firecracker loads), unpacked once from

@@ -29,7 +29,8 @@ use crate::{Error, Result};
 
 /// Names the Firecracker binary when it is not `firecracker` on PATH.
 pub const FIRECRACKER_ENV: &str = "VTRACE_FIRECRACKER";
-/// `1`: the lab's QEMU Linux guests carry `vtrace agent` (agent_devices).
+/// `0`: the lab's Linux guests go without `vtrace agent` (they carry it by
+/// default: [`agent_binary`]).
 pub const AGENT_ENV: &str = "VTRACE_LAB_AGENT";
 /// Names the Unikraft image the unikraft platforms boot.
 pub const UNIKRAFT_IMAGE_ENV: &str = "VTRACE_UNIKRAFT_IMAGE";
@@ -229,7 +230,7 @@ impl Runtime for QemuKvm {
             .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
             .arg("-nodefaults");
         let agent = match self.guest {
-            Guest::Linux => agent_devices(&mut qemu, &guest_addr),
+            Guest::Linux => Some(agent_devices(&mut qemu, &guest_addr)),
             Guest::Unikraft => None,
         };
         start_daemon(qemu, &run, ledger).map_err(|why| unavailable(p.name, why))?;
@@ -275,9 +276,23 @@ impl Runtime for Firecracker {
         let initrd = linuxvm::initramfs()?;
         net::tap(ledger, p, self.tap, None)?;
         let run = run_dir(ledger, p.name)?;
+        // Firecracker has no shared folder: the agent rides in the
+        // initramfs, and its vsock is Firecracker's own (hybrid: the host
+        // end a Unix socket, `record --guest auto` finds it in the config).
+        let (initrd, memory, agent) = match agent_binary() {
+            Ok(exe) => {
+                let with_agent = run.join("initrd-agent");
+                linuxvm::initramfs_with_agent(&initrd, &exe, &with_agent)?;
+                let uds = run.join("vsock.sock");
+                let note = format!("vtrace agent on vsock port {AGENT_PORT} (host end {})", uds.display());
+                // Room for the unpacked binary beside the guest's own.
+                (with_agent, 512, Ok((uds, note)))
+            }
+            Err(why) => (initrd, 256, Err(why)),
+        };
         // Its virtio-mmio devices are declared in ACPI; `pci=off` spares the
         // guest a bus scan that finds nothing.
-        let config = serde_json::json!({
+        let mut config = serde_json::json!({
             "boot-source": {
                 "kernel_image_path": vmlinux,
                 "initrd_path": initrd,
@@ -287,9 +302,12 @@ impl Runtime for Firecracker {
                 ),
             },
             "drives": [],
-            "machine-config": { "vcpu_count": 1, "mem_size_mib": 256 },
+            "machine-config": { "vcpu_count": 1, "mem_size_mib": memory },
             "network-interfaces": [{ "iface_id": "eth0", "host_dev_name": self.tap }],
         });
+        if let Ok((uds, _)) = &agent {
+            config["vsock"] = serde_json::json!({ "guest_cid": 3, "uds_path": uds });
+        }
         let config_path = run.join("config.json");
         fs::write(&config_path, config.to_string()).map_err(crate::error::io("write firecracker config"))?;
         let console = fs::File::create(run.join("console.log")).map_err(crate::error::io("create console log"))?;
@@ -309,9 +327,10 @@ impl Runtime for Firecracker {
             comm: "firecracker".into(),
         })?;
         ledger.note = format!(
-            "Firecracker ({}), virtio-net (mmio) on tap {}, served by the VMM's thread; Linux guest",
+            "Firecracker ({}), virtio-net (mmio) on tap {}, served by the VMM's thread; Linux guest; {}",
             binary.display(),
-            self.tap
+            self.tap,
+            agent.map_or_else(|why| why, |(_, note)| note)
         );
         Ok(())
     }
@@ -327,23 +346,38 @@ impl Runtime for Firecracker {
     }
 }
 
-/// A Linux guest's vsock device and the share that carries vtrace into it
-/// (its /init starts `vtrace agent`: `record --guest auto` finds it by the
+/// The vtrace binary a lab Linux guest runs as its agent (this one), or
+/// why it goes without: [`AGENT_ENV`]`=0` (one level down the agent's
+/// start-up, its binary paged in under nested TCG, costs every boot).
+pub(super) fn agent_binary() -> std::result::Result<PathBuf, String> {
+    if std::env::var_os(AGENT_ENV).is_some_and(|v| v == "0") {
+        return Err(format!("no agent ({AGENT_ENV}=0)"));
+    }
+    std::env::current_exe().map_err(|e| format!("no agent: vtrace's own binary not found ({e})"))
+}
+
+/// The vsock port the lab's agents listen on (the agent's default).
+const AGENT_PORT: u32 = 1025;
+
+/// A QEMU Linux guest's vsock device and the share that carries vtrace into
+/// it (its /init starts `vtrace agent`: `record --guest auto` finds it by the
 /// guest-cid): its context id is 100 + the third part of its address, one
-/// per lab platform. Only with `VTRACE_LAB_AGENT=1`: one level down the
-/// agent's start-up (its binary paged in over 9p under nested TCG) costs
-/// every boot, and QEMU's main loop serves the share beside a
-/// vhost-less VM's network queues. What it did, in words.
-fn agent_devices(qemu: &mut Command, guest_addr: &str) -> Option<String> {
-    if std::env::var_os(AGENT_ENV).is_none_or(|v| v != "1") {
-        return Some(format!("no agent ({AGENT_ENV}=1 gives it one)"));
-    }
+/// per lab platform. What it did, in words.
+fn agent_devices(qemu: &mut Command, guest_addr: &str) -> String {
+    let exe = match agent_binary() {
+        Ok(exe) => exe,
+        Err(why) => return why,
+    };
     if !Path::new("/dev/vhost-vsock").exists() {
-        return Some("no vsock here (no /dev/vhost-vsock): no agent".into());
+        return "no agent: no vsock here (no /dev/vhost-vsock; modprobe vhost_vsock)".into();
     }
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    let cid = 100 + guest_addr.split('.').nth(2)?.parse::<u32>().ok()?;
+    let (Some(dir), Some(cid)) = (
+        exe.parent(),
+        guest_addr.split('.').nth(2).and_then(|n| n.parse::<u32>().ok()),
+    ) else {
+        return format!("no agent: no context id from the address {guest_addr}");
+    };
+    let cid = 100 + cid;
     qemu.args(["-device", &format!("vhost-vsock-pci,guest-cid={cid},romfile=")])
         .args([
             "-virtfs",
@@ -353,10 +387,10 @@ fn agent_devices(qemu: &mut Command, guest_addr: &str) -> Option<String> {
                 linuxvm::AGENT_TAG
             ),
         ]);
-    Some(format!(
-        "vtrace agent on vsock cid {cid} port 1025 (from {})",
+    format!(
+        "vtrace agent on vsock cid {cid} port {AGENT_PORT} (from {})",
         dir.display()
-    ))
+    )
 }
 
 #[cfg(test)]
