@@ -133,6 +133,36 @@ fn the_guests_recording_comes_whole_on_one_clock_and_its_threads_match_their_sch
     // The guest's own recording holds the workload's threads, each within
     // 2 % of its own schedstat.
     assert_threads_match_schedstat(guest, &truth, "guest");
+    // The guest's CPU by part (what `bench --guest` sets per request): each
+    // of the workload's programs, its states summed, within 2 % of its
+    // threads' own schedstat.
+    let truth_json: Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
+    let mut by_part: std::collections::BTreeMap<String, u64> = Default::default();
+    for t in truth_json["threads"].as_array().unwrap() {
+        let comm = guest["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["tid"] == t["tid"])
+            .and_then(|x| x["comm"].as_str())
+            .unwrap_or_else(|| panic!("thread {t} in the guest's table"));
+        *by_part.entry(comm.split('/').next().unwrap().to_string()).or_default() += t["schedstat_ns"].as_u64().unwrap();
+    }
+    for (part, expected) in by_part {
+        let got: f64 = report["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["key"] == "guest_cpu_ns" && m["dims"]["part"] == part.as_str())
+            .map(|m| m["value"].as_f64().unwrap())
+            .sum();
+        let err = (got - expected as f64).abs() / expected as f64;
+        eprintln!(
+            "guest part {part}: vtrace {got} ns, schedstat {expected} ns ({:.2} %)",
+            err * 100.0
+        );
+        assert!(err <= 0.02, "part {part}: {got} ns vs schedstat {expected} ns");
+    }
     let clock = &guest["clock"];
     let (offset, bound) = (
         clock["offset_ns"].as_f64().unwrap(),

@@ -86,6 +86,24 @@ pub fn workload_section(w: &dyn WorkloadSection, m: &Matrix, cells: &[&CellSumma
         ],
     );
 
+    // Inside the guests (`--guest auto`): what the vCPU's time above was.
+    if cells.iter().any(|c| !c.guest_cpu_ns_per_op.is_empty()) {
+        per_role_figures(
+            &mut s,
+            cells,
+            |c| &c.guest_cpu_ns_per_op,
+            &amount,
+            [
+                format!(
+                    "CPU ns per {unit} inside the guests, by program and state (their agents' own left out; \
+                     as the guests' clocks ran: the time their vCPUs were not running counts too)"
+                ),
+                format!("CPU time per {unit} inside the guests by platform, program and state"),
+                format!("guest CPU µs per {unit}"),
+            ],
+        );
+    }
+
     // Packets per hop.
     let mut t = Table::new(
         format!("Packets per {unit} and their mean size, per device and hop"),

@@ -74,6 +74,10 @@ pub struct CellSummary {
     /// Run-queue wait per operation by role (ns; the run-queue layer's,
     /// stressors and vtrace left out), largest first; empty without it.
     pub runq_ns_per_op: Vec<(String, f64)>,
+    /// CPU ns per operation inside the guests (`bench --guest auto`), by
+    /// part (a program's threads, or interrupts while idle) and state,
+    /// largest first, the rest as `other`: where the vCPU's time went.
+    pub guest_cpu_ns_per_op: Vec<(String, f64)>,
     /// The data path's stages (the path layer's, when recorded): mean µs
     /// of each, the instance's processes pooled, in path order.
     pub path_stage_mean_us: Vec<(String, f64)>,
@@ -132,6 +136,34 @@ fn path_stages(subject: &Subject) -> Vec<(String, f64)> {
             (events > 0.0).then(|| (stage.to_string(), total("path_sum_ns") / events / 1e3))
         })
         .collect()
+}
+
+/// Guest parts shown per cell; the rest are summed as `other`.
+const GUEST_PARTS_SHOWN: usize = 7;
+
+/// The guests' CPU per operation by part and state (every guest of the
+/// cell's runs together), largest first.
+fn guest_parts(subject: &Subject) -> Vec<(String, f64)> {
+    let mut parts: Vec<(String, f64)> = Vec::new();
+    for ((key, dims), v) in &subject.metrics {
+        if key != "guest_cpu_ns" {
+            continue;
+        }
+        let dim = |name: &str| dims.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str());
+        let name = format!("{} {}", dim("part"), dim("state"));
+        let ns = v.per_op.unwrap_or(0.0);
+        match parts.iter_mut().find(|(p, _)| *p == name) {
+            Some(e) => e.1 += ns,
+            None => parts.push((name, ns)),
+        }
+    }
+    parts.retain(|(_, ns)| *ns > 0.0);
+    parts.sort_by(|a, b| b.1.total_cmp(&a.1));
+    if parts.len() > GUEST_PARTS_SHOWN {
+        let other: f64 = parts.drain(GUEST_PARTS_SHOWN..).map(|(_, ns)| ns).sum();
+        parts.push(("other".into(), other));
+    }
+    parts
 }
 
 /// Reads every cell of the bench under `root`.
@@ -240,6 +272,7 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
         hops,
         rtt_us: None,
         runq_ns_per_op: by_role("runq_delay_ns"),
+        guest_cpu_ns_per_op: guest_parts(&subject),
         path_stage_mean_us: path_stages(&subject),
         serving: ServingCpu::of(&recs),
         frames: FrameSizes::of(&recs),
@@ -254,4 +287,64 @@ fn summarize_cell(root: &Path, m: &Matrix, cell: &Cell) -> Result<CellSummary> {
     };
     part(cell.workload).summarize(&runs, &mut summary);
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::Value;
+
+    /// Each guest's parts per operation summed by part and state over the
+    /// guests, largest first, past the seventh as `other`.
+    #[test]
+    fn the_guests_cpu_is_summed_per_operation_by_part() {
+        let mut metrics = std::collections::BTreeMap::new();
+        let mut add = |guest: &str, part: &str, state: &str, ns_per_op: f64| {
+            let dims = [("guest", guest), ("part", part), ("state", state)]
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .to_vec();
+            metrics.insert(
+                ("guest_cpu_ns".to_string(), dims),
+                Value {
+                    unit: "ns",
+                    value: ns_per_op * 10.0,
+                    per_op: Some(ns_per_op),
+                },
+            );
+        };
+        add("a", "redis-server", "user", 500.0);
+        add("b", "redis-server", "user", 100.0);
+        add("a", "redis-server", "system", 900.0);
+        for (i, part) in [
+            "kworker",
+            "rcu_preempt",
+            "ksoftirqd",
+            "migration",
+            "kcompactd0",
+            "ip",
+            "sh",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            add("a", part, "system", 10.0 * (i + 1) as f64);
+        }
+        let subject = Subject {
+            name: "cell".into(),
+            platform: "qemu-kvm".into(),
+            recordings: 1,
+            ops: None,
+            metrics,
+            keys: Vec::new(),
+        };
+        let parts = guest_parts(&subject);
+        assert_eq!(parts.len(), GUEST_PARTS_SHOWN + 1);
+        assert_eq!(parts[0], ("redis-server system".to_string(), 900.0));
+        assert_eq!(parts[1], ("redis-server user".to_string(), 600.0));
+        assert_eq!(parts[2], ("sh system".to_string(), 70.0));
+        // The two smallest of the nine: kworker 10 + rcu_preempt 20.
+        assert_eq!(parts.last().unwrap(), &("other".to_string(), 30.0));
+        let total: f64 = parts.iter().map(|(_, ns)| ns).sum();
+        assert_eq!(total, 900.0 + 600.0 + 280.0);
+    }
 }

@@ -324,11 +324,69 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             }
         }
     }
+    for r in &reports {
+        for ((part, state), ns) in cpu_parts(r) {
+            s.metric(
+                "guest_cpu_ns",
+                ns as f64,
+                "ns",
+                &[("guest", &r.guest), ("part", &part), ("state", state)],
+            );
+        }
+    }
     if let Some(f) = cpu_figure(&reports) {
         s.figure(f);
     }
     s.json("guests", &reports);
     s
+}
+
+/// A guest thread's part of the guest's CPU: its program, a kernel
+/// thread's kind without its CPU (`kworker/0:2` -> `kworker`).
+fn part_of(comm: &str) -> &str {
+    comm.split('/').next().unwrap_or(comm)
+}
+
+/// Where the guest's busy time went, by part and state: its threads by
+/// program (the agent's own left out, as vtrace's own is on the host), and
+/// the interrupts that came while it idled (each CPU's softirq and hardirq
+/// beyond its threads'). What `bench` sets per operation beside the vCPU.
+fn cpu_parts(r: &GuestReport) -> std::collections::BTreeMap<(String, &'static str), u64> {
+    let mut parts = std::collections::BTreeMap::new();
+    let (mut softirq, mut hardirq) = (0u64, 0u64);
+    for t in &r.threads {
+        softirq += t.softirq_ns;
+        hardirq += t.hardirq_ns;
+        if t.comm.starts_with("vtrace") {
+            continue;
+        }
+        for (state, ns) in [
+            ("user", t.user_ns),
+            ("system", t.system_ns),
+            ("softirq", t.softirq_ns),
+            ("hardirq", t.hardirq_ns),
+        ] {
+            if ns > 0 {
+                *parts.entry((part_of(&t.comm).to_string(), state)).or_default() += ns;
+            }
+        }
+    }
+    let idle_irq = [
+        (
+            "softirq",
+            r.cpus.iter().map(|c| c.softirq_ns).sum::<u64>().saturating_sub(softirq),
+        ),
+        (
+            "hardirq",
+            r.cpus.iter().map(|c| c.hardirq_ns).sum::<u64>().saturating_sub(hardirq),
+        ),
+    ];
+    for (state, ns) in idle_irq {
+        if ns > 0 {
+            parts.insert(("(while idle)".to_string(), state), ns);
+        }
+    }
+    parts
 }
 
 /// Each guest CPU as two bars over the guest's window: the host thread that
@@ -380,4 +438,73 @@ fn cpu_figure(reports: &[GuestReport]) -> Option<Figure> {
         value_label: "seconds over the guest's window (guest: the thread in guest mode)".into(),
         kind: FigureKind::StackedBars { categories, series },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn thread(comm: &str, [user_ns, system_ns, softirq_ns, hardirq_ns]: [u64; 4]) -> GuestThread {
+        GuestThread {
+            tid: 1,
+            pid: 1,
+            comm: comm.into(),
+            user_ns,
+            system_ns,
+            softirq_ns,
+            hardirq_ns,
+            total_ns: user_ns + system_ns + softirq_ns + hardirq_ns,
+        }
+    }
+
+    /// Threads by program (a kernel thread's CPU dropped from its name), the
+    /// agent's own left out, and the interrupts no thread took: while idle.
+    #[test]
+    fn the_guests_busy_time_is_parted_by_program_and_state() {
+        let report = GuestReport {
+            guest: "g".into(),
+            address: String::new(),
+            state: "complete".into(),
+            error: String::new(),
+            kernel: String::new(),
+            last_heard_s: 0.0,
+            window_start_s: 0.0,
+            window_s: 1.0,
+            unreadable: None,
+            clock: None,
+            agent_cost: None,
+            cpus: vec![GuestCpu {
+                cpu: 0,
+                user_ns: 14,
+                system_ns: 7,
+                softirq_ns: 6,
+                hardirq_ns: 2,
+                idle_ns: 100,
+                host_tid: None,
+                host_guest_ns: 0,
+                host_exits_ns: 0,
+                host_off_ns: 0,
+            }],
+            threads: vec![
+                thread("redis-server", [5, 3, 1, 0]),
+                thread("kworker/0:2", [0, 2, 0, 1]),
+                thread("kworker/u2:1", [0, 1, 0, 0]),
+                thread("vtrace-recorder", [9, 1, 2, 0]),
+            ],
+        };
+        let parts: Vec<((String, &str), u64)> = cpu_parts(&report).into_iter().collect();
+        let want: Vec<((String, &str), u64)> = [
+            (("(while idle)", "hardirq"), 1),
+            (("(while idle)", "softirq"), 3),
+            (("kworker", "hardirq"), 1),
+            (("kworker", "system"), 3),
+            (("redis-server", "softirq"), 1),
+            (("redis-server", "system"), 3),
+            (("redis-server", "user"), 5),
+        ]
+        .into_iter()
+        .map(|((p, s), ns)| ((p.to_string(), s), ns))
+        .collect();
+        assert_eq!(parts, want);
+    }
 }
