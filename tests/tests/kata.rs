@@ -54,7 +54,9 @@ const LAYERS: &str = "cpu,net,tun,kvm,vsock";
 /// brought up and down by the bench, so none runs beside another. The
 /// study's Kata 64 B GET run is the recording of a sandbox running when it
 /// began. A boot after a freeze (vtrace::lab::guest) goes on after the
-/// sandbox's part or the bench, whichever was finished. Each step's limit
+/// sandbox's part or the bench, whichever was finished. The benches' VMs
+/// go without vtrace's agent (VTRACE_LAB_AGENT=0): they measure the
+/// platforms as their users run them, and boot smaller guests. Each step's limit
 /// is a few times what it takes (the bench about 80 s, the study about
 /// 180 s): one that hangs (a bench's Kata cell once did, for the guest's
 /// whole 900 s) fails its own tests, with what was running, and the rest go on.
@@ -77,10 +79,10 @@ fn script() -> String {
          cp /var/log/messages syslog.log\n\
          finished sandbox; fi\n\
          if once bench; then\n\
-         step 300 bench.failed bench vtrace bench --platforms containerd-runc,kata --workload modules \
+         step 300 bench.failed bench env VTRACE_LAB_AGENT=0 vtrace bench --platforms containerd-runc,kata --workload modules \
            --modules {MODULES} --loaders 1,{LOADERS} --repeat 1 --layers {LAYERS} -o bench > bench.out 2>&1\n\
          finished bench; fi\n\
-         step 450 study.failed study vtrace bench --study redis-sizes --sizes {SMALL},{LARGE} --requests {REDIS_REQUESTS} \
+         step 450 study.failed study env VTRACE_LAB_AGENT=0 vtrace bench --study redis-sizes --sizes {SMALL},{LARGE} --requests {REDIS_REQUESTS} \
            --request-seconds 1 --repeat 1 --layers {LAYERS} -o study > study.out 2>&1\n\
          (ls /run/netns; ls /run/vtrace-lab; ps -o pid,comm,args) > after-down.out 2>&1\n\
          mark done\n",
@@ -202,11 +204,14 @@ fn run_in_guest(script: &str, out: &Path, timeout: Duration) -> Result<GuestFile
         binaries.push(system_tool(tool)?);
     }
     let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
-    // Its guest carries vtrace's agent, as `lab up kata` there makes it.
-    files.extend(
-        vtrace::lab::kata::guest_files(&kata, Some(bin("vtrace").as_path()))
-            .map_err(|e| format!("making the Kata guest: {e}"))?,
-    );
+    // Its guest with vtrace's agent, as `lab up kata` there makes it, and
+    // without, for the benches (VTRACE_LAB_AGENT=0).
+    for vtrace in [Some(bin("vtrace")), None] {
+        files.extend(
+            vtrace::lab::kata::guest_files(&kata, vtrace.as_deref())
+                .map_err(|e| format!("making the Kata guest: {e}"))?,
+        );
+    }
     let rootfs = vtrace::lab::rootfs::ensure().map_err(|e| format!("the lab rootfs: {e}"))?;
     files.push((rootfs.clone(), rootfs));
     files.push((kata, "/vmm/kata".into()));

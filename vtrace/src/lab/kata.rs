@@ -109,8 +109,14 @@ pub fn guest_initrd(kata_dir: &Path, vtrace: Option<&Path>) -> Result<PathBuf> {
             .map_or(0, |d| d.as_secs()),
         vtrace.map_or("no vtrace".into(), build_id)
     );
-    let out = dir().join("kata-initrd.cpio");
-    let marker = dir().join("kata-initrd.version");
+    // One file each way: a bench that leaves the agent out (VTRACE_LAB_AGENT=0)
+    // boots the smaller one.
+    let out = dir().join(if vtrace.is_some() {
+        "kata-initrd-agent.cpio"
+    } else {
+        "kata-initrd.cpio"
+    });
+    let marker = out.with_extension("version");
     if out.exists() && fs::read_to_string(&marker).is_ok_and(|v| v == stamp) {
         return Ok(out);
     }
@@ -164,7 +170,7 @@ pub fn guest_initrd(kata_dir: &Path, vtrace: Option<&Path>) -> Result<PathBuf> {
 /// and its marker, at the same paths (made here, where `ldd` is).
 pub fn guest_files(kata_dir: &Path, vtrace: Option<&Path>) -> Result<Vec<(PathBuf, PathBuf)>> {
     let initrd = guest_initrd(kata_dir, vtrace)?;
-    let marker = initrd.with_file_name("kata-initrd.version");
+    let marker = initrd.with_extension("version");
     Ok([initrd, marker].into_iter().map(|p| (p.clone(), p)).collect())
 }
 
