@@ -33,6 +33,17 @@ struct GuestCpu {
 }
 
 impl GuestCpu {
+    /// The guest's own account of this CPU, by state.
+    fn states(&self) -> [(&'static str, u64); 5] {
+        [
+            ("user", self.user_ns),
+            ("system", self.system_ns),
+            ("softirq", self.softirq_ns),
+            ("hardirq", self.hardirq_ns),
+            ("idle", self.idle_ns),
+        ]
+    }
+
     fn busy(&self) -> u64 {
         self.user_ns + self.system_ns + self.softirq_ns + self.hardirq_ns
     }
@@ -308,13 +319,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         }
         for c in &r.cpus {
             let cpu = c.cpu.to_string();
-            for (state, ns) in [
-                ("user", c.user_ns),
-                ("system", c.system_ns),
-                ("softirq", c.softirq_ns),
-                ("hardirq", c.hardirq_ns),
-                ("idle", c.idle_ns),
-            ] {
+            for (state, ns) in c.states() {
                 s.metric(
                     "guest_cpu_seconds",
                     ns as f64 / 1e9,
@@ -393,8 +398,19 @@ fn cpu_parts(r: &GuestReport) -> std::collections::BTreeMap<(String, &'static st
 /// ran it (in guest mode, handling exits, not running), and inside it the
 /// guest's own account (its states, idle included).
 fn cpu_figure(reports: &[GuestReport]) -> Option<Figure> {
+    // The host thread's three, then the guest's states: each bar has one side's.
+    const SERIES: [&str; 8] = [
+        "guest",
+        "exits",
+        "not running",
+        "user",
+        "system",
+        "softirq",
+        "hardirq",
+        "idle",
+    ];
     let mut categories = Vec::new();
-    let mut bars: Vec<[(&str, u64); 8]> = Vec::new();
+    let mut bars: Vec<[u64; 8]> = Vec::new();
     for r in reports {
         for c in &r.cpus {
             let host = c
@@ -402,35 +418,20 @@ fn cpu_figure(reports: &[GuestReport]) -> Option<Figure> {
                 .map_or("no host thread found".to_string(), |t| format!("host tid {t}"));
             categories.push(format!("{} cpu {}: {host}", r.guest, c.cpu));
             categories.push(format!("{} cpu {}: inside", r.guest, c.cpu));
-            let zero = [("user", 0), ("system", 0), ("softirq", 0), ("hardirq", 0), ("idle", 0)];
-            let host_side = [
-                ("guest", c.host_guest_ns),
-                ("exits", c.host_exits_ns),
-                ("not running", c.host_off_ns),
-            ];
-            let guest_side = [
-                ("user", c.user_ns),
-                ("system", c.system_ns),
-                ("softirq", c.softirq_ns),
-                ("hardirq", c.hardirq_ns),
-                ("idle", c.idle_ns),
-            ];
-            let none = [("guest", 0), ("exits", 0), ("not running", 0)];
-            bars.push(concat(host_side, zero));
-            bars.push(concat(none, guest_side));
+            bars.push([c.host_guest_ns, c.host_exits_ns, c.host_off_ns, 0, 0, 0, 0, 0]);
+            let [user, system, softirq, hardirq, idle] = c.states().map(|(_, ns)| ns);
+            bars.push([0, 0, 0, user, system, softirq, hardirq, idle]);
         }
     }
-    fn concat(a: [(&'static str, u64); 3], b: [(&'static str, u64); 5]) -> [(&'static str, u64); 8] {
-        let mut out = [("", 0); 8];
-        out[..3].copy_from_slice(&a);
-        out[3..].copy_from_slice(&b);
-        out
+    if bars.is_empty() {
+        return None;
     }
-    let first = bars.first()?;
-    let series = (0..first.len())
-        .map(|i| Series {
-            name: first[i].0.to_string(),
-            values: bars.iter().map(|b| b[i].1 as f64 / 1e9).collect(),
+    let series = SERIES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| Series {
+            name: name.to_string(),
+            values: bars.iter().map(|b| b[i] as f64 / 1e9).collect(),
         })
         .collect();
     Some(Figure {
