@@ -52,6 +52,33 @@ pub fn load(config: &Config) -> Result<Ebpf> {
         .map_err(|e| Error::Ebpf(format!("loading the eBPF object: {e}")))
 }
 
+/// Detaches and unloads every program of `ebpf` at once, then frees its
+/// maps. Each tracepoint's detach waits for RCU grace periods (75 ms each
+/// on this machine, more in an emulated guest): one after the other they
+/// cost a recording a second at its end; waited for together they share
+/// them.
+pub fn unload(mut ebpf: Ebpf) {
+    use aya::programs::Program;
+    std::thread::scope(|s| {
+        for (_, program) in ebpf.programs_mut() {
+            s.spawn(move || {
+                // Not loaded, or not attached: nothing to wait for.
+                let _ = match program {
+                    Program::TracePoint(p) => p.unload(),
+                    Program::RawTracePoint(p) => p.unload(),
+                    Program::BtfTracePoint(p) => p.unload(),
+                    Program::KProbe(p) => p.unload(),
+                    Program::UProbe(p) => p.unload(),
+                    Program::PerfEvent(p) => p.unload(),
+                    Program::FEntry(p) => p.unload(),
+                    Program::FExit(p) => p.unload(),
+                    _ => Ok(()),
+                };
+            });
+        }
+    });
+}
+
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK.
 fn raise_memlock_limit() {
     let rlim = libc::rlimit {

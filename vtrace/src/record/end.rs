@@ -49,8 +49,12 @@ impl Session<'_> {
             c.close(end_mono)?;
         }
         let usage_at_end = self_usage();
-        drop(live.ebpf); // detaches every program
+        // The programs detach while the recording is written (their
+        // detaches wait for the kernel; run() joins them).
+        let ebpf = live.ebpf;
+        let detaching = std::thread::spawn(move || crate::ebpf::unload(ebpf));
         Ok(Ending {
+            detaching,
             collectors: live.collectors,
             probes: live.probes,
             programs,

@@ -47,7 +47,8 @@ pub(super) async fn run(opts: &RecordOptions, prepared: Prepared, mut control: C
     let mut window = rec.start_workload(&live);
     let stop = rec.until_stop(&mut live, &mut stats, &mut window, &mut control).await?;
     if opts.live {
-        // Nothing to write: the programs detach as `live.ebpf` drops.
+        // Nothing to write: the programs detach.
+        crate::ebpf::unload(live.ebpf);
         return Ok(RecordOutcome {
             path: PathBuf::new(),
             exit_code: 0,
@@ -59,7 +60,9 @@ pub(super) async fn run(opts: &RecordOptions, prepared: Prepared, mut control: C
     let end = rec.read_end(live, &window, bpf_stats_coverage).await?;
     let attribution = rec.attribute(&window, &end);
     let recording = rec.emit(&window, &end, &attribution, control.own_threads, &stop)?;
-    rec.write(recording, exit_code)
+    let outcome = rec.write(recording, exit_code);
+    let _ = end.detaching.join();
+    outcome
 }
 
 /// What a recording holds from its start to its write.
@@ -99,8 +102,10 @@ pub(super) struct Window {
     pub(super) usage_at_start: Overhead,
 }
 
-/// The readings at the end, probes detached.
+/// The readings at the end, probes detaching.
 pub(super) struct Ending {
+    /// Every program's detach (crate::ebpf::unload), joined once written.
+    pub(super) detaching: std::thread::JoinHandle<()>,
     pub(super) collectors: Vec<Box<dyn Collector>>,
     pub(super) probes: Vec<ProbeStatus>,
     pub(super) programs: Vec<ProgramRow>,
