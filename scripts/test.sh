@@ -43,7 +43,10 @@ GUEST_TESTS="qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap linuxvm_lab_insta
 LONG_FILES="accuracy bench serve hostile_input lab"
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# Each stock-kernel guest's wall time, boots and steps (tests/src/lib.rs
+# run_guest), printed at the end.
+export VTRACE_GUEST_RUNS=$(mktemp)
+trap 'rm -f "$log" "$VTRACE_GUEST_RUNS"' EXIT
 times=()
 failed=()
 # run NAME CARGO-TEST-ARGS...: one cargo test, timed, its output kept.
@@ -94,6 +97,8 @@ for f in tests/tests/*.rs; do
 done
 
 echo
+echo "the stock-kernel guests:"
+cat "$VTRACE_GUEST_RUNS"
 echo "time per test file:"
 printf '%s\n' "${times[@]}"
 read -r passed failures < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" \

@@ -426,11 +426,33 @@ pub fn run_guest(
     let run = ::vtrace::lab::guest::run_on(board, binaries, files, script, out, timeout);
     let mut files = GuestFiles::read(out)?;
     report_recordings_here(out, &mut files);
+    let summary = match &run {
+        Ok(r) => format!(
+            "{name} guest: {:.1} s over {} boot(s)",
+            start.elapsed().as_secs_f64(),
+            r.boots
+        ),
+        Err(e) => format!(
+            "{name} guest: {:.1} s, failed: {}",
+            start.elapsed().as_secs_f64(),
+            e.to_string().lines().next().unwrap_or("")
+        ),
+    };
+    // The test command prints these at its end: a file's time is its guest's.
+    if let Ok(log) = std::env::var("VTRACE_GUEST_RUNS") {
+        let steps = files
+            .files
+            .get("steps.log")
+            .map_or(String::new(), |s| s.replace('\n', "\n    "));
+        let _ = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(log)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{summary}\n    {steps}\n").as_bytes()));
+    }
     let run = run.map_err(|e| format!("guest: {e}"))?;
     eprintln!(
-        "{name} guest: {:.1} s over {} boot(s); its steps:\n{}",
-        start.elapsed().as_secs_f64(),
-        run.boots,
+        "{summary}; its steps:\n{}",
         files.files.get("steps.log").map_or("", |s| s)
     );
     if run.status != 0 {
