@@ -428,9 +428,10 @@ pub fn run_guest(
     report_recordings_here(out, &mut files);
     let summary = match &run {
         Ok(r) => format!(
-            "{name} guest: {:.1} s over {} boot(s)",
+            "{name} guest: {:.1} s over {} boot(s), its heartbeat still for {:.0} s at most",
             start.elapsed().as_secs_f64(),
-            r.boots
+            r.boots,
+            r.longest_silence.as_secs_f64()
         ),
         Err(e) => format!(
             "{name} guest: {:.1} s, failed: {}",

@@ -181,6 +181,9 @@ pub struct GuestRun {
     pub wall: Duration,
     /// Boots it took: more than one when it froze (see [`FROZE`]).
     pub boots: u32,
+    /// The longest its last boot's heartbeat stood still: how near a
+    /// working guest came to [`FROZEN_AFTER`].
+    pub longest_silence: Duration,
 }
 
 fn unavailable(reason: String) -> Error {
@@ -329,6 +332,7 @@ pub fn run_on(
                 // The guest's heartbeat (its uptime, written every 5 s) and when it
                 // last changed: a guest whose clock stopped is frozen.
                 let mut progress = (heartbeat(out), Instant::now());
+                let mut longest_silence = Duration::ZERO;
                 let exited = loop {
                     if qemu.try_wait().map_err(crate::error::io("wait for qemu"))?.is_some() {
                         break Ok(());
@@ -340,6 +344,7 @@ pub fn run_on(
                     }
                     let beat = heartbeat(out);
                     if beat != progress.0 {
+                        longest_silence = longest_silence.max(progress.1.elapsed());
                         progress = (beat, Instant::now());
                     } else if progress.1.elapsed() > FROZEN_AFTER {
                         let _ = qemu.kill();
@@ -362,6 +367,7 @@ pub fn run_on(
                         status,
                         wall: start.elapsed(),
                         boots: boot,
+                        longest_silence,
                     }),
                     (Err(why), _) => Err(unavailable(format!(
                         "{why}; its console ends:\n{}\nits script's output ends:\n{}",
@@ -427,7 +433,7 @@ const KEPT: &str = ".kept";
 pub const FROZE: &str = "the guest froze";
 /// A guest whose heartbeat does not move this long is frozen (booting to
 /// its first beat takes well under this).
-const FROZEN_AFTER: Duration = Duration::from_secs(90);
+pub const FROZEN_AFTER: Duration = Duration::from_secs(90);
 /// Boots of a guest that keeps freezing, in all.
 const BOOTS: u32 = 3;
 /// The file in the share the guest writes its uptime to every 5 s.
