@@ -985,6 +985,30 @@ fn check_agent(platform: &str) {
         rows(guest, "threads").iter().any(|t| t["comm"] == "redis-server"),
         "the guest's redis-server among its threads"
     );
+    // The vCPU thread's guest-mode time over the guest's span, split by the
+    // guest's parts: they sum to it, and redis-server, which the workload
+    // drove, has the largest share but the agent's.
+    let vcpu = &guest["vcpu"];
+    let parts = vcpu["parts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no vCPU split: {shown}"));
+    eprintln!("{platform}'s vCPU by the guest's parts: {vcpu}");
+    let guest_mode = n(&vcpu["guest_mode_ns"]);
+    let sum: u64 = parts.iter().map(|p| n(&p[2])).sum();
+    assert!(
+        guest_mode > 0 && sum.abs_diff(guest_mode) <= parts.len() as u64,
+        "the parts sum to the guest-mode time: {vcpu}"
+    );
+    assert!(
+        guest_mode.abs_diff(n(&cpu["host_guest_ns"])) <= 2,
+        "the vCPU thread's own: {vcpu} {cpu}"
+    );
+    let first = parts
+        .iter()
+        .find(|p| p[0] != vtrace::layers::guest::summary::AGENT_PART)
+        .unwrap();
+    assert_eq!(first[0], "redis-server", "{vcpu}");
+    assert!(n(&vcpu["unrun_busy_ns"]) <= n(&vcpu["guest_busy_ns"]), "{vcpu}");
     // The guest's own recording, reported on its own.
     let inner = g.report(&format!("{platform}-inner"));
     let (sent, received) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, platform);

@@ -95,8 +95,9 @@ pub fn workload_section(w: &dyn WorkloadSection, m: &Matrix, cells: &[&CellSumma
             &amount,
             [
                 format!(
-                    "CPU ns per {unit} inside the guests, by program and state (their agents' own left out; \
-                     as the guests' clocks ran: the time their vCPUs were not running counts too)"
+                    "CPU ns per {unit} inside the guests, by program and state: their vCPUs' guest-mode time on \
+                     the host, shared out by what each guest counted (their agents' own left out; a guest whose VM \
+                     was not found by its own clock, which runs on while its vCPU does not)"
                 ),
                 format!("CPU time per {unit} inside the guests by platform, program and state"),
                 format!("guest CPU µs per {unit}"),

@@ -15,6 +15,7 @@ use crate::{
     Result,
     bench::{Cell, Matrix, error_path, run_path},
     compare::{MetricId, Subject},
+    layers::guest::summary::AGENT_PART,
     recording,
 };
 
@@ -76,7 +77,8 @@ pub struct CellSummary {
     pub runq_ns_per_op: Vec<(String, f64)>,
     /// CPU ns per operation inside the guests (`bench --guest auto`), by
     /// part (a program's threads, or interrupts while idle) and state,
-    /// largest first, the rest as `other`: where the vCPU's time went.
+    /// largest first, the rest as `other`: where the vCPU's guest-mode time
+    /// went (see `guest_parts`).
     pub guest_cpu_ns_per_op: Vec<(String, f64)>,
     /// The data path's stages (the path layer's, when recorded): mean µs
     /// of each, the instance's processes pooled, in path order.
@@ -141,16 +143,34 @@ fn path_stages(subject: &Subject) -> Vec<(String, f64)> {
 /// Guest parts shown per cell; the rest are summed as `other`.
 const GUEST_PARTS_SHOWN: usize = 7;
 
-/// The guests' CPU per operation by part and state (every guest of the
-/// cell's runs together), largest first.
+/// Where the vCPUs' time went inside the guests, per operation by part and
+/// state, largest first, past the seventh as `other`: each guest's share of
+/// its VM's guest-mode time on the host (`guest_vcpu_ns`), or, for a guest
+/// whose VM was not found, its own account (`guest_cpu_ns`, its clock's);
+/// the agents' own left out, as vtrace's own is on the host.
 fn guest_parts(subject: &Subject) -> Vec<(String, f64)> {
+    let dim = |dims: &[(String, String)], name: &str| {
+        dims.iter()
+            .find(|(k, _)| k == name)
+            .map_or(String::new(), |(_, v)| v.clone())
+    };
+    let on_host: std::collections::BTreeSet<String> = subject
+        .metrics
+        .keys()
+        .filter(|(key, _)| key == "guest_vcpu_ns")
+        .map(|(_, dims)| dim(dims, "guest"))
+        .collect();
     let mut parts: Vec<(String, f64)> = Vec::new();
     for ((key, dims), v) in &subject.metrics {
-        if key != "guest_cpu_ns" {
+        let wanted = if on_host.contains(&dim(dims, "guest")) {
+            "guest_vcpu_ns"
+        } else {
+            "guest_cpu_ns"
+        };
+        if key != wanted || dim(dims, "part") == AGENT_PART {
             continue;
         }
-        let dim = |name: &str| dims.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str());
-        let name = format!("{} {}", dim("part"), dim("state"));
+        let name = format!("{} {}", dim(dims, "part"), dim(dims, "state"));
         let ns = v.per_op.unwrap_or(0.0);
         match parts.iter_mut().find(|(p, _)| *p == name) {
             Some(e) => e.1 += ns,
@@ -299,18 +319,26 @@ mod tests {
     #[test]
     fn the_guests_cpu_is_summed_per_operation_by_part() {
         let mut metrics = std::collections::BTreeMap::new();
-        let mut add = |guest: &str, part: &str, state: &str, ns_per_op: f64| {
+        let mut metric = |key: &str, guest: &str, part: &str, state: &str, ns_per_op: f64| {
             let dims = [("guest", guest), ("part", part), ("state", state)]
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .to_vec();
             metrics.insert(
-                ("guest_cpu_ns".to_string(), dims),
+                (key.to_string(), dims),
                 Value {
                     unit: "ns",
                     value: ns_per_op * 10.0,
                     per_op: Some(ns_per_op),
                 },
             );
+        };
+        // Guest c's VM was found: its vCPUs' share, not its own clock's;
+        // its agent's part left out.
+        metric("guest_cpu_ns", "c", "redis-server", "user", 5000.0);
+        metric("guest_vcpu_ns", "c", "redis-server", "user", 50.0);
+        metric("guest_vcpu_ns", "c", AGENT_PART, "user", 77.0);
+        let mut add = |guest: &str, part: &str, state: &str, ns_per_op: f64| {
+            metric("guest_cpu_ns", guest, part, state, ns_per_op)
         };
         add("a", "redis-server", "user", 500.0);
         add("b", "redis-server", "user", 100.0);
@@ -340,11 +368,11 @@ mod tests {
         let parts = guest_parts(&subject);
         assert_eq!(parts.len(), GUEST_PARTS_SHOWN + 1);
         assert_eq!(parts[0], ("redis-server system".to_string(), 900.0));
-        assert_eq!(parts[1], ("redis-server user".to_string(), 600.0));
+        assert_eq!(parts[1], ("redis-server user".to_string(), 650.0));
         assert_eq!(parts[2], ("sh system".to_string(), 70.0));
         // The two smallest of the nine: kworker 10 + rcu_preempt 20.
         assert_eq!(parts.last().unwrap(), &("other".to_string(), 30.0));
         let total: f64 = parts.iter().map(|(_, ns)| ns).sum();
-        assert_eq!(total, 900.0 + 600.0 + 280.0);
+        assert_eq!(total, 900.0 + 650.0 + 280.0);
     }
 }

@@ -10,7 +10,7 @@ use super::{GuestLinkRow, clock::ClockMap};
 use crate::{
     layers::cpu::{CpuRow, IntervalRow, ThreadRow},
     recording::Recording,
-    report_model::{Figure, FigureKind, Section, Series, Table, col, left, secs},
+    report_model::{Figure, FigureKind, Section, Series, Table, col, left, pct, secs},
 };
 
 #[derive(Serialize)]
@@ -81,6 +81,165 @@ struct GuestReport {
     agent_cost: Option<f64>,
     cpus: Vec<GuestCpu>,
     threads: Vec<GuestThread>,
+    /// Its VM's vCPU time in guest mode split by the guest's own parts.
+    vcpu: Option<VcpuSplit>,
+}
+
+/// A VM's vCPU threads' time in guest mode, as the host measured it, split
+/// by the guest's parts (threads by program, the agent's, the interrupts
+/// while idle) window by window: each host interval's guest-mode time goes
+/// to the parts in proportion to the busy time the guest counted for them
+/// over the same span (its intervals mapped onto the host's clock), to
+/// `(idle)` where the guest counted none. The parts sum to the guest-mode
+/// time; how finely they follow it is the intervals' length (`--interval`).
+#[derive(Serialize, Default)]
+struct VcpuSplit {
+    /// (part, state, ns), largest first.
+    parts: Vec<(String, &'static str, u64)>,
+    guest_mode_ns: u64,
+    exits_ns: u64,
+    /// The busy time the guest counted over the same span.
+    guest_busy_ns: u64,
+    /// At least this much of it the vCPUs were not running: in each
+    /// interval, the guest's busy time beyond its vCPUs' guest mode and
+    /// exits (its clock ran on while the host ran something else: steal).
+    unrun_busy_ns: u64,
+    /// The spans it was split over: the host's intervals (cut where a
+    /// thread's began or ended mid-interval) with time of those threads.
+    intervals: usize,
+}
+
+/// The part a guest thread's time goes to: its program (a kernel thread's
+/// kind without its CPU), the agent's under one name.
+fn part_name(comm: &str) -> String {
+    if comm.starts_with("vtrace") {
+        AGENT_PART.into()
+    } else {
+        part_of(comm).to_string()
+    }
+}
+
+/// The agent's own threads, as one part.
+pub const AGENT_PART: &str = "(vtrace agent)";
+
+/// Splits the guest-mode time of `vcpus` (host tids) over `window` (host ns
+/// since the start) by the parts of `guest`, whose times map onto the
+/// host's by `to_host`; `idle_irq` is the guest's interrupts while idle
+/// (spread over the window: the CPU table has no intervals). None without
+/// a host interval of those threads in the window.
+fn vcpu_split(
+    rec: &Recording,
+    guest: &Recording,
+    vcpus: &[u32],
+    window: (u64, u64),
+    to_host: impl Fn(u64) -> f64,
+    idle_irq: [(&'static str, u64); 2],
+) -> Option<VcpuSplit> {
+    let rows: Vec<&IntervalRow> = rec
+        .rows::<IntervalRow>()
+        .iter()
+        .filter(|i| vcpus.contains(&i.tid) && i.end_ns > i.start_ns)
+        .collect();
+    // The spans between every interval's ends (threads born or gone
+    // mid-interval have their own), inside the window.
+    let mut points: Vec<u64> = rows
+        .iter()
+        .flat_map(|i| [i.start_ns, i.end_ns])
+        .map(|t| t.clamp(window.0, window.1))
+        .collect();
+    points.sort_unstable();
+    points.dedup();
+    let spans: Vec<(f64, f64)> = points.windows(2).map(|w| (w[0] as f64, w[1] as f64)).collect();
+    // Calls `add(span, fraction)` with the fraction of [from, to) (host ns) in each span.
+    let over = |(from, to): (f64, f64), add: &mut dyn FnMut(usize, f64)| {
+        if to <= from {
+            return;
+        }
+        let first = spans.partition_point(|s| s.1 <= from);
+        for (k, s) in spans.iter().enumerate().skip(first) {
+            if s.0 >= to {
+                break;
+            }
+            add(k, (s.1.min(to) - s.0.max(from)).max(0.0) / (to - from));
+        }
+    };
+    // Each span's guest mode and exits.
+    let mut host = vec![(0.0, 0.0); spans.len()];
+    for i in &rows {
+        let exits = (i.user_ns + i.system_ns + i.softirq_ns + i.hardirq_ns) as f64;
+        over((i.start_ns as f64, i.end_ns as f64), &mut |k, f| {
+            host[k].0 += i.guest_ns as f64 * f;
+            host[k].1 += exits * f;
+        });
+    }
+    if host.iter().all(|&(g, x)| g == 0.0 && x == 0.0) {
+        return None;
+    }
+    type Busy = std::collections::BTreeMap<(String, &'static str), f64>;
+    let mut busy: Vec<Busy> = vec![Busy::new(); spans.len()];
+    let mut spread = |part: &str, state: &'static str, ns: u64, at: (f64, f64)| {
+        if ns > 0 {
+            over(at, &mut |k, f| {
+                *busy[k].entry((part.to_string(), state)).or_default() += ns as f64 * f;
+            });
+        }
+    };
+    let threads: std::collections::HashMap<(u32, u64), &ThreadRow> = guest
+        .rows::<ThreadRow>()
+        .iter()
+        .map(|t| ((t.tid, t.born_ns), t))
+        .collect();
+    for i in guest.rows::<IntervalRow>() {
+        let Some(t) = threads.get(&(i.tid, i.born_ns)) else {
+            continue;
+        };
+        if t.owner.role == "idle" {
+            continue;
+        }
+        let part = part_name(&t.owner.comm);
+        let at = (to_host(i.start_ns), to_host(i.end_ns));
+        for (state, ns) in [
+            ("user", i.user_ns),
+            ("system", i.system_ns),
+            ("softirq", i.softirq_ns),
+            ("hardirq", i.hardirq_ns),
+        ] {
+            spread(&part, state, ns, at);
+        }
+    }
+    for (state, ns) in idle_irq {
+        spread("(while idle)", state, ns, (window.0 as f64, window.1 as f64));
+    }
+    let mut split = VcpuSplit {
+        intervals: host.iter().filter(|&&(g, x)| g > 0.0 || x > 0.0).count(),
+        ..Default::default()
+    };
+    let mut parts = Busy::new();
+    let (mut guest_mode, mut exits, mut counted, mut unrun) = (0.0, 0.0, 0.0, 0.0);
+    for ((g, x), b) in host.iter().zip(&busy) {
+        let total: f64 = b.values().sum();
+        if total > 0.0 {
+            for (k, ns) in b {
+                *parts.entry(k.clone()).or_default() += g * ns / total;
+            }
+        } else if *g > 0.0 {
+            *parts.entry(("(idle)".to_string(), "idle")).or_default() += g;
+        }
+        guest_mode += g;
+        exits += x;
+        counted += total;
+        unrun += (total - g - x).max(0.0);
+    }
+    split.parts = parts
+        .into_iter()
+        .map(|((p, st), ns)| (p, st, ns.round() as u64))
+        .collect();
+    split.parts.sort_by_key(|p| std::cmp::Reverse(p.2));
+    split.guest_mode_ns = guest_mode.round() as u64;
+    split.exits_ns = exits.round() as u64;
+    split.guest_busy_ns = counted.round() as u64;
+    split.unrun_busy_ns = unrun.round() as u64;
+    Some(split)
 }
 
 /// The index of the vCPU a host thread runs: the CPU layer's (from KVM),
@@ -145,6 +304,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             agent_cost: None,
             cpus: Vec::new(),
             threads: Vec::new(),
+            vcpu: None,
         };
         match rec.guests.iter().find(|g| g.name == link.guest).map(|g| &g.recording) {
             Some(Ok(guest)) => {
@@ -190,6 +350,21 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                     })
                     .collect();
                 report.agent_cost = Some(guest.meta.overhead.self_cost_fraction);
+                let vcpus: Vec<u32> = host_vcpus
+                    .iter()
+                    .filter(|t| Some(t.owner.pid) == vmm)
+                    .map(|t| t.tid)
+                    .collect();
+                // The guest's times on the host's timeline: by the clock, else
+                // from when its agent attached.
+                let (host_start, guest_start) = (rec.meta.start_mono_ns, guest.meta.start_mono_ns);
+                let map = report.clock.clone().filter(|_| host_start != 0 && guest_start != 0);
+                let attached = link.attached_ns as f64;
+                let to_host = |t: u64| match &map {
+                    Some(m) => m.to_host(t + guest_start) - host_start as f64,
+                    None => t as f64 + attached,
+                };
+                report.vcpu = vcpu_split(rec, guest, &vcpus, window, to_host, idle_irq(&report));
             }
             Some(Err(e)) => report.unreadable = Some(e.clone()),
             None => report.unreadable = Some("no recording of it is in this one".into()),
@@ -317,6 +492,45 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             }
             s.table(t);
         }
+        if let Some(v) = &r.vcpu {
+            s.lines(vec![format!(
+                "  its vCPUs on the host: {} s in guest mode and {} s handling exits, while the guest counted {} s busy: \
+                 at least {} s of that they were not running (the guest's clock ran on while the host ran something else)",
+                secs(v.guest_mode_ns),
+                secs(v.exits_ns),
+                secs(v.guest_busy_ns),
+                secs(v.unrun_busy_ns)
+            )]);
+            let mut t = Table::new(
+                format!(
+                    "{}: its vCPUs' guest-mode time (s, the host's) by the guest's parts, shared out over {} host intervals by the busy time the guest counted in each",
+                    r.guest, v.intervals
+                ),
+                vec![
+                    left("part", 20),
+                    left("state", 8),
+                    col("guest mode", 11),
+                    col("share", 7),
+                ],
+            );
+            for (part, state, ns) in v.parts.iter().take(top) {
+                t.row(vec![
+                    part.clone(),
+                    state.to_string(),
+                    secs(*ns),
+                    pct(*ns, v.guest_mode_ns),
+                ]);
+            }
+            s.table(t);
+            for (part, state, ns) in &v.parts {
+                s.metric(
+                    "guest_vcpu_ns",
+                    *ns as f64,
+                    "ns",
+                    &[("guest", &r.guest), ("part", part), ("state", state)],
+                );
+            }
+        }
         for c in &r.cpus {
             let cpu = c.cpu.to_string();
             for (state, ns) in c.states() {
@@ -358,10 +572,7 @@ fn part_of(comm: &str) -> &str {
 /// beyond its threads'). What `bench` sets per operation beside the vCPU.
 fn cpu_parts(r: &GuestReport) -> std::collections::BTreeMap<(String, &'static str), u64> {
     let mut parts = std::collections::BTreeMap::new();
-    let (mut softirq, mut hardirq) = (0u64, 0u64);
     for t in &r.threads {
-        softirq += t.softirq_ns;
-        hardirq += t.hardirq_ns;
         if t.comm.starts_with("vtrace") {
             continue;
         }
@@ -376,22 +587,29 @@ fn cpu_parts(r: &GuestReport) -> std::collections::BTreeMap<(String, &'static st
             }
         }
     }
-    let idle_irq = [
-        (
-            "softirq",
-            r.cpus.iter().map(|c| c.softirq_ns).sum::<u64>().saturating_sub(softirq),
-        ),
-        (
-            "hardirq",
-            r.cpus.iter().map(|c| c.hardirq_ns).sum::<u64>().saturating_sub(hardirq),
-        ),
-    ];
-    for (state, ns) in idle_irq {
+    for (state, ns) in idle_irq(r) {
         if ns > 0 {
             parts.insert(("(while idle)".to_string(), state), ns);
         }
     }
     parts
+}
+
+/// The interrupts that came while the guest idled: each CPU's softirq and
+/// hardirq beyond its threads'.
+fn idle_irq(r: &GuestReport) -> [(&'static str, u64); 2] {
+    let cpus = |f: fn(&GuestCpu) -> u64| r.cpus.iter().map(f).sum::<u64>();
+    let threads = |f: fn(&GuestThread) -> u64| r.threads.iter().map(f).sum::<u64>();
+    [
+        (
+            "softirq",
+            cpus(|c| c.softirq_ns).saturating_sub(threads(|t| t.softirq_ns)),
+        ),
+        (
+            "hardirq",
+            cpus(|c| c.hardirq_ns).saturating_sub(threads(|t| t.hardirq_ns)),
+        ),
+    ]
 }
 
 /// Each guest CPU as two bars over the guest's window: the host thread that
@@ -492,6 +710,7 @@ mod tests {
                 thread("kworker/u2:1", [0, 1, 0, 0]),
                 thread("vtrace-recorder", [9, 1, 2, 0]),
             ],
+            vcpu: None,
         };
         let parts: Vec<((String, &str), u64)> = cpu_parts(&report).into_iter().collect();
         let want: Vec<((String, &str), u64)> = [
@@ -507,5 +726,86 @@ mod tests {
         .map(|((p, s), ns)| ((p.to_string(), s), ns))
         .collect();
         assert_eq!(parts, want);
+    }
+
+    fn host_interval(tid: u32, start_s: u64, guest_ns: u64, exits_ns: u64) -> IntervalRow {
+        IntervalRow {
+            start_ns: start_s * 1_000_000_000,
+            end_ns: (start_s + 1) * 1_000_000_000,
+            tid,
+            guest_ns,
+            system_ns: exits_ns,
+            ..Default::default()
+        }
+    }
+
+    fn guest_interval(tid: u32, start_s: u64, user_ns: u64, system_ns: u64) -> IntervalRow {
+        IntervalRow {
+            user_ns,
+            system_ns,
+            ..host_interval(tid, start_s, 0, 0)
+        }
+    }
+
+    fn recording(threads: Vec<ThreadRow>, intervals: Vec<IntervalRow>) -> Recording {
+        let mut rec = Recording::default();
+        rec.tables.put(threads);
+        rec.tables.put(intervals);
+        rec
+    }
+
+    /// Each host second's guest-mode time goes to the parts the guest
+    /// counted busy in it, in their proportion (the agent's as its own
+    /// part); a second the guest counted nothing busy is `(idle)`; busy time
+    /// beyond guest mode and exits was time the vCPU did not run.
+    #[test]
+    fn the_vcpus_guest_mode_time_is_shared_out_by_what_the_guest_counted_in_each_interval() {
+        let host = recording(
+            Vec::new(),
+            vec![
+                host_interval(10, 0, 600, 100),
+                host_interval(10, 1, 400, 0),
+                host_interval(10, 2, 50, 0),
+                // Another VM's vCPU.
+                host_interval(11, 0, 999, 0),
+            ],
+        );
+        let thread = |tid: u32, comm: &str| ThreadRow {
+            tid,
+            owner: crate::recording::Owner {
+                comm: comm.into(),
+                role: "app".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let guest = recording(
+            vec![thread(1, "redis-server"), thread(2, "vtrace-recorder")],
+            vec![
+                guest_interval(1, 0, 300, 0),
+                guest_interval(2, 0, 100, 0),
+                guest_interval(1, 1, 0, 900),
+            ],
+        );
+        let none = [("softirq", 0), ("hardirq", 0)];
+        let v = vcpu_split(&host, &guest, &[10], (0, 3_000_000_000), |t| t as f64, none).unwrap();
+        let parts: Vec<(&str, &str, u64)> = v.parts.iter().map(|(p, s, ns)| (p.as_str(), *s, *ns)).collect();
+        assert_eq!(
+            parts,
+            [
+                ("redis-server", "user", 450),
+                ("redis-server", "system", 400),
+                (AGENT_PART, "user", 150),
+                ("(idle)", "idle", 50),
+            ]
+        );
+        assert_eq!((v.guest_mode_ns, v.exits_ns, v.guest_busy_ns), (1050, 100, 1300));
+        // Second 1: 900 counted busy, 400 in guest mode.
+        assert_eq!(v.unrun_busy_ns, 500);
+        assert_eq!(v.intervals, 3);
+        // Half the window: half of each interval it cuts.
+        let v = vcpu_split(&host, &guest, &[10], (500_000_000, 1_500_000_000), |t| t as f64, none).unwrap();
+        assert_eq!(v.guest_mode_ns, 500);
+        assert!(vcpu_split(&host, &guest, &[12], (0, 3_000_000_000), |t| t as f64, none).is_none());
     }
 }
