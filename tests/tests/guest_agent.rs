@@ -221,6 +221,73 @@ fn an_agent_killed_mid_recording_leaves_the_host_recording_whole_and_names_when_
 }
 
 /// No agent where one was named: the host records as always, with a note.
+/// A host recording killed mid-way (SIGKILL: nothing written) is
+/// recovered with its guest: the guest's recording, mirrored beside the
+/// host's journal as it came, is carried into the recovered one and read
+/// as the guest's.
+#[test]
+fn a_host_recording_killed_mid_way_is_recovered_with_its_guests() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let dir = TempDir::new("guest-agent-recovered");
+    let (_ns, _agent) = agent_in_netns(&dir);
+    let out = dir.join("run.vtrace");
+    let guest = format!("tcp:{GUEST_ADDR}:{PORT}");
+    let mut record = std::process::Command::new(bin("vtrace"))
+        .args([
+            "record",
+            "--guest",
+            &guest,
+            "--guest-layers",
+            "cpu",
+            "--layers",
+            "cpu",
+            "-o",
+        ])
+        .arg(&out)
+        .args(["--", "sleep", "30"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start vtrace record");
+    // Killed once the host journaled a checkpoint (the guest's link is in
+    // it) and the guest's part has come.
+    let staging = || {
+        std::fs::read_dir(out.parent()?)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(".run.vtrace.tmp."))
+            })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ready = |s: &Path| {
+        s.join("journal/checkpoint.json").is_file()
+            && std::fs::read_dir(s.join("guests")).is_ok_and(|mut d| d.next().is_some())
+    };
+    while !staging().is_some_and(|s| ready(&s)) {
+        assert!(Instant::now() < deadline, "no checkpoint and guest part within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    record.kill().unwrap();
+    record.wait().unwrap();
+    let o = vtrace(&["recover", out.to_str().unwrap()]);
+    assert!(o.status.success(), "recover: {}", stderr(&o));
+    let report = report_json(&out);
+    assert!(report["incomplete"].is_object(), "recovered, so incomplete");
+    let guest = guest_of(&report);
+    assert!(guest["unreadable"].is_null(), "{guest}");
+    assert!(
+        !guest["threads"].as_array().unwrap().is_empty(),
+        "the guest's threads came along: {guest}"
+    );
+}
+
 #[test]
 fn without_an_agent_the_host_recording_is_as_always_with_a_note() {
     if !is_root() {

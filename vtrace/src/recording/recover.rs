@@ -153,10 +153,23 @@ pub fn recover_into(path: &Path, output: Option<&Path>, kinds: &[TableKind], rep
     let staging = move_aside_if_named_for_this_pid(&staging);
     let mut rec = recover(&staging, kinds, replay)?;
     let slot = OutputSlot::claim(&target, false)?;
-    // The workload's output, if it kept any.
+    // The workload's output, if it kept any, and the directories a layer
+    // kept beside the tables (the guest layer's guests' recordings, each
+    // whole or its own journal): carried over as they are.
     let out = OUTPUT_FILE;
     if staging.join(out).is_file() {
         let _ = fs::copy(staging.join(out), slot.staging().join(out));
+    }
+    for entry in fs::read_dir(&staging)
+        .map_err(io("read the unfinished directory"))?
+        .flatten()
+    {
+        if entry.path().is_dir() && entry.file_name() != DIR {
+            fs::rename(entry.path(), slot.staging().join(entry.file_name())).map_err(crate::error::io(format!(
+                "carry {} over",
+                entry.file_name().to_string_lossy()
+            )))?;
+        }
     }
     let written = write(&slot, &mut rec)?;
     fs::remove_dir_all(&staging).map_err(io("remove the unfinished directory"))?;
