@@ -75,6 +75,19 @@ pub fn targets(values: &[String], system: &SystemSnapshot) -> Result<(Vec<Target
             vmm_pid: 0,
         });
     }
+    // One directory each: a name already taken (two Firecracker sockets of
+    // one file name, one context id on two ports) gets its place in line.
+    let mut taken = std::collections::HashSet::new();
+    for t in &mut targets {
+        let mut name = t.name.clone();
+        for n in 2.. {
+            if taken.insert(name.clone()) {
+                break;
+            }
+            name = format!("{}-{n}", t.name);
+        }
+        t.name = name;
+    }
     Ok((targets, notes))
 }
 
@@ -125,5 +138,24 @@ mod tests {
         );
         assert_eq!(vsock_of("qemu-system-x86_64 -m 256"), None);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Each guest its own directory, even where two addresses make one name.
+    #[test]
+    fn two_guests_never_share_a_name() {
+        let values = [
+            "uds:/run/a/v.sock",
+            "uds:/run/b/v.sock",
+            "cid:5",
+            "cid:5:1026",
+            "uds:/run/c/v.sock",
+        ]
+        .map(String::from);
+        let (targets, _) = targets(&values, &SystemSnapshot::default()).unwrap();
+        let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["uds-v.sock", "uds-v.sock-2", "cid-5", "cid-5-2", "uds-v.sock-3"]
+        );
     }
 }
