@@ -89,7 +89,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 95] = [
+pub const COUNTED_HOOKS: [&str; 96] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exec",
@@ -167,6 +167,7 @@ pub const COUNTED_HOOKS: [&str; 95] = [
     "kretprobe_path_ioeventfd_write",
     "path_ioeventfd_write",
     "path_vhost_poll_wakeup",
+    "path_eventfd_read",
     "path_kvm_set_irq",
     "path_kvm_msi_set_irq",
     "path_kvm_apic_accept_irq",

@@ -174,6 +174,26 @@ pub struct PathKick {
     /// on only such kicks are its transmit kicks (a 9p share's or another
     /// device the VMM serves is not).
     pub vhost: u64,
+    /// Where the VMM serves the queues itself: the eventfds (their
+    /// `eventfd_ctx`) a VMM thread read before every one of its tap writes
+    /// so far (0: none), and, once they are down to one, its transmit
+    /// queue's: from then on only kicks of it are transmit kicks (its
+    /// vsock's, its 9p share's are not). 0: not known yet.
+    pub candidates: [u64; PATH_READS_KEPT],
+    pub tx_eventfd: u64,
+}
+
+/// The different eventfds a thread read since its last tap write.
+pub const PATH_READS_KEPT: usize = 4;
+
+/// A thread's eventfd reads since its last tap write: the different ones
+/// (`count` of them; more than [`PATH_READS_KEPT`]: `count` past it, and
+/// they say nothing).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PathReads {
+    pub eventfds: [u64; PATH_READS_KEPT],
+    pub count: u64,
 }
 
 /// A frame in tun_get_user on a thread, until it returns.
@@ -311,6 +331,15 @@ pub struct PathConfig {
     /// queues are `input.N` and `output.N`); 0 when unknown (the guest
     /// stages are not timed).
     pub virtqueue_name: u32,
+    /// The eventfd a kick signals (`struct _ioeventfd`'s `dev`, which
+    /// ioeventfd_write gets, and its `eventfd`) and the one a read reads
+    /// (`kiocb.ki_filp`, `file.private_data`): a VMM's transmit queue is
+    /// the eventfd its tap writes follow. `ioeventfd_eventfd` or
+    /// `file_private_data` 0: unknown (every kick counts).
+    pub ioeventfd_dev: u32,
+    pub ioeventfd_eventfd: u32,
+    pub kiocb_filp: u32,
+    pub file_private_data: u32,
 }
 
 /// Per CPU: the vCPU thread inside ioeventfd_write (0: none), and whether
@@ -323,6 +352,8 @@ pub struct PathKickTarget {
     /// The write woke vhost-net's transmit queue.
     pub tx: u32,
     pub _pad: u32,
+    /// The eventfd it signals (0: unknown).
+    pub eventfd: u64,
 }
 
 /// Inside a guest, per CPU: virtio-net's receive side.

@@ -43,8 +43,9 @@ use aya_ebpf::{
     programs::RetProbeContext,
 };
 use vtrace_common::{
-    IRQ_DEVICE_SLOTS, MAX_PATH_STATS, PathKey, PathKick, PathKickTarget, PathPacket, PathPtIrq, PathRxBatch,
-    PathRxPending, PathStats, PathTxFrame, PathVectorKey, TUN_MSG_PTR, TUN_XDP_FLAG, path_dir, path_loss, path_stage,
+    IRQ_DEVICE_SLOTS, MAX_PATH_STATS, PATH_READS_KEPT, PathKey, PathKick, PathKickTarget, PathPacket, PathPtIrq,
+    PathReads, PathRxBatch, PathRxPending, PathStats, PathTxFrame, PathVectorKey, TUN_MSG_PTR, TUN_XDP_FLAG, path_dir,
+    path_loss, path_stage,
 };
 
 use crate::{

@@ -10,14 +10,16 @@ pub static PATH_TX_FRAMES: LruHashMap<u32, PathTxFrame> = LruHashMap::with_max_e
 #[map]
 pub static PATH_KICKS: LruHashMap<u64, PathKick> = LruHashMap::with_max_entries(1024, 0);
 
-/// A vCPU kicked a virtqueue (an ioeventfd took its write; `vhost_tx`: it
-/// woke vhost-net's transmit queue): the VM's first kick not served starts
-/// now unless one waits already. In a VM vhost-net serves, a kick that
-/// woke no vhost queue went to a device the VMM serves (a 9p share): not
-/// a transmit kick, and none counted before the VM's first vhost-net one
-/// was either.
+/// A vCPU kicked a virtqueue (an ioeventfd took its write, signalling
+/// `eventfd`; `vhost_tx`: it woke vhost-net's transmit queue): the VM's
+/// first kick not served starts now unless one waits already. In a VM
+/// vhost-net serves, a kick that woke no vhost queue went to a device the
+/// VMM serves (a 9p share): not a transmit kick, and none counted before
+/// the VM's first vhost-net one was either. Where the VMM serves its
+/// queues, a kick of another eventfd than the one its tap writes follow
+/// is not one either (its vsock's, its 9p share's), once that is known.
 #[inline(always)]
-fn kicked(vhost_tx: bool) {
+fn kicked(vhost_tx: bool, eventfd: u64) {
     let mm = current_mm();
     if mm == 0 {
         return;
@@ -33,6 +35,9 @@ fn kicked(vhost_tx: bool) {
                     k.kicks = 0;
                 }
             } else if !vhost_tx && k.vhost != 0 {
+                lost(path_loss::OTHER_KICKS);
+                return;
+            } else if k.vhost == 0 && k.tx_eventfd != 0 && eventfd != 0 && eventfd != k.tx_eventfd {
                 lost(path_loss::OTHER_KICKS);
                 return;
             }
@@ -107,6 +112,7 @@ fn tap_entered(frames: u64) {
         && let Some(k) = PATH_KICKS.get_ptr_mut(&mm)
     {
         let k = unsafe { &mut *k };
+        learn_tx_eventfd(k, tid);
         if k.serve_ns != 0 {
             add(path_stage::TX_SERVE, now.saturating_sub(k.serve_ns), k.served_kicks);
             frame.serve_ns = k.serve_ns;
@@ -122,6 +128,85 @@ fn tap_entered(frames: u64) {
     }
     let _ = PATH_TX_FRAMES.insert(&tid, &frame, 0);
 }
+
+/// Thread -> the eventfds it read since its last tap write.
+#[map]
+pub static PATH_READS: LruHashMap<u32, PathReads> = LruHashMap::with_max_entries(4096, 0);
+
+/// A VMM's thread `tid` writes to its VM's tap (`k`): the eventfds it read
+/// since its last write include the queue this write serves. The VM's
+/// candidates are those read before every write so far (a write after
+/// none is a batch's next frame, or a timer's: it says nothing); once one
+/// is left, it is the transmit queue's. An empty meet starts over.
+#[inline(always)]
+fn learn_tx_eventfd(k: &mut PathKick, tid: u32) {
+    let Some(r) = PATH_READS.get_ptr_mut(&tid) else {
+        return;
+    };
+    let r = unsafe { &mut *r };
+    if k.vhost == 0 && r.count > 0 && r.count as usize <= PATH_READS_KEPT {
+        let mut left = 0;
+        let mut last = 0;
+        for i in 0..PATH_READS_KEPT {
+            let c = k.candidates[i];
+            let mut kept = false;
+            if c != 0 {
+                for j in 0..PATH_READS_KEPT {
+                    if (j as u64) < r.count && r.eventfds[j] == c {
+                        kept = true;
+                    }
+                }
+            }
+            if kept {
+                left += 1;
+                last = c;
+            } else {
+                k.candidates[i] = 0;
+            }
+        }
+        if left == 0 {
+            k.candidates = r.eventfds;
+        } else if left == 1 {
+            k.tx_eventfd = last;
+        }
+    }
+    *r = PathReads::default();
+}
+
+// eventfd_read(struct kiocb *iocb, struct iov_iter *to): a thread of a VM's
+// process (a VMM's, serving a queue) reads an eventfd; others are not kept.
+kfunc_programs!(kprobe_path_eventfd_read, fentry_path_eventfd_read, "eventfd_read", counted "path_eventfd_read", [iocb] => {
+    let private_data = conf!(path.file_private_data);
+    let mm = current_mm();
+    if private_data != 0 && conf!(path.ioeventfd_eventfd) != 0 && mm != 0 && PATH_KICKS.get_ptr(&mm).is_some() {
+        let file: u64 = read_or_zero(iocb, conf!(path.kiocb_filp));
+        let eventfd: u64 = read_or_zero(file, private_data);
+        let tid = account::current_tid();
+        if eventfd != 0 {
+            if PATH_READS.get_ptr(&tid).is_none() {
+                let _ = PATH_READS.insert(&tid, &PathReads::default(), 0);
+            }
+            if let Some(r) = PATH_READS.get_ptr_mut(&tid) {
+                let r = unsafe { &mut *r };
+                let mut seen = false;
+                for j in 0..PATH_READS_KEPT {
+                    if (j as u64) < r.count && r.eventfds[j] == eventfd {
+                        seen = true;
+                    }
+                }
+                if !seen {
+                    if (r.count as usize) < PATH_READS_KEPT {
+                        let at = r.count as usize;
+                        if at < PATH_READS_KEPT {
+                            r.eventfds[at] = eventfd;
+                        }
+                    }
+                    r.count += 1;
+                }
+            }
+        }
+    }
+});
 
 /// tun_sendmsg(sock, msg, len): vhost-net hands its tap a TUN_MSG_PTR
 /// batch of `num` frames in msg_control, else one frame for tun_get_user.
@@ -200,9 +285,16 @@ pub static PATH_KICK_TARGET: PerCpuArray<PathKickTarget> = PerCpuArray::with_max
 
 // ioeventfd_write(vcpu, dev, addr, len, val): a guest write an ioeventfd
 // may take; its eventfd's waiters are woken inside it.
-kfunc_programs!(kprobe_path_ioeventfd_write, fentry_path_ioeventfd_write, "ioeventfd_write", counted "path_ioeventfd_write", [] => {
+kfunc_programs!(kprobe_path_ioeventfd_write, fentry_path_ioeventfd_write, "ioeventfd_write", counted "path_ioeventfd_write", [_vcpu, dev] => {
     if let Some(k) = PATH_KICK_TARGET.get_ptr_mut(0) {
-        unsafe { *k = PathKickTarget { tid: account::current_tid(), ..Default::default() } };
+        // Its eventfd: `dev` is inside its struct _ioeventfd.
+        let at = conf!(path.ioeventfd_eventfd);
+        let eventfd = if at != 0 && dev != 0 {
+            read_or_zero::<u64>(dev.wrapping_sub(conf!(path.ioeventfd_dev) as u64), at)
+        } else {
+            0
+        };
+        unsafe { *k = PathKickTarget { tid: account::current_tid(), eventfd, ..Default::default() } };
     }
 });
 
@@ -234,11 +326,11 @@ kfunc_programs!(kprobe_path_vhost_poll_wakeup, fentry_path_vhost_poll_wakeup, "v
 #[kretprobe]
 pub fn kretprobe_path_ioeventfd_write(ctx: RetProbeContext) -> u32 {
     count_run!("kretprobe_path_ioeventfd_write");
-    let (mut other, mut tx) = (false, false);
+    let (mut other, mut tx, mut eventfd) = (false, false, 0);
     if let Some(k) = PATH_KICK_TARGET.get_ptr_mut(0) {
         let k = unsafe { &mut *k };
         if k.tid == account::current_tid() {
-            (other, tx) = (k.other != 0, k.tx != 0);
+            (other, tx, eventfd) = (k.other != 0, k.tx != 0, k.eventfd);
         }
         *k = PathKickTarget::default();
     }
@@ -246,7 +338,7 @@ pub fn kretprobe_path_ioeventfd_write(ctx: RetProbeContext) -> u32 {
         if other && !tx {
             lost(path_loss::OTHER_KICKS);
         } else {
-            kicked(tx);
+            kicked(tx, eventfd);
         }
     }
     0

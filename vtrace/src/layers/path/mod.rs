@@ -104,6 +104,17 @@ impl Layer for PathLayer {
                 (o.path.vhost_tx_kick_fn_lo, o.path.vhost_tx_kick_fn_hi) = (tx_kick as u32, (tx_kick >> 32) as u32);
             }
         }
+        // The eventfd a kick signals (KVM's struct _ioeventfd, in kvm's
+        // BTF where KVM is a module) and the one a read reads.
+        let ioeventfd = |m: &str| {
+            k.module("kvm")
+                .and_then(|kvm| offsets::member_offset(&kvm, "_ioeventfd", m))
+                .unwrap_or_else(|| k.member("_ioeventfd", m))
+        };
+        o.path.ioeventfd_dev = ioeventfd("dev");
+        o.path.ioeventfd_eventfd = ioeventfd("eventfd");
+        o.path.kiocb_filp = k.member("kiocb", "ki_filp");
+        o.path.file_private_data = k.member("file", "private_data");
         // Inside a guest: virtio's struct virtqueue, in vmlinux where virtio
         // is built in, else in the module's BTF.
         o.path.virtqueue_name = ["virtio_ring", "virtio"]
@@ -154,7 +165,8 @@ impl Layer for PathLayer {
                 key: "path.other_kicks",
                 meaning: "guest writes an ioeventfd took that woke a vhost queue other than vhost-net's transmit one \
                           (its receive queue refilled, vhost-vsock), or, in a VM vhost-net serves, woke none (a device \
-                          the VMM serves: a 9p share): not kicks of tx_kick",
+                          the VMM serves: a 9p share), or, where the VMM serves its queues, signalled another eventfd \
+                          than the one its tap writes follow (its vsock, a 9p share): not kicks of tx_kick",
             },
             Loss {
                 key: "path.guest_unannounced",

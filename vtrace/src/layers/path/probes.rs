@@ -153,6 +153,14 @@ pub const PATH: &[ProbeSpec] = &[
         "fentry_path_vhost_poll_wakeup",
         "kprobe_path_vhost_poll_wakeup"
     ),
+    kfunc_probe!(
+        "path:eventfd_read",
+        "path",
+        "tx: the eventfds a VMM's thread read before writing to its tap: the one read before every write is its transmit queue's (other queues' kicks are not tx kicks)",
+        "eventfd_read",
+        "fentry_path_eventfd_read",
+        "kprobe_path_eventfd_read"
+    ),
     ProbeSpec {
         id: "path:ioeventfd_write.ret",
         layer: "path",
