@@ -57,11 +57,23 @@ fn agent_in_netns(dir: &TempDir) -> (Netns, u32) {
     (ns, pid)
 }
 
-/// `command` recorded into `out` with the namespace's agent (the CPU
-/// layer on both sides); its report.
-fn record_with_the_agent(out: &Path, command: &[&str]) -> Value {
+/// A directory of its own and an agent in the namespace (dropped after the
+/// test, as the namespace goes); None, the test skipped, without root.
+fn with_an_agent(tag: &str) -> Option<(TempDir, Netns, u32)> {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return None;
+    }
+    let dir = TempDir::new(tag);
+    let (ns, agent) = agent_in_netns(&dir);
+    Some((dir, ns, agent))
+}
+
+/// `vtrace record`'s arguments for `command` recorded into `out` with the
+/// namespace's agent (the CPU layer on both sides).
+fn recording_args(out: &Path, command: &[&str]) -> Vec<String> {
     let guest = format!("tcp:{GUEST_ADDR}:{PORT}");
-    let mut args = vec![
+    let mut args: Vec<String> = [
         "record",
         "--guest",
         &guest,
@@ -70,11 +82,19 @@ fn record_with_the_agent(out: &Path, command: &[&str]) -> Value {
         "--layers",
         "cpu",
         "-o",
-        out.to_str().unwrap(),
-        "--",
-    ];
-    args.extend(command);
-    let o = vtrace(&args);
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(out.to_str().unwrap().into());
+    args.push("--".into());
+    args.extend(command.iter().map(|c| c.to_string()));
+    args
+}
+
+/// `command` recorded into `out` with the namespace's agent; its report.
+fn record_with_the_agent(out: &Path, command: &[&str]) -> Value {
+    let args = recording_args(out, command);
+    let o = vtrace(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "record failed: {}", stderr(&o));
     report_json(out)
 }
@@ -102,12 +122,9 @@ fn host_tables_are_whole(report: &Value, what: &str) {
 /// (here the truth is offset 0).
 #[test]
 fn the_guests_recording_comes_whole_on_one_clock_and_its_threads_match_their_schedstat() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    let Some((dir, _ns, _agent)) = with_an_agent("guest-agent") else {
         return;
-    }
-    let dir = TempDir::new("guest-agent");
-    let (_ns, _agent) = agent_in_netns(&dir);
+    };
     let out = dir.join("run.vtrace");
     let truth = dir.join("truth.json");
     let report = record_with_the_agent(
@@ -192,12 +209,9 @@ fn the_guests_recording_comes_whole_on_one_clock_and_its_threads_match_their_sch
 /// guest's holds what its journal sent, and the report says when it went silent.
 #[test]
 fn an_agent_killed_mid_recording_leaves_the_host_recording_whole_and_names_when_it_went_silent() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    let Some((dir, _ns, agent)) = with_an_agent("guest-agent-killed") else {
         return;
-    }
-    let dir = TempDir::new("guest-agent-killed");
-    let (_ns, agent) = agent_in_netns(&dir);
+    };
     let out = dir.join("run.vtrace");
     let killer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(2600));
@@ -227,27 +241,12 @@ fn an_agent_killed_mid_recording_leaves_the_host_recording_whole_and_names_when_
 /// as the guest's.
 #[test]
 fn a_host_recording_killed_mid_way_is_recovered_with_its_guests() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    let Some((dir, _ns, _agent)) = with_an_agent("guest-agent-recovered") else {
         return;
-    }
-    let dir = TempDir::new("guest-agent-recovered");
-    let (_ns, _agent) = agent_in_netns(&dir);
+    };
     let out = dir.join("run.vtrace");
-    let guest = format!("tcp:{GUEST_ADDR}:{PORT}");
     let mut record = std::process::Command::new(bin("vtrace"))
-        .args([
-            "record",
-            "--guest",
-            &guest,
-            "--guest-layers",
-            "cpu",
-            "--layers",
-            "cpu",
-            "-o",
-        ])
-        .arg(&out)
-        .args(["--", "sleep", "30"])
+        .args(recording_args(&out, &["sleep", "30"]))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
