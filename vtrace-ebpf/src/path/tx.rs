@@ -195,11 +195,9 @@ kfunc_programs!(kprobe_path_eventfd_read, fentry_path_eventfd_read, "eventfd_rea
                     }
                 }
                 if !seen {
-                    if (r.count as usize) < PATH_READS_KEPT {
-                        let at = r.count as usize;
-                        if at < PATH_READS_KEPT {
-                            r.eventfds[at] = eventfd;
-                        }
+                    let at = r.count as usize;
+                    if at < PATH_READS_KEPT {
+                        r.eventfds[at] = eventfd;
                     }
                     r.count += 1;
                 }

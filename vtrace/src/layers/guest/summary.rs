@@ -573,7 +573,8 @@ fn part_of(comm: &str) -> &str {
 fn cpu_parts(r: &GuestReport) -> std::collections::BTreeMap<(String, &'static str), u64> {
     let mut parts = std::collections::BTreeMap::new();
     for t in &r.threads {
-        if t.comm.starts_with("vtrace") {
+        let part = part_name(&t.comm);
+        if part == AGENT_PART {
             continue;
         }
         for (state, ns) in [
@@ -583,7 +584,7 @@ fn cpu_parts(r: &GuestReport) -> std::collections::BTreeMap<(String, &'static st
             ("hardirq", t.hardirq_ns),
         ] {
             if ns > 0 {
-                *parts.entry((part_of(&t.comm).to_string(), state)).or_default() += ns;
+                *parts.entry((part.clone(), state)).or_default() += ns;
             }
         }
     }
