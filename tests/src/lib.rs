@@ -428,9 +428,10 @@ pub fn run_guest(
     report_recordings_here(out, &mut files);
     let summary = match &run {
         Ok(r) => format!(
-            "{name} guest: {:.1} s over {} boot(s), its heartbeat still for {:.0} s at most",
+            "{name} guest: {:.1} s over {} boot(s), its first heartbeat after {:.0} s, then still for {:.0} s at most",
             start.elapsed().as_secs_f64(),
             r.boots,
+            r.first_beat.as_secs_f64(),
             r.longest_silence.as_secs_f64()
         ),
         Err(e) => format!(
