@@ -138,9 +138,11 @@ fn script() -> String {
         let fail = format!("{p}.failed");
         // The guest too, through the agent its /init started: its own
         // recording is kept beside the host's for its report.
+        // Stacks sampled on both sides, so the flamegraph puts the
+        // guest's under the vCPU's guest-mode samples.
         let (guest, inner) = if agent {
             (
-                " --guest auto",
+                " --guest auto --sample 99 --guest-layers cpu,net,runq,path,sample",
                 format!(
                     "cp -r {p}.vtrace/guests/*-* {p}-inner.vtrace; cp /var/lib/vtrace-lab/run/{p}/console.log {p}-console.log\n"
                 ),
@@ -1016,6 +1018,15 @@ fn check_agent(platform: &str) {
         .unwrap();
     assert_eq!(first[0], "redis-server", "{vcpu}");
     assert!(n(&vcpu["unrun_busy_ns"]) <= n(&vcpu["guest_busy_ns"]), "{vcpu}");
+    // The host's samples of the vCPU in guest mode (PF_VCPU), with the
+    // guest's own busy stacks put under them in the flamegraph.
+    let nested = rows(&r, "samples_in_guest");
+    eprintln!("{platform}'s samples in guest mode: {nested:?}");
+    assert_eq!(nested.len(), 1, "{nested:?}");
+    assert!(
+        n(&nested[0]["host_guest_mode_samples"]) > 0 && n(&nested[0]["guest_busy_samples"]) > 0,
+        "{nested:?}"
+    );
     // The guest's own recording, reported on its own.
     let inner = g.report(&format!("{platform}-inner"));
     let (sent, received) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, platform);

@@ -7,13 +7,19 @@ use crate::runs::count_run;
 use aya_ebpf::{
     EbpfContext,
     bindings::{BPF_F_FAST_STACK_CMP, BPF_F_REUSE_STACKID, BPF_F_USER_STACK},
+    helpers::bpf_get_current_task,
     macros::{map, perf_event},
     maps::{PerCpuArray, PerCpuHashMap, StackTrace},
     programs::{PerfEventContext, tracing::StackIdContext},
 };
 use vtrace_common::SampleKey;
 
-use crate::account;
+use crate::{account, config::conf, kmem::read_or_zero};
+
+/// PF_VCPU from include/linux/sched.h: set from a vCPU's entry into its
+/// guest until after the exit has taken the interrupts that came meanwhile
+/// (the timer's among them), so a sample that stopped a guest sees it.
+const PF_VCPU: u32 = 0x1;
 
 #[map]
 pub static STACKS: StackTrace = StackTrace::with_max_entries(16384, 0);
@@ -37,6 +43,7 @@ pub fn sample_cpu(ctx: PerfEventContext) -> u32 {
             .get_stackid(&STACKS, flags | BPF_F_USER_STACK as u64)
             .map(|id| id as i32)
             .unwrap_or(-1),
+        in_guest: read_or_zero::<u32>(unsafe { bpf_get_current_task() }, conf!(cpu.task_flags)) & PF_VCPU,
     };
     match account::entry(&SAMPLES, &key) {
         Some(n) => *n += 1,

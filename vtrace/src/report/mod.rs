@@ -49,6 +49,7 @@ pub fn sections(rec: &Recording, top: usize) -> Vec<model::Section> {
     sections.extend(layers::REGISTRY.iter().map(|l| l.summarize(rec, top)));
     join_thread_columns(&mut sections, rec);
     views::overlay::join(&mut sections, rec);
+    views::guest_stacks::join(&mut sections, rec);
     sections.extend(views::startup::section(rec));
     sections.extend(views::boundary::section(rec));
     sections.extend([run::probes(rec), run::overhead(rec)]);

@@ -3,11 +3,13 @@
 //! reports, which show them without naming a layer: the Chrome trace
 //! (`trace.rs`: CPU, net, KVM), start-up (`startup.rs`: CPU, net, vsock),
 //! each packet across the guest boundary (`boundary.rs`: path, guest),
-//! the overlay cost (`overlay.rs`: fs beside sampled stacks), sampled
+//! the overlay cost (`overlay.rs`: fs beside sampled stacks), each guest's
+//! sampled stacks under its VM's vCPUs (`guest_stacks.rs`: sample, guest), sampled
 //! stacks folded and drawn (each thread's process name from the CPU layer),
 //! and the threads' CPU breakdown as CSV.
 
 pub mod boundary;
+pub mod guest_stacks;
 pub mod overlay;
 pub mod startup;
 pub mod trace;
@@ -18,15 +20,17 @@ use crate::{
             ThreadRow,
             analysis::{CpuBreakdown, StateTimes},
         },
-        sample::{SampleRow, flamegraph},
+        sample::SampleRow,
     },
     recording::Recording,
 };
 
 /// The interactive flamegraph (SVG) of the recording's sampled stacks; with
 /// `lines`, a frame per source line where debug info has them.
+/// Each guest's own stacks go under its VM's vCPU threads where its agent
+/// sampled them (`guest_stacks.rs`).
 pub fn flamegraph(rec: &Recording, lines: bool) -> Result<String, String> {
-    flamegraph::svg(rec, &rec.title(), lines)
+    guest_stacks::svg(rec, lines)
 }
 
 /// The recording's sampled stacks, each prefixed by its process name, merged

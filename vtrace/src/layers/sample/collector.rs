@@ -230,6 +230,9 @@ impl Sampler {
                     None => names.push("[unknown]_[k]".into()),
                 }
             }
+            if k.in_guest != 0 {
+                names.push(super::tables::GUEST_MODE_FRAME.into());
+            }
             if names.is_empty() {
                 names.push("[no stack]".into());
             }

@@ -14,23 +14,34 @@ use crate::recording::Recording;
 pub fn folded_by_role(rec: &Recording, lines: bool) -> Vec<String> {
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     for s in rec.rows::<SampleRow>() {
-        let instance = if s.owner.instance.is_empty() {
-            "host"
-        } else {
-            s.owner.instance.as_str()
-        };
-        let root = format!(
-            "{}/{};{instance};{}",
-            s.owner.platform,
-            s.owner.role,
-            s.owner.comm.replace(';', ":")
-        );
-        *merged.entry(format!("{root};{}", frames(&s.stack, lines))).or_default() += s.count;
+        *merged.entry(folded_stack(s, lines)).or_default() += s.count;
     }
+    as_lines(merged)
+}
+
+/// One sample row's stack as [`folded_by_role`] folds it, without its count.
+pub fn folded_stack(s: &SampleRow, lines: bool) -> String {
+    let instance = if s.owner.instance.is_empty() {
+        "host"
+    } else {
+        s.owner.instance.as_str()
+    };
+    format!(
+        "{}/{};{instance};{};{}",
+        s.owner.platform,
+        s.owner.role,
+        s.owner.comm.replace(';', ":"),
+        frames(&s.stack, lines)
+    )
+}
+
+/// Folded stacks with their counts as inferno reads them.
+pub fn as_lines(merged: BTreeMap<String, u64>) -> Vec<String> {
     merged.into_iter().map(|(stack, n)| format!("{stack} {n}")).collect()
 }
 
-fn frames(stack: &str, lines: bool) -> String {
+/// A thread's stack, one frame per function without `lines`.
+pub fn frames(stack: &str, lines: bool) -> String {
     if lines {
         return stack.to_string();
     }
@@ -40,15 +51,22 @@ fn frames(stack: &str, lines: bool) -> String {
 
 /// The interactive SVG (inferno's own script: zoom, search), or why none.
 pub fn svg(rec: &Recording, title: &str, lines: bool) -> Result<String, String> {
-    let lines = folded_by_role(rec, lines);
+    svg_of(&folded_by_role(rec, lines), title, "")
+}
+
+/// [`svg`] of folded stacks rooted as [`folded_by_role`] roots them;
+/// `more` ends the subtitle.
+pub fn svg_of(lines: &[String], title: &str, more: &str) -> Result<String, String> {
     if lines.is_empty() {
         return Err(NO_SAMPLES.into());
     }
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = format!("CPU samples: {title}");
-    opts.subtitle = Some("stacks rooted at platform/role, instance, thread; frames coloured by role".into());
+    opts.subtitle = Some(format!(
+        "stacks rooted at platform/role, instance, thread; frames coloured by role{more}"
+    ));
     opts.count_name = "samples".into();
-    let svg = draw(&mut opts, &lines)?;
+    let svg = draw(&mut opts, lines)?;
     Ok(color_by_role(&svg))
 }
 

@@ -11,7 +11,7 @@ use aya::Ebpf;
 use vtrace_common::Config;
 
 pub use collector::PROGRAM;
-pub use tables::SampleRow;
+pub use tables::{GUEST_MODE_FRAME, SampleRow};
 
 use self::collector::{FoldedStack, Sampler};
 use super::{Collector, Emit, End, Layer, LayerOutput, Request, Setup, SwitchGroup, cpu::ThreadRow};

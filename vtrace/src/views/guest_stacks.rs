@@ -1,0 +1,281 @@
+//! The host's sampled stacks with each guest's own under its VM's vCPU
+//! threads (sample, guest, CPU layers): a sample that stopped a vCPU in its
+//! guest (`[guest mode]`) shows only the host's side of the exit, so where
+//! the guest's agent sampled stacks too, the host's guest-mode samples of
+//! that VM are shared out over the guest's busy stacks, by how often the
+//! guest saw each (its idle task's are left out: a halted vCPU is out of
+//! guest mode, so the host never samples it there).
+//!
+//! The shares are over the whole recording, per VM: a guest's samples do
+//! not say which vCPU ran them, and its sampler's clock is its own.
+
+use std::collections::BTreeMap;
+
+use crate::{
+    layers::{
+        cpu::ThreadRow,
+        guest::tables::GuestLinkRow,
+        sample::{
+            GUEST_MODE_FRAME, SampleRow,
+            flamegraph::{as_lines, folded_stack, frames, svg_of},
+        },
+    },
+    recording::Recording,
+    report_model::Section,
+};
+
+/// One guest whose stacks go under its VM's vCPU threads.
+struct GuestStacks {
+    name: String,
+    vmm_pid: u32,
+    /// The guest's busy stacks, `comm;frames`, with their samples.
+    stacks: BTreeMap<String, u64>,
+}
+
+/// How one VM's guest-mode samples were shared (JSON `samples_in_guest`).
+#[derive(Debug, PartialEq, serde::Serialize)]
+pub struct Nested {
+    pub guest: String,
+    pub vmm_pid: u32,
+    /// The host's samples of the VM's threads in guest mode.
+    pub host_guest_mode_samples: u64,
+    /// The guest's own samples it was shared out by (its idle task's left out).
+    pub guest_busy_samples: u64,
+    pub guest_idle_samples: u64,
+}
+
+fn guests_with_stacks(rec: &Recording, lines: bool) -> Vec<(GuestStacks, u64)> {
+    let vmms: std::collections::BTreeSet<u32> = rec
+        .rows::<ThreadRow>()
+        .iter()
+        .filter(|t| t.owner.role == "vcpu" || t.guest_ns > 0)
+        .map(|t| t.owner.pid)
+        .collect();
+    let mut out = Vec::new();
+    for link in rec.rows::<GuestLinkRow>() {
+        // The one VM of the recording where the link did not know its VMM
+        // (as the guest section does).
+        let vmm_pid = match (link.vmm_pid, vmms.len()) {
+            (0, 1) => *vmms.first().expect("one"),
+            (0, _) => continue,
+            (pid, _) => pid,
+        };
+        let Some(Ok(guest)) = rec.guests.iter().find(|g| g.name == link.guest).map(|g| &g.recording) else {
+            continue;
+        };
+        let mut stacks: BTreeMap<String, u64> = BTreeMap::new();
+        let mut idle = 0;
+        for s in guest.rows::<SampleRow>() {
+            if s.tid == 0 {
+                idle += s.count;
+                continue;
+            }
+            let key = format!("{};{}", s.owner.comm.replace(';', ":"), frames(&s.stack, lines));
+            *stacks.entry(key).or_default() += s.count;
+        }
+        if !stacks.is_empty() {
+            out.push((
+                GuestStacks {
+                    name: link.guest.clone(),
+                    vmm_pid,
+                    stacks,
+                },
+                idle,
+            ));
+        }
+    }
+    out
+}
+
+/// `total` shared over `weights` in proportion, in whole samples that sum
+/// to it (largest remainders).
+fn shares(total: u64, weights: &BTreeMap<String, u64>) -> Vec<(&str, u64)> {
+    let sum: u64 = weights.values().sum();
+    if sum == 0 {
+        return Vec::new();
+    }
+    let mut parts: Vec<(&str, u64, u128)> = weights
+        .iter()
+        .map(|(k, &w)| {
+            let exact = total as u128 * w as u128;
+            (k.as_str(), (exact / sum as u128) as u64, exact % sum as u128)
+        })
+        .collect();
+    let mut left = total - parts.iter().map(|p| p.1).sum::<u64>();
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by(|&a, &b| parts[b].2.cmp(&parts[a].2).then(a.cmp(&b)));
+    for i in order {
+        if left == 0 {
+            break;
+        }
+        parts[i].1 += 1;
+        left -= 1;
+    }
+    parts.into_iter().filter(|p| p.1 > 0).map(|(k, n, _)| (k, n)).collect()
+}
+
+/// The recording's folded stacks ([`folded_stack`]'s roots), each guest's
+/// under its VM's `[guest mode]` frames, and how each VM's were shared.
+pub fn folded(rec: &Recording, lines: bool) -> (Vec<String>, Vec<Nested>) {
+    let guests = guests_with_stacks(rec, lines);
+    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+    // Per guest, its VM's guest-mode stacks (ending in the frame).
+    let mut in_guest: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); guests.len()];
+    for s in rec.rows::<SampleRow>() {
+        let key = folded_stack(s, lines);
+        let guest = guests.iter().position(|(g, _)| g.vmm_pid == s.owner.pid);
+        match guest {
+            Some(i) if s.stack.ends_with(GUEST_MODE_FRAME) => *in_guest[i].entry(key).or_default() += s.count,
+            _ => *merged.entry(key).or_default() += s.count,
+        }
+    }
+    let mut nested = Vec::new();
+    for ((g, idle), host) in guests.iter().zip(in_guest) {
+        let host_samples: u64 = host.values().sum();
+        for (stack, n) in host {
+            for (guest_stack, share) in shares(n, &g.stacks) {
+                *merged
+                    .entry(format!("{stack};[guest {}];{guest_stack}", g.name))
+                    .or_default() += share;
+            }
+        }
+        nested.push(Nested {
+            guest: g.name.clone(),
+            vmm_pid: g.vmm_pid,
+            host_guest_mode_samples: host_samples,
+            guest_busy_samples: g.stacks.values().sum(),
+            guest_idle_samples: *idle,
+        });
+    }
+    (as_lines(merged), nested)
+}
+
+/// The flamegraph's subtitle's end where guests' stacks are nested.
+const NESTED: &str = "; each guest's own stacks under its VM's [guest mode], shared by its samples";
+
+/// The flamegraph with the guests' stacks nested ([`folded`]).
+pub fn svg(rec: &Recording, lines: bool) -> Result<String, String> {
+    let (folded, nested) = folded(rec, lines);
+    svg_of(&folded, &rec.title(), if nested.is_empty() { "" } else { NESTED })
+}
+
+/// Puts the nested flamegraph in the sample section in place of the host's
+/// alone, with a line and JSON `samples_in_guest` per guest, where a guest
+/// sampled its stacks.
+pub fn join(sections: &mut [Section], rec: &Recording) {
+    let Some(s) = sections.iter_mut().find(|s| s.id == "sample") else {
+        return;
+    };
+    let (folded, nested) = folded(rec, false);
+    if nested.is_empty() {
+        return;
+    }
+    if let Ok(svg) = svg_of(&folded, &rec.title(), NESTED) {
+        let picture = crate::layers::sample::flamegraph::without_script(&svg);
+        match s
+            .blocks
+            .iter_mut()
+            .find(|b| matches!(b, crate::report_model::Block::Picture(_)))
+        {
+            Some(b) => *b = crate::report_model::Block::Picture(picture),
+            None => s.picture(picture),
+        }
+    }
+    s.lines(nested.iter().map(|n| {
+        format!(
+            "guest {} (VMM pid {}): the host's {} samples of it in guest mode shared over its own {} busy samples ({} idle left out)",
+            n.guest, n.vmm_pid, n.host_guest_mode_samples, n.guest_busy_samples, n.guest_idle_samples
+        )
+    }));
+    s.json("samples_in_guest", &nested);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_is_whole_samples_in_proportion_that_sum_to_the_total() {
+        let w: BTreeMap<String, u64> = [("a", 2), ("b", 1), ("c", 1)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(shares(8, &w), vec![("a", 4), ("b", 2), ("c", 2)]);
+        // 3.5, 1.75, 1.75: b's and c's remainders are the larger.
+        assert_eq!(shares(7, &w), vec![("a", 3), ("b", 2), ("c", 2)]);
+        assert_eq!(shares(1, &w), vec![("a", 1)]);
+        assert!(shares(5, &BTreeMap::new()).is_empty());
+    }
+
+    fn sample(pid: u32, tid: u32, comm: &str, role: &str, stack: &str, count: u64) -> SampleRow {
+        SampleRow {
+            owner: crate::recording::Owner {
+                pid,
+                comm: comm.into(),
+                platform: "qemu-kvm".into(),
+                role: role.into(),
+                ..Default::default()
+            },
+            tid,
+            stack: stack.into(),
+            count,
+        }
+    }
+
+    /// The VM's guest-mode samples go under `[guest mode]` to the guest's
+    /// busy stacks in proportion, the idle task's left out; its other
+    /// samples, and another process's in guest mode, stay as they were.
+    #[test]
+    fn a_vms_guest_mode_samples_are_shared_over_the_guests_busy_stacks() {
+        let mut guest = Recording::default();
+        guest.tables.put(vec![
+            sample(7, 7, "redis-server", "app", "main;read", 3),
+            sample(9, 9, "ksoftirqd/0", "kernel", "net_rx_action_[k]", 1),
+            sample(0, 0, "swapper/0", "idle", "do_idle_[k]", 50),
+        ]);
+        let mut host = Recording::default();
+        host.tables.put(vec![
+            sample(
+                100,
+                101,
+                "CPU 0/KVM",
+                "vcpu",
+                &format!("ioctl;vcpu_run_[k];{GUEST_MODE_FRAME}"),
+                8,
+            ),
+            sample(100, 101, "CPU 0/KVM", "vcpu", "ioctl;handle_exit_[k]", 2),
+            sample(200, 201, "other", "vcpu", &format!("ioctl;{GUEST_MODE_FRAME}"), 5),
+        ]);
+        host.tables.put(vec![GuestLinkRow {
+            guest: "vm1".into(),
+            vmm_pid: 100,
+            state: "complete".into(),
+            ..Default::default()
+        }]);
+        host.guests.push(crate::recording::GuestPart {
+            name: "vm1".into(),
+            recording: Ok(guest),
+        });
+        let (lines, nested) = folded(&host, false);
+        let root = "qemu-kvm/vcpu;host;CPU 0/KVM;ioctl;vcpu_run_[k];[guest mode];[guest vm1]";
+        assert_eq!(
+            lines,
+            vec![
+                "qemu-kvm/vcpu;host;CPU 0/KVM;ioctl;handle_exit_[k] 2".to_string(),
+                format!("{root};ksoftirqd/0;net_rx_action_[k] 2"),
+                format!("{root};redis-server;main;read 6"),
+                "qemu-kvm/vcpu;host;other;ioctl;[guest mode] 5".to_string(),
+            ]
+        );
+        assert_eq!(
+            nested,
+            vec![Nested {
+                guest: "vm1".into(),
+                vmm_pid: 100,
+                host_guest_mode_samples: 8,
+                guest_busy_samples: 4,
+                guest_idle_samples: 50,
+            }]
+        );
+    }
+}
