@@ -1019,13 +1019,18 @@ fn check_agent(platform: &str) {
     assert_eq!(first[0], "redis-server", "{vcpu}");
     assert!(n(&vcpu["unrun_busy_ns"]) <= n(&vcpu["guest_busy_ns"]), "{vcpu}");
     // The host's samples of the vCPU in guest mode (PF_VCPU), with the
-    // guest's own busy stacks put under them in the flamegraph.
+    // guest's own busy stacks put under those from inside its recording in
+    // the flamegraph.
     let nested = rows(&r, "samples_in_guest");
     eprintln!("{platform}'s samples in guest mode: {nested:?}");
     assert_eq!(nested.len(), 1, "{nested:?}");
+    let nested = &nested[0];
     assert!(
-        n(&nested[0]["host_guest_mode_samples"]) > 0 && n(&nested[0]["guest_busy_samples"]) > 0,
-        "{nested:?}"
+        n(&nested["guest_busy_samples"]) > 0
+            && n(&nested["shared_samples"]) > 0
+            && n(&nested["shared_samples"]) <= n(&nested["host_guest_mode_samples"])
+            && n(&nested["guest_mode_in_window_ns"]) <= n(&nested["guest_mode_ns"]),
+        "{nested}"
     );
     // The guest's own recording, reported on its own.
     let inner = g.report(&format!("{platform}-inner"));

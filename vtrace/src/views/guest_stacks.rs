@@ -6,15 +6,22 @@
 //! guest saw each (its idle task's are left out: a halted vCPU is out of
 //! guest mode, so the host never samples it there).
 //!
-//! The shares are over the whole recording, per VM: a guest's samples do
-//! not say which vCPU ran them, and its sampler's clock is its own.
+//! Samples carry no time, so the guest's recording's window is applied by
+//! proportion: of the VM's guest-mode samples, the share its vCPU threads'
+//! guest-mode time inside that window is of their whole (CPU layer
+//! intervals) goes to the guest's stacks; the rest (the agent's start-up
+//! before its probes attached, above all) stays under `[outside the guest's
+//! recording]`. The shares are per VM: a guest's samples do not say which
+//! vCPU ran them.
 
 use std::collections::BTreeMap;
 
 use crate::{
     layers::{
-        cpu::ThreadRow,
-        guest::tables::GuestLinkRow,
+        guest::{
+            summary::{in_window, vcpu_threads, vmm_of},
+            tables::GuestLinkRow,
+        },
         sample::{
             GUEST_MODE_FRAME, SampleRow,
             flamegraph::{as_lines, folded_stack, frames, svg_of},
@@ -28,6 +35,10 @@ use crate::{
 struct GuestStacks {
     name: String,
     vmm_pid: u32,
+    /// The VM's vCPU threads' guest-mode time inside the guest's recording,
+    /// and in all (ns).
+    in_window_ns: u64,
+    guest_mode_ns: u64,
     /// The guest's busy stacks, `comm;frames`, with their samples.
     stacks: BTreeMap<String, u64>,
 }
@@ -39,26 +50,23 @@ pub struct Nested {
     pub vmm_pid: u32,
     /// The host's samples of the VM's threads in guest mode.
     pub host_guest_mode_samples: u64,
+    /// Of them, those shared over the guest's stacks: in proportion to the
+    /// vCPUs' guest-mode time inside the guest's recording.
+    pub shared_samples: u64,
+    /// The vCPUs' guest-mode time inside the guest's recording, and in all.
+    pub guest_mode_in_window_ns: u64,
+    pub guest_mode_ns: u64,
     /// The guest's own samples it was shared out by (its idle task's left out).
     pub guest_busy_samples: u64,
     pub guest_idle_samples: u64,
 }
 
 fn guests_with_stacks(rec: &Recording, lines: bool) -> Vec<(GuestStacks, u64)> {
-    let vmms: std::collections::BTreeSet<u32> = rec
-        .rows::<ThreadRow>()
-        .iter()
-        .filter(|t| t.owner.role == "vcpu" || t.guest_ns > 0)
-        .map(|t| t.owner.pid)
-        .collect();
+    let vcpus = vcpu_threads(rec);
     let mut out = Vec::new();
     for link in rec.rows::<GuestLinkRow>() {
-        // The one VM of the recording where the link did not know its VMM
-        // (as the guest section does).
-        let vmm_pid = match (link.vmm_pid, vmms.len()) {
-            (0, 1) => *vmms.first().expect("one"),
-            (0, _) => continue,
-            (pid, _) => pid,
+        let Some(vmm_pid) = vmm_of(link, &vcpus) else {
+            continue;
         };
         let Some(Ok(guest)) = rec.guests.iter().find(|g| g.name == link.guest).map(|g| &g.recording) else {
             continue;
@@ -73,11 +81,19 @@ fn guests_with_stacks(rec: &Recording, lines: bool) -> Vec<(GuestStacks, u64)> {
             let key = format!("{};{}", s.owner.comm.replace(';', ":"), frames(&s.stack, lines));
             *stacks.entry(key).or_default() += s.count;
         }
+        let window = (link.attached_ns, link.attached_ns + guest.meta.wall_ns);
+        let (mut in_window_ns, mut guest_mode_ns) = (0, 0);
+        for t in vcpus.iter().filter(|t| t.owner.pid == vmm_pid) {
+            in_window_ns += in_window(rec, t.tid, window).0;
+            guest_mode_ns += in_window(rec, t.tid, (0, u64::MAX)).0;
+        }
         if !stacks.is_empty() {
             out.push((
                 GuestStacks {
                     name: link.guest.clone(),
                     vmm_pid,
+                    in_window_ns,
+                    guest_mode_ns,
                     stacks,
                 },
                 idle,
@@ -132,23 +148,39 @@ pub fn folded(rec: &Recording, lines: bool) -> (Vec<String>, Vec<Nested>) {
     let mut nested = Vec::new();
     for ((g, idle), host) in guests.iter().zip(in_guest) {
         let host_samples: u64 = host.values().sum();
+        let mut shared = 0;
         for (stack, n) in host {
-            for (guest_stack, share) in shares(n, &g.stacks) {
+            let inside = match g.guest_mode_ns {
+                0 => 0,
+                all => (n as u128 * g.in_window_ns.min(all) as u128 / all as u128) as u64,
+            };
+            shared += inside;
+            for (guest_stack, share) in shares(inside, &g.stacks) {
                 *merged
                     .entry(format!("{stack};[guest {}];{guest_stack}", g.name))
                     .or_default() += share;
+            }
+            if n > inside {
+                *merged.entry(format!("{stack};{OUTSIDE}")).or_default() += n - inside;
             }
         }
         nested.push(Nested {
             guest: g.name.clone(),
             vmm_pid: g.vmm_pid,
             host_guest_mode_samples: host_samples,
+            shared_samples: shared,
+            guest_mode_in_window_ns: g.in_window_ns,
+            guest_mode_ns: g.guest_mode_ns,
             guest_busy_samples: g.stacks.values().sum(),
             guest_idle_samples: *idle,
         });
     }
     (as_lines(merged), nested)
 }
+
+/// Under `[guest mode]`: the share of a VM's guest-mode samples from
+/// outside its guest's recording.
+const OUTSIDE: &str = "[outside the guest's recording]";
 
 /// The flamegraph's subtitle's end where guests' stacks are nested.
 const NESTED: &str = "; each guest's own stacks under its VM's [guest mode], shared by its samples";
@@ -183,8 +215,15 @@ pub fn join(sections: &mut [Section], rec: &Recording) {
     }
     s.lines(nested.iter().map(|n| {
         format!(
-            "guest {} (VMM pid {}): the host's {} samples of it in guest mode shared over its own {} busy samples ({} idle left out)",
-            n.guest, n.vmm_pid, n.host_guest_mode_samples, n.guest_busy_samples, n.guest_idle_samples
+            "guest {} (VMM pid {}): of the host's {} samples of its vCPUs in guest mode, {} ({:.1} of {:.1} s in guest mode fell inside its recording) shared over its own {} busy samples ({} idle left out)",
+            n.guest,
+            n.vmm_pid,
+            n.host_guest_mode_samples,
+            n.shared_samples,
+            n.guest_mode_in_window_ns as f64 / 1e9,
+            n.guest_mode_ns as f64 / 1e9,
+            n.guest_busy_samples,
+            n.guest_idle_samples
         )
     }));
     s.json("samples_in_guest", &nested);
@@ -193,6 +232,7 @@ pub fn join(sections: &mut [Section], rec: &Recording) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layers::cpu::{IntervalRow, ThreadRow};
 
     #[test]
     fn a_share_is_whole_samples_in_proportion_that_sum_to_the_total() {
@@ -223,11 +263,14 @@ mod tests {
     }
 
     /// The VM's guest-mode samples go under `[guest mode]` to the guest's
-    /// busy stacks in proportion, the idle task's left out; its other
-    /// samples, and another process's in guest mode, stay as they were.
+    /// busy stacks in proportion, the idle task's left out, as far as its
+    /// vCPU's guest mode fell inside the guest's recording (3 of 4 here);
+    /// its other samples, and another process's in guest mode, stay as
+    /// they were.
     #[test]
     fn a_vms_guest_mode_samples_are_shared_over_the_guests_busy_stacks() {
         let mut guest = Recording::default();
+        guest.meta.wall_ns = 1_000_000_000;
         guest.tables.put(vec![
             sample(7, 7, "redis-server", "app", "main;read", 3),
             sample(9, 9, "ksoftirqd/0", "kernel", "net_rx_action_[k]", 1),
@@ -246,9 +289,29 @@ mod tests {
             sample(100, 101, "CPU 0/KVM", "vcpu", "ioctl;handle_exit_[k]", 2),
             sample(200, 201, "other", "vcpu", &format!("ioctl;{GUEST_MODE_FRAME}"), 5),
         ]);
+        let interval = |start_ns: u64, guest_ns: u64| IntervalRow {
+            start_ns,
+            end_ns: start_ns + 1_000_000_000,
+            tid: 101,
+            pid: 100,
+            guest_ns,
+            ..Default::default()
+        };
+        host.tables
+            .put(vec![interval(0, 250_000_000), interval(1_000_000_000, 750_000_000)]);
+        host.tables.put(vec![ThreadRow {
+            tid: 101,
+            owner: crate::recording::Owner {
+                pid: 100,
+                role: "vcpu".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }]);
         host.tables.put(vec![GuestLinkRow {
             guest: "vm1".into(),
             vmm_pid: 100,
+            attached_ns: 1_000_000_000,
             state: "complete".into(),
             ..Default::default()
         }]);
@@ -263,7 +326,8 @@ mod tests {
             vec![
                 "qemu-kvm/vcpu;host;CPU 0/KVM;ioctl;handle_exit_[k] 2".to_string(),
                 format!("{root};ksoftirqd/0;net_rx_action_[k] 2"),
-                format!("{root};redis-server;main;read 6"),
+                format!("{root};redis-server;main;read 4"),
+                format!("qemu-kvm/vcpu;host;CPU 0/KVM;ioctl;vcpu_run_[k];[guest mode];{OUTSIDE} 2"),
                 "qemu-kvm/vcpu;host;other;ioctl;[guest mode] 5".to_string(),
             ]
         );
@@ -273,6 +337,9 @@ mod tests {
                 guest: "vm1".into(),
                 vmm_pid: 100,
                 host_guest_mode_samples: 8,
+                shared_samples: 6,
+                guest_mode_in_window_ns: 750_000_000,
+                guest_mode_ns: 1_000_000_000,
                 guest_busy_samples: 4,
                 guest_idle_samples: 50,
             }]

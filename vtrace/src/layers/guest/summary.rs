@@ -254,7 +254,7 @@ fn vcpu_index(t: &ThreadRow) -> Option<u32> {
 
 /// Thread `tid`'s guest-mode and other time (ns) within `window` (host ns
 /// since the start), from its intervals, each shared out by its overlap.
-fn in_window(rec: &Recording, tid: u32, (from, to): (u64, u64)) -> (u64, u64) {
+pub fn in_window(rec: &Recording, tid: u32, (from, to): (u64, u64)) -> (u64, u64) {
     let (mut guest, mut exits) = (0.0, 0.0);
     for i in rec
         .rows::<IntervalRow>()
@@ -268,28 +268,36 @@ fn in_window(rec: &Recording, tid: u32, (from, to): (u64, u64)) -> (u64, u64) {
     (guest as u64, exits as u64)
 }
 
+/// The host's vCPU threads: by role, or by the guest time they ran.
+pub fn vcpu_threads(rec: &Recording) -> Vec<&ThreadRow> {
+    rec.rows::<ThreadRow>()
+        .iter()
+        .filter(|t| t.owner.role == "vcpu" || t.guest_ns > 0)
+        .collect()
+}
+
+/// The VMM process of a guest: its link's, else the recording's one VM's
+/// (of `vcpus`), if it has one.
+pub fn vmm_of(link: &GuestLinkRow, vcpus: &[&ThreadRow]) -> Option<u32> {
+    let vmms: std::collections::BTreeSet<u32> = vcpus.iter().map(|t| t.owner.pid).collect();
+    match (link.vmm_pid, vmms.len()) {
+        (0, 1) => vmms.first().copied(),
+        (0, _) => None,
+        (pid, _) => Some(pid),
+    }
+}
+
 pub fn section(rec: &Recording, top: usize) -> Section {
     let mut s = Section::new("guest", "inside the guests");
     let links = rec.rows::<GuestLinkRow>();
     if links.is_empty() {
         return s;
     }
-    let host_vcpus: Vec<&ThreadRow> = rec
-        .rows::<ThreadRow>()
-        .iter()
-        .filter(|t| t.owner.role == "vcpu" || t.guest_ns > 0)
-        .collect();
-    let vmms: std::collections::BTreeSet<u32> = host_vcpus.iter().map(|t| t.owner.pid).collect();
+    let host_vcpus = vcpu_threads(rec);
     let mut reports = Vec::new();
     for link in links {
         let clock = ClockMap::of(rec, &link.guest);
-        let vmm = if link.vmm_pid != 0 {
-            Some(link.vmm_pid)
-        } else if vmms.len() == 1 {
-            vmms.first().copied()
-        } else {
-            None
-        };
+        let vmm = vmm_of(link, &host_vcpus);
         let mut report = GuestReport {
             guest: link.guest.clone(),
             address: link.address.clone(),
