@@ -41,6 +41,8 @@ struct GuestStacks {
     guest_mode_ns: u64,
     /// The guest's busy stacks, `comm;frames`, with their samples.
     stacks: BTreeMap<String, u64>,
+    /// Its idle task's samples, left out.
+    idle: u64,
 }
 
 /// How one VM's guest-mode samples were shared (JSON `samples_in_guest`).
@@ -61,7 +63,7 @@ pub struct Nested {
     pub guest_idle_samples: u64,
 }
 
-fn guests_with_stacks(rec: &Recording, lines: bool) -> Vec<(GuestStacks, u64)> {
+fn guests_with_stacks(rec: &Recording, lines: bool) -> Vec<GuestStacks> {
     let vcpus = vcpu_threads(rec);
     let mut out = Vec::new();
     for link in rec.rows::<GuestLinkRow>() {
@@ -81,24 +83,23 @@ fn guests_with_stacks(rec: &Recording, lines: bool) -> Vec<(GuestStacks, u64)> {
             let key = format!("{};{}", s.owner.comm.replace(';', ":"), frames(&s.stack, lines));
             *stacks.entry(key).or_default() += s.count;
         }
+        if stacks.is_empty() {
+            continue;
+        }
         let window = (link.attached_ns, link.attached_ns + guest.meta.wall_ns);
         let (mut in_window_ns, mut guest_mode_ns) = (0, 0);
         for t in vcpus.iter().filter(|t| t.owner.pid == vmm_pid) {
             in_window_ns += in_window(rec, t.tid, window).0;
             guest_mode_ns += in_window(rec, t.tid, (0, u64::MAX)).0;
         }
-        if !stacks.is_empty() {
-            out.push((
-                GuestStacks {
-                    name: link.guest.clone(),
-                    vmm_pid,
-                    in_window_ns,
-                    guest_mode_ns,
-                    stacks,
-                },
-                idle,
-            ));
-        }
+        out.push(GuestStacks {
+            name: link.guest.clone(),
+            vmm_pid,
+            in_window_ns,
+            guest_mode_ns,
+            stacks,
+            idle,
+        });
     }
     out
 }
@@ -139,14 +140,14 @@ pub fn folded(rec: &Recording, lines: bool) -> (Vec<String>, Vec<Nested>) {
     let mut in_guest: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); guests.len()];
     for s in rec.rows::<SampleRow>() {
         let key = folded_stack(s, lines);
-        let guest = guests.iter().position(|(g, _)| g.vmm_pid == s.owner.pid);
+        let guest = guests.iter().position(|g| g.vmm_pid == s.owner.pid);
         match guest {
             Some(i) if s.stack.ends_with(GUEST_MODE_FRAME) => *in_guest[i].entry(key).or_default() += s.count,
             _ => *merged.entry(key).or_default() += s.count,
         }
     }
     let mut nested = Vec::new();
-    for ((g, idle), host) in guests.iter().zip(in_guest) {
+    for (g, host) in guests.iter().zip(in_guest) {
         let host_samples: u64 = host.values().sum();
         let mut shared = 0;
         for (stack, n) in host {
@@ -172,7 +173,7 @@ pub fn folded(rec: &Recording, lines: bool) -> (Vec<String>, Vec<Nested>) {
             guest_mode_in_window_ns: g.in_window_ns,
             guest_mode_ns: g.guest_mode_ns,
             guest_busy_samples: g.stacks.values().sum(),
-            guest_idle_samples: *idle,
+            guest_idle_samples: g.idle,
         });
     }
     (as_lines(merged), nested)
