@@ -216,14 +216,14 @@ fn the_path_layer_runs_or_says_why_it_cannot() {
     assert!(path_lines.len() >= 10, "{listing}");
     if caps.kprobe_pmu {
         assert!(skipped.is_none(), "{notes:?}");
-        let attached = rows_named(&r["probes"], "path:tun_net_xmit");
+        let attached = rows_named(&r["probes"], "path:tun_recvmsg");
         assert!(attached.contains("kprobe"), "{attached}");
     } else {
         let why = skipped.unwrap_or_else(|| panic!("no skip note: {notes:?}"));
         assert!(why.contains("kprobes unavailable"), "{why}");
         assert_eq!(r["path"], Value::Null, "nothing recorded for a skipped layer");
         // Each of its kprobes says it cannot attach, and why.
-        let kprobe_only = path_lines.iter().find(|l| l.contains("path:tun_net_xmit")).unwrap();
+        let kprobe_only = path_lines.iter().find(|l| l.contains("path:tun_recvmsg")).unwrap();
         assert!(kprobe_only.contains("unavailable"), "{kprobe_only}");
     }
 }

@@ -76,6 +76,7 @@ mod pod {
     unsafe impl aya::Pod for super::PathKey {}
     unsafe impl aya::Pod for super::PathStats {}
     unsafe impl aya::Pod for super::PathRxPending {}
+    unsafe impl aya::Pod for super::PathGuestTx {}
     unsafe impl aya::Pod for super::PathVectorKey {}
     unsafe impl aya::Pod for super::PathKick {}
     unsafe impl aya::Pod for super::PathRxBatch {}
@@ -156,7 +157,6 @@ pub const COUNTED_HOOKS: [&str; 96] = [
     "ovl_revert_creds",
     "page_fault_user",
     "page_fault_kernel",
-    "path_tun_net_xmit",
     "path_tun_recvmsg",
     "path_handle_tx",
     "path_tun_get_user",
@@ -178,8 +178,9 @@ pub const COUNTED_HOOKS: [&str; 96] = [
     "path_irq_handler_exit",
     "path_vring_interrupt",
     "path_virtnet_poll",
-    "kretprobe_path_virtnet_poll",
-    "path_virtqueue_add_outbuf",
+    "path_napi_poll",
+    "path_net_dev_start_xmit",
+    "path_net_dev_xmit",
     "path_virtqueue_kick_prepare",
     "kretprobe_path_virtqueue_kick_prepare",
     "path_virtqueue_notify",

@@ -5,7 +5,7 @@ use crate::*;
 /// The stages the path layer times ([`PathKey::stage`]), host -> guest
 /// (rx) first, then guest -> host (tx).
 pub mod path_stage {
-    /// An skb queued to a tap (tun_net_xmit) -> taken by the tap's user:
+    /// An skb queued to a tap (net_dev_start_xmit) -> taken by the tap's user:
     /// vhost-net (tun_recvmsg) or a VMM's read (consume_skb once copied
     /// out). Per frame.
     pub const RX_TAP_QUEUE: u32 = 0;
@@ -52,16 +52,21 @@ pub mod path_stage {
     /// virtqueue) -> its NAPI poll starts (virtnet_poll): the guest's
     /// softirq getting to it. Per interrupt.
     pub const GUEST_RX_POLL: u32 = 11;
-    /// That poll (virtnet_poll's entry -> return): the driver takes the
-    /// frames and the guest's stack runs them (GRO is flushed before it
-    /// returns: IP, TCP or ICMP, the socket, a reply the stack sends
-    /// inline). Per poll; `frames`: the frames it received.
+    /// That poll (virtnet_poll's entry -> its napi_poll tracepoint): the
+    /// driver takes the frames and the guest's stack runs them (GRO is
+    /// flushed before it returns: IP, TCP or ICMP, the socket, a reply the
+    /// stack sends inline). Per poll; `frames`: the frames it received,
+    /// counted at the tracepoint, those of a poll whose start's kprobe was
+    /// missed included, untimed.
     pub const GUEST_RX_STACK: u32 = 12;
-    /// The first frame added to an `output.N` virtqueue
-    /// (virtqueue_add_outbuf) and not announced yet -> the driver's kick
-    /// (virtqueue_notify). Frames whose kick the driver found unneeded
-    /// (the host was still serving the queue) are handed over without one
-    /// (`path.guest_unannounced`). `frames`: the frames announced.
+    /// The first frame virtio-net starts to transmit on a queue
+    /// (net_dev_start_xmit) and not announced yet -> the driver's kick of
+    /// its `output.N` virtqueue (virtqueue_notify). Frames whose kick the
+    /// driver found unneeded (the host was still serving the queue) are
+    /// handed over without one (`path.guest_unannounced`); frames not
+    /// announced yet when the window opens or closes are
+    /// `path.guest_unannounced_at_start` and `_at_end`. `frames`: the
+    /// frames announced.
     pub const GUEST_TX_KICK: u32 = 13;
     /// The kick itself (virtqueue_notify's entry -> return): the guest's
     /// write traps to the host (a VM exit, taken by an ioeventfd or the
@@ -122,7 +127,7 @@ pub struct PathStats {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathRxBatch {
-    /// Its first frame was queued to the tap (tun_net_xmit).
+    /// Its first frame was queued to the tap (net_dev_start_xmit).
     pub queued_ns: u64,
     /// That frame was taken from the tap (0: no batch pending).
     pub dequeued_ns: u64,
@@ -331,6 +336,25 @@ pub struct PathConfig {
     /// queues are `input.N` and `output.N`); 0 when unknown (the guest
     /// stages are not timed).
     pub virtqueue_name: u32,
+    /// Inside a guest: virtio-net's `struct net_device_ops` and its receive
+    /// poll function (their addresses from kallsyms, low and high halves),
+    /// `offsetof(struct net_device, netdev_ops)`, `offsetof(struct
+    /// napi_struct, poll)` and `offsetof(struct sk_buff, queue_mapping)`:
+    /// the tracepoints that count its frames tell its devices and polls
+    /// from others'. Any 0: unknown (no frame is counted).
+    /// The tun module's `tun_netdev_ops` and `tap_netdev_ops` (a tun or a
+    /// tap device's): 0 where tun is not loaded (no tap frame is timed).
+    pub tun_netdev_lo: u32,
+    pub tun_netdev_hi: u32,
+    pub tap_netdev_lo: u32,
+    pub tap_netdev_hi: u32,
+    pub virtnet_netdev_lo: u32,
+    pub virtnet_netdev_hi: u32,
+    pub virtnet_poll_lo: u32,
+    pub virtnet_poll_hi: u32,
+    pub netdev_ops: u32,
+    pub napi_poll: u32,
+    pub skb_queue_mapping: u32,
     /// The eventfd a kick signals (`struct _ioeventfd`'s `dev`, which
     /// ioeventfd_write gets, and its `eventfd`) and the one a read reads
     /// (`kiocb.ki_filp`, `file.private_data`): a VMM's transmit queue is
@@ -376,11 +400,13 @@ pub struct PathGuestTx {
     pub frames: u64,
 }
 
-/// Inside a guest, per CPU: the transmit virtqueue a kick decision or a
-/// kick is running for (0: none), and when that kick began.
+/// Inside a guest, per CPU: the virtio-net transmit running (its queue:
+/// the device's address plus the queue's index; 0: none), the transmit
+/// virtqueue its kick decision is for (0: none), and when that kick began.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathGuestKick {
+    pub txq: u64,
     pub vq: u64,
     pub notify_ns: u64,
     /// The kick's first frame added, and the frames it announces.

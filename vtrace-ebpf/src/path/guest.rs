@@ -1,16 +1,28 @@
 //! Inside a guest (`vtrace agent`): virtio-net's side of the path, in the
-//! guest's own kernel (kprobes on virtio_ring and virtio_net, modules).
-//! rx: a receive queue's interrupt -> its NAPI poll starts
-//! [guest_rx_poll] -> that poll returns, the frames through the guest's
-//! stack [guest_rx_stack]. tx: the first frame added to a transmit queue
-//! and not announced -> the driver's kick [guest_tx_kick] -> the kick's
-//! write back from the host [guest_tx_notify].
+//! guest's own kernel. rx: a receive queue's interrupt -> its NAPI poll
+//! starts [guest_rx_poll] -> that poll returns, the frames through the
+//! guest's stack [guest_rx_stack]. tx: the first frame a virtio-net device
+//! starts to transmit and not announced -> the driver's kick
+//! [guest_tx_kick] -> the kick's write back from the host
+//! [guest_tx_notify].
 //!
-//! virtio-net's queues are told from the guest's other virtio devices
-//! (vsock, 9p, block) by their names, `input.N` and `output.N`. Per-CPU
-//! state where one CPU runs the whole step (an interrupt and the poll it
-//! schedules there, a kick decision and its kick, under the queue's lock
-//! with bottom halves off); a queue's unannounced frames in a map by queue.
+//! Frames are counted at tracepoints (net_dev_start_xmit, napi_poll),
+//! times taken at kprobes on virtio_ring and virtio_net (modules). A
+//! kprobe cannot fire while another kprobe's program runs on its CPU: an
+//! interrupt, and the softirq after it, that comes during one (a vsock
+//! kick's in a kworker) finds its kprobes skipped, and kernels before 6.7
+//! count such misses nowhere. A tracepoint's program is blocked only by
+//! itself. So a missed kprobe costs a time, never a frame: a poll whose
+//! start was missed adds its frames untimed, and frames whose kick was
+//! missed join the next one.
+//!
+//! virtio-net is told from the guest's other devices by its
+//! `net_device_ops` (mod.rs, which starts a transmit) and its poll function (their addresses from
+//! kallsyms), and its queues from other virtqueues (vsock, block) by their
+//! names, `input.N` and `output.N`. Per-CPU state where one CPU runs the
+//! whole step (an interrupt and the poll it schedules there, a transmit
+//! and its kick, under the queue's lock with bottom halves off); a
+//! queue's unannounced frames in a map by queue.
 
 use vtrace_common::{PathGuestKick, PathGuestRx, PathGuestTx};
 
@@ -20,11 +32,12 @@ use super::*;
 #[map]
 pub static PATH_GUEST_RX: PerCpuArray<PathGuestRx> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per CPU: the transmit queue being kicked.
+/// Per CPU: the virtio-net transmit running and the queue it kicks.
 #[map]
 pub static PATH_GUEST_KICK: PerCpuArray<PathGuestKick> = PerCpuArray::with_max_entries(1, 0);
 
-/// Transmit virtqueue -> its frames not announced yet.
+/// Transmit queue (its device's address plus its index) -> its frames not
+/// announced yet.
 #[map]
 pub static PATH_GUEST_TX: LruHashMap<u64, PathGuestTx> = LruHashMap::with_max_entries(256, 0);
 
@@ -67,55 +80,120 @@ kfunc_programs!(kprobe_path_virtnet_poll, fentry_path_virtnet_poll, "virtnet_pol
     }
 });
 
-/// virtnet_poll returns the frames it received.
-#[kretprobe]
-pub fn kretprobe_path_virtnet_poll(ctx: RetProbeContext) -> u32 {
-    count_run!("kretprobe_path_virtnet_poll");
-    if let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) {
-        let rx = unsafe { &mut *rx };
-        if rx.poll_ns != 0 {
-            let frames = ctx.ret::<i64>().max(0) as u64;
-            let now = account::now();
-            add(path_stage::GUEST_RX_STACK, now.saturating_sub(rx.poll_ns), frames);
-            // An interrupt's poll, followed: the host's injection joins it.
-            if rx.poll_irq_ns != 0 {
-                followed(PathPacket {
-                    ts: [rx.poll_irq_ns, rx.poll_ns, now, 0, 0],
-                    dir: path_dir::GUEST_RX,
-                    frames: frames as u32,
-                    ..Default::default()
-                });
-            }
-            rx.poll_ns = 0;
-            rx.poll_irq_ns = 0;
-        }
+/// A NAPI poll returned `work` frames: virtio-net's receive poll's are
+/// its frames through the guest's stack, untimed where its start's kprobe
+/// was missed.
+#[inline(always)]
+fn on_napi_poll(napi: u64, work: u64) {
+    let poll = address(conf!(path.virtnet_poll_lo), conf!(path.virtnet_poll_hi));
+    let at = conf!(path.napi_poll);
+    if poll == 0 || at == 0 || read_or_zero::<u64>(napi, at) != poll {
+        return;
     }
-    0
+    let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) else {
+        return;
+    };
+    let rx = unsafe { &mut *rx };
+    let frames = work;
+    if rx.poll_ns == 0 {
+        add_frames(path_stage::GUEST_RX_STACK, frames);
+        return;
+    }
+    let now = account::now();
+    add(path_stage::GUEST_RX_STACK, now.saturating_sub(rx.poll_ns), frames);
+    // An interrupt's poll, followed: the host's injection joins it.
+    if rx.poll_irq_ns != 0 {
+        followed(PathPacket {
+            ts: [rx.poll_irq_ns, rx.poll_ns, now, 0, 0],
+            dir: path_dir::GUEST_RX,
+            frames: frames as u32,
+            ..Default::default()
+        });
+    }
+    rx.poll_ns = 0;
+    rx.poll_irq_ns = 0;
 }
 
-// virtqueue_add_outbuf(vq, sg, num, data, gfp): a frame onto a transmit queue.
-kfunc_programs!(kprobe_path_virtqueue_add_outbuf, fentry_path_virtqueue_add_outbuf, "virtqueue_add_outbuf", counted "path_virtqueue_add_outbuf", [vq] => {
-    if named(vq, b"output") {
-        match PATH_GUEST_TX.get_ptr_mut(&vq) {
-            Some(t) => {
-                let t = unsafe { &mut *t };
-                if t.frames == 0 {
-                    t.first_ns = account::now();
-                }
-                t.frames += 1;
+// napi_poll(napi, work, budget): after each poll, of any device.
+hook_programs! {
+    "napi_poll", "napi", counted "path_napi_poll";
+    btf btf_path_napi_poll(ctx) => {
+        let work: u64 = ctx.arg(1);
+        on_napi_poll(ctx.arg(0), (work as i32).max(0) as u64);
+    }
+    raw raw_path_napi_poll(ctx) => {
+        let work: u64 = ctx.arg(1);
+        on_napi_poll(ctx.arg(0), (work as i32).max(0) as u64);
+    }
+}
+
+/// virtio-net device `dev` starts to transmit `skb`: the frame is counted
+/// onto its queue, which this CPU's kick (if any) announces before the
+/// transmit ends (net_dev_xmit).
+#[inline(always)]
+pub(super) fn virtio_start_xmit(skb: u64, dev: u64) {
+    let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) else {
+        return;
+    };
+    let k = unsafe { &mut *k };
+    let queue: u16 = read_or_zero(skb, conf!(path.skb_queue_mapping));
+    let txq = dev + queue as u64;
+    k.txq = txq;
+    match PATH_GUEST_TX.get_ptr_mut(&txq) {
+        Some(t) => {
+            let t = unsafe { &mut *t };
+            if t.frames == 0 {
+                t.first_ns = account::now();
             }
-            None => {
-                let t = PathGuestTx { first_ns: account::now(), frames: 1 };
-                let _ = PATH_GUEST_TX.insert(&vq, &t, 0);
-            }
+            t.frames += 1;
+        }
+        None => {
+            let t = PathGuestTx {
+                first_ns: account::now(),
+                frames: 1,
+            };
+            let _ = PATH_GUEST_TX.insert(&txq, &t, 0);
         }
     }
-});
+}
+
+/// The transmit ended: a frame the driver refused (`rc` non-zero, to be
+/// requeued) is no longer on its queue.
+#[inline(always)]
+fn on_xmit(rc: i32) {
+    let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) else {
+        return;
+    };
+    let k = unsafe { &mut *k };
+    let txq = k.txq;
+    k.txq = 0;
+    if txq == 0 || rc == 0 {
+        return;
+    }
+    if let Some(t) = PATH_GUEST_TX.get_ptr_mut(&txq) {
+        let t = unsafe { &mut *t };
+        t.frames = t.frames.saturating_sub(1);
+    }
+}
+
+// net_dev_xmit(skb, rc, dev, skb_len): after the driver's ndo_start_xmit.
+hook_programs! {
+    "net_dev_xmit", "net", counted "path_net_dev_xmit";
+    btf btf_path_net_dev_xmit(ctx) => {
+        let rc: u64 = ctx.arg(1);
+        on_xmit(rc as i32);
+    }
+    raw raw_path_net_dev_xmit(ctx) => {
+        let rc: u64 = ctx.arg(1);
+        on_xmit(rc as i32);
+    }
+}
 
 // virtqueue_kick_prepare(vq): whether the host wants this kick.
 kfunc_programs!(kprobe_path_virtqueue_kick_prepare, fentry_path_virtqueue_kick_prepare, "virtqueue_kick_prepare", counted "path_virtqueue_kick_prepare", [vq] => {
     if let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) {
-        unsafe { (*k).vq = if named(vq, b"output") { vq } else { 0 } };
+        let k = unsafe { &mut *k };
+        k.vq = if k.txq != 0 && named(vq, b"output") { vq } else { 0 };
     }
 });
 
@@ -129,12 +207,12 @@ pub fn kretprobe_path_virtqueue_kick_prepare(ctx: RetProbeContext) -> u32 {
         return 0;
     };
     let k = unsafe { &mut *k };
-    let vq = k.vq;
-    if vq == 0 || ctx.ret::<u64>() & 0xff != 0 {
+    let (vq, txq) = (k.vq, k.txq);
+    if vq == 0 || txq == 0 || ctx.ret::<u64>() & 0xff != 0 {
         return 0;
     }
     k.vq = 0;
-    if let Some(t) = PATH_GUEST_TX.get_ptr_mut(&vq) {
+    if let Some(t) = PATH_GUEST_TX.get_ptr_mut(&txq) {
         let t = unsafe { &mut *t };
         if let Some(c) = PATH_LOSSES.get_ptr_mut(path_loss::GUEST_UNANNOUNCED) {
             unsafe { *c += t.frames };
@@ -148,17 +226,20 @@ pub fn kretprobe_path_virtqueue_kick_prepare(ctx: RetProbeContext) -> u32 {
 kfunc_programs!(kprobe_path_virtqueue_notify, fentry_path_virtqueue_notify, "virtqueue_notify", counted "path_virtqueue_notify", [vq] => {
     if named(vq, b"output") {
         let now = account::now();
-        let (mut first_ns, mut frames) = (0, 0);
-        if let Some(t) = PATH_GUEST_TX.get_ptr_mut(&vq) {
-            let t = unsafe { &mut *t };
-            if t.frames != 0 {
-                add(path_stage::GUEST_TX_KICK, now.saturating_sub(t.first_ns), t.frames);
-                (first_ns, frames) = (t.first_ns, t.frames);
-                t.frames = 0;
-            }
-        }
         if let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) {
             let k = unsafe { &mut *k };
+            let (mut first_ns, mut frames) = (0, 0);
+            // The queue this CPU's transmit put its frames on (none: a kick
+            // from outside a transmit announces none).
+            let txq = k.txq;
+            if let Some(t) = PATH_GUEST_TX.get_ptr_mut(&txq) {
+                let t = unsafe { &mut *t };
+                if t.frames != 0 {
+                    add(path_stage::GUEST_TX_KICK, now.saturating_sub(t.first_ns), t.frames);
+                    (first_ns, frames) = (t.first_ns, t.frames);
+                    t.frames = 0;
+                }
+            }
             k.notify_ns = now;
             k.first_ns = first_ns;
             k.frames = frames;

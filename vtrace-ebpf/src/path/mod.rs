@@ -2,7 +2,7 @@
 //! ([`vtrace_common::path_stage`]), as histograms in the kernel per stage
 //! and process that ended it.
 //!
-//! rx (host -> guest): a frame queued to a tap (tun_net_xmit, keyed by its
+//! rx (host -> guest): a frame queued to a tap (net_dev_start_xmit, keyed by its
 //! skb) -> taken by vhost-net (tun_recvmsg, the skb in msg_control) or by
 //! a VMM's read (consume_skb of that skb once copied out) [rx_tap_queue];
 //! the VM's first frame taken and not signalled -> the next interrupt a
@@ -85,21 +85,78 @@ fn add(stage: u32, ns: u64, frames: u64) {
     add_irq(stage, ns, frames, 0);
 }
 
+/// Frames through `stage` whose latency was not timed.
+#[inline(always)]
+fn add_frames(stage: u32, frames: u64) {
+    if let Some(s) = stats(stage, 0) {
+        s.frames += frames;
+    }
+}
+
+/// A configured kernel address (its low and high halves: the programs
+/// read the configuration as u32s).
+#[inline(always)]
+fn address(lo: u32, hi: u32) -> u64 {
+    (hi as u64) << 32 | lo as u64
+}
+
 /// [`add`] for a passthrough stage of host IRQ `irq`.
 #[inline(always)]
 fn add_irq(stage: u32, ns: u64, frames: u64, irq: u32) {
+    if let Some(s) = stats(stage, irq) {
+        s.frames += frames;
+        hist::add(&mut s.hist, ns);
+    }
+}
+
+/// `stage`'s entry for the current process (and host IRQ `irq`); none
+/// when PATH_STATS is full (counted).
+#[inline(always)]
+fn stats(stage: u32, irq: u32) -> Option<&'static mut PathStats> {
     let key = PathKey {
         tgid: (bpf_get_current_pid_tgid() >> 32) as u32,
         stage,
         irq,
         _pad: 0,
     };
-    match account::entry_from(&PATH_STATS, &ZERO_PATH, &key) {
-        Some(s) => {
-            s.frames += frames;
-            hist::add(&mut s.hist, ns);
-        }
-        None => lost(path_loss::STATS_FULL),
+    let s = account::entry_from(&PATH_STATS, &ZERO_PATH, &key);
+    if s.is_none() {
+        lost(path_loss::STATS_FULL);
+    }
+    s
+}
+
+/// net_dev_start_xmit(skb, dev): a device starts to transmit a frame. A
+/// tap's queues it for its user (rx_tap_queue starts); virtio-net's,
+/// inside a guest, puts it on a transmit queue (guest_tx_kick starts).
+/// Told by the device's `netdev_ops`; a tracepoint, so never missed the
+/// way a kprobe inside another kprobe's interrupted program is.
+#[inline(always)]
+fn on_start_xmit(skb: u64, dev: u64) {
+    let at = conf!(path.netdev_ops);
+    if at == 0 {
+        return;
+    }
+    let ops: u64 = read_or_zero(dev, at);
+    if ops == 0 {
+        return;
+    }
+    if ops == address(conf!(path.tun_netdev_lo), conf!(path.tun_netdev_hi))
+        || ops == address(conf!(path.tap_netdev_lo), conf!(path.tap_netdev_hi))
+    {
+        rx::queued(skb);
+    } else if ops == address(conf!(path.virtnet_netdev_lo), conf!(path.virtnet_netdev_hi)) {
+        guest::virtio_start_xmit(skb, dev);
+    }
+}
+
+hook_programs! {
+    "net_dev_start_xmit", "net", counted "path_net_dev_start_xmit";
+    btf btf_path_net_dev_start_xmit(ctx) => {
+        on_start_xmit(ctx.arg(0), ctx.arg(1));
+    }
+    raw raw_path_net_dev_start_xmit(ctx) => {
+        on_start_xmit(ctx.arg(0), ctx.arg(1));
     }
 }
 

@@ -42,18 +42,19 @@ pub static PATH_LINE_VECTORS: Array<u8> = Array::with_max_entries(256, 0);
 /// EPOLLIN in the poll flags an eventfd's wakeup passes.
 const EPOLLIN: u64 = 0x1;
 
-/// tun_net_xmit(skb, dev): `skb` waits in the tap's ring from now (a frame
-/// the tap drops stays until a later frame at its address, or the LRU,
-/// replaces it; a frame taken from the ring is always its latest entry).
+/// A tap starts to transmit `skb` (net_dev_start_xmit, before
+/// tun_net_xmit): it waits in the tap's ring from now (a frame the tap
+/// drops stays until a later frame at its address, or the LRU, replaces
+/// it; a frame taken from the ring is always its latest entry).
 #[inline(always)]
-fn queued(skb: u64) {
+pub(super) fn queued(skb: u64) {
     if skb != 0 {
         let _ = PATH_QUEUED.insert(&skb, &account::now(), 0);
     }
 }
 
 /// vhost-net took `ptr` from a tap's ring (tun_recvmsg): an skb, or an
-/// xdp_frame (low bit set) that tun_net_xmit never queued.
+/// xdp_frame (low bit set) that was never queued as an skb.
 #[inline(always)]
 fn dequeued(ptr: u64) {
     if ptr == 0 {
@@ -319,8 +320,6 @@ fn on_entry() {
     });
 }
 
-// tun_net_xmit(struct sk_buff *skb, struct net_device *dev)
-kfunc_programs!(kprobe_path_tun_net_xmit, fentry_path_tun_net_xmit, "tun_net_xmit", counted "path_tun_net_xmit", [skb] => queued(skb));
 // tun_recvmsg(struct socket *sock, struct msghdr *m, size_t total_len, int flags):
 // vhost-net hands the frame it took in m->msg_control (NULL: tun_do_read
 // takes one itself, through tun_ring_recv).

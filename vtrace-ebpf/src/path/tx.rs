@@ -301,7 +301,7 @@ kfunc_programs!(kprobe_path_ioeventfd_write, fentry_path_ioeventfd_write, "ioeve
 // function tells vhost-net's transmit queue (handle_tx_kick) from the rest.
 kfunc_programs!(kprobe_path_vhost_poll_wakeup, fentry_path_vhost_poll_wakeup, "vhost_poll_wakeup", counted "path_vhost_poll_wakeup", [wait] => {
     let at = conf!(path.vhost_wait_to_fn);
-    let tx_kick = (conf!(path.vhost_tx_kick_fn_hi) as u64) << 32 | conf!(path.vhost_tx_kick_fn_lo) as u64;
+    let tx_kick = address(conf!(path.vhost_tx_kick_fn_lo), conf!(path.vhost_tx_kick_fn_hi));
     if at != 0 && tx_kick != 0 {
         if let Some(k) = PATH_KICK_TARGET.get_ptr_mut(0) {
             let k = unsafe { &mut *k };

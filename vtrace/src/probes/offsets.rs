@@ -188,8 +188,9 @@ pub fn tracepoint_field(tracefs: &Path, category: &str, event: &str, field: &str
         .find(|f| f.name == field)
 }
 
-/// The address of kernel function `name` in `module` (/proc/kallsyms, as
-/// root); None when it is not loaded or the addresses are hidden.
+/// The address of kernel symbol `name` of `module` (/proc/kallsyms, as
+/// root), in the module or, where it is built in, in the kernel's own; None
+/// when it is not loaded or the addresses are hidden.
 pub fn kernel_symbol(name: &str, module: &str) -> Option<u64> {
     if !Path::new("/sys/module").join(module).exists() {
         return None;
@@ -198,8 +199,8 @@ pub fn kernel_symbol(name: &str, module: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
     text.lines().find_map(|l| {
         let mut f = l.split_whitespace();
-        let (addr, _kind, sym, m) = (f.next()?, f.next()?, f.next()?, f.next()?);
-        (sym == name && m == tag)
+        let (addr, _kind, sym, m) = (f.next()?, f.next()?, f.next()?, f.next());
+        (sym == name && m.is_none_or(|m| m == tag))
             .then(|| u64::from_str_radix(addr, 16).ok())
             .flatten()
             .filter(|&a| a != 0)

@@ -26,8 +26,8 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
 };
 use vtrace_common::{
-    Config, FINE_BUCKETS, PathKey, PathPacket, PathRxPending, PathStats, fine_bucket_range, path_dir, path_loss,
-    path_stage,
+    Config, FINE_BUCKETS, PathGuestTx, PathKey, PathPacket, PathRxPending, PathStats, fine_bucket_range, path_dir,
+    path_loss, path_stage,
 };
 
 pub use tables::{PathHistRow, PathPacketRow, PathRow};
@@ -85,6 +85,10 @@ impl Layer for PathLayer {
         o.path.tp_kvm_apic_accept_irq_vec = kvm("kvm_apic_accept_irq", "vec");
         // vhost-net's batches into a tap (the tun module's own struct, as
         // the tun layer reads it).
+        let split = |a: u64| (a as u32, (a >> 32) as u32);
+        let tun_symbol = |name: &str| offsets::kernel_symbol(name, "tun").unwrap_or(0);
+        (o.path.tun_netdev_lo, o.path.tun_netdev_hi) = split(tun_symbol("tun_netdev_ops"));
+        (o.path.tap_netdev_lo, o.path.tap_netdev_hi) = split(tun_symbol("tap_netdev_ops"));
         if let Some(tun) = k.module("tun") {
             o.path.tun_msg_ctl_type = offsets::member_offset(&tun, "tun_msg_ctl", "type").unwrap_or(0);
             o.path.tun_msg_ctl_num = offsets::member_offset(&tun, "tun_msg_ctl", "num").unwrap_or(0);
@@ -101,7 +105,7 @@ impl Layer for PathLayer {
             {
                 let tx_kick = offsets::kernel_symbol("handle_tx_kick", "vhost_net").unwrap_or(0);
                 o.path.vhost_wait_to_fn = work + func - wait;
-                (o.path.vhost_tx_kick_fn_lo, o.path.vhost_tx_kick_fn_hi) = (tx_kick as u32, (tx_kick >> 32) as u32);
+                (o.path.vhost_tx_kick_fn_lo, o.path.vhost_tx_kick_fn_hi) = split(tx_kick);
             }
         }
         // The eventfd a kick signals (KVM's struct _ioeventfd, in kvm's
@@ -122,6 +126,31 @@ impl Layer for PathLayer {
             .filter_map(|m| k.module(m))
             .find_map(|btf| offsets::member_offset(&btf, "virtqueue", "name"))
             .unwrap_or_else(|| k.member("virtqueue", "name"));
+        // virtio-net's device operations and receive poll: the tracepoints
+        // that count its frames tell its devices and polls by them.
+        let virtnet = |name: &str| offsets::kernel_symbol(name, "virtio_net").unwrap_or(0);
+        (o.path.virtnet_netdev_lo, o.path.virtnet_netdev_hi) = split(virtnet("virtnet_netdev"));
+        (o.path.virtnet_poll_lo, o.path.virtnet_poll_hi) = split(virtnet("virtnet_poll"));
+        o.path.netdev_ops = k.member("net_device", "netdev_ops");
+        o.path.napi_poll = k.member("napi_struct", "poll");
+        o.path.skb_queue_mapping = k.member("sk_buff", "queue_mapping");
+    }
+    /// The tracepoints that count frames only where the devices they are
+    /// for were found (tun's, virtio-net's): elsewhere they would run on
+    /// every packet for nothing.
+    fn probes(&self, _setup: &Setup, config: &Config) -> Result<Vec<ProbeSpec>> {
+        let c = &config.path;
+        let known = |lo: u32, hi: u32| lo | hi != 0;
+        let virtio_net = known(c.virtnet_netdev_lo, c.virtnet_netdev_hi) && known(c.virtnet_poll_lo, c.virtnet_poll_hi);
+        let tun = known(c.tun_netdev_lo, c.tun_netdev_hi) || known(c.tap_netdev_lo, c.tap_netdev_hi);
+        Ok(probes::PATH
+            .iter()
+            .filter(|p| match p.id {
+                probes::START_XMIT => virtio_net || tun,
+                id => virtio_net || !probes::VIRTIO_NET_COUNTS.contains(&id),
+            })
+            .copied()
+            .collect())
     }
     fn configure(&self, setup: &Setup, config: &mut Config) {
         config.path.path_packets_on = setup.asked.switches.get::<super::CommonSwitches>().events as u32;
@@ -174,6 +203,16 @@ impl Layer for PathLayer {
                           serving the queue (virtqueue_kick_prepare false): not in guest_tx_kick's frames",
             },
             Loss {
+                key: "path.guest_unannounced_at_start",
+                meaning: "inside a guest: frames virtio-net had started to transmit before the window and not \
+                          announced at its start: in guest_tx_kick's frames if kicked in the window",
+            },
+            Loss {
+                key: "path.guest_unannounced_at_end",
+                meaning: "inside a guest: frames virtio-net started to transmit whose kick had not come at the \
+                          window's end: not in guest_tx_kick's frames",
+            },
+            Loss {
                 key: "path.packets_dropped",
                 meaning: "followed packets (--events) not recorded: their 4 MiB ring buffer filled between two \
                           readings, or more than the packets kept in memory came",
@@ -193,8 +232,11 @@ impl Layer for PathLayer {
             stats: take(ebpf, "PATH_STATS")?,
             losses: take(ebpf, "PATH_LOSSES")?,
             pending: take(ebpf, "PATH_RX_PENDING")?,
+            guest_tx: take(ebpf, "PATH_GUEST_TX")?,
             base_unsignalled: 0,
             unsignalled: 0,
+            base_unannounced: 0,
+            unannounced: 0,
             unsteady: false,
             base: BTreeMap::new(),
             last: BTreeMap::new(),
@@ -228,6 +270,12 @@ struct PathRecorder {
     /// last reading.
     base_unsignalled: u64,
     unsignalled: u64,
+    /// Inside a guest: each virtio-net transmit queue's frames not
+    /// announced yet.
+    guest_tx: HashMap<MapData, u64, PathGuestTx>,
+    /// Those frames at the window's start and at the last reading.
+    base_unannounced: u64,
+    unannounced: u64,
     /// A VM took frames or signalled while the last reading read the
     /// stages: its counts may not agree with `unsignalled`.
     unsteady: bool,
@@ -268,9 +316,13 @@ impl PathRecorder {
         }
     }
 
-    /// Every VM's frames taken and not yet signalled, as the kernel holds them.
-    fn pending(&self) -> BTreeMap<u64, PathRxPending> {
-        self.pending.iter().filter_map(|e| e.ok()).collect()
+    /// Every VM's frames taken and not yet signalled, and every guest
+    /// transmit queue's frames not announced, as the kernel holds them.
+    fn pending(&self) -> (BTreeMap<u64, PathRxPending>, BTreeMap<u64, PathGuestTx>) {
+        (
+            self.pending.iter().filter_map(|e| e.ok()).collect(),
+            self.guest_tx.iter().filter_map(|e| e.ok()).collect(),
+        )
     }
 
     fn read(&mut self) -> Result<()> {
@@ -290,10 +342,12 @@ impl PathRecorder {
         let after = self.pending();
         self.unsteady = before != after;
         self.unsignalled = after
+            .0
             .values()
             .filter(|p| p.batch.dequeued_ns != 0)
             .map(|p| p.batch.frames)
             .sum();
+        self.unannounced = after.1.values().map(|t| t.frames).sum();
         Ok(())
     }
 }
@@ -306,6 +360,7 @@ impl Collector for PathRecorder {
         self.base = self.last.clone();
         self.base_lost = self.lost;
         self.base_unsignalled = self.unsignalled;
+        self.base_unannounced = self.unannounced;
         self.followed.clear();
         self.unkept = 0;
         Ok(())
@@ -330,7 +385,7 @@ impl Collector for PathRecorder {
 
     fn emit(&self, ctx: &Emit, out: &mut LayerOutput, _overhead: &mut Overhead) -> Result<()> {
         let threads = ctx.tables.rows::<ThreadRow>();
-        let window = delta(&self.last, &self.base, |s| s.hist.count > 0);
+        let window = delta(&self.last, &self.base, |s| s.hist.count > 0 || s.frames > 0);
         let (rows, hists) = rows(&window, threads);
         out.notes.extend(notes(&rows));
         out.tables.put(rows);
@@ -344,6 +399,9 @@ impl Collector for PathRecorder {
         out.losses.push(("path.uninjected", lost(path_loss::UNINJECTED)));
         out.losses
             .push(("path.guest_unannounced", lost(path_loss::GUEST_UNANNOUNCED)));
+        out.losses
+            .push(("path.guest_unannounced_at_start", self.base_unannounced));
+        out.losses.push(("path.guest_unannounced_at_end", self.unannounced));
         out.losses.push(("path.other_kicks", lost(path_loss::OTHER_KICKS)));
         out.losses
             .push(("path.packets_dropped", lost(path_loss::PACKETS_DROPPED) + self.unkept));
@@ -359,7 +417,9 @@ fn rows(stats: &BTreeMap<PathKey, PathStats>, threads: &[ThreadRow]) -> (Vec<Pat
     let mut hists = Vec::new();
     for (k, s) in stats {
         let h = &s.hist;
-        if h.count == 0 {
+        // Frames counted with no latency (a poll whose start a kprobe
+        // missed) keep their row, untimed.
+        if h.count == 0 && s.frames == 0 {
             continue;
         }
         let stage = path_stage::NAMES.get(k.stage as usize).copied().unwrap_or("?");
@@ -368,7 +428,7 @@ fn rows(stats: &BTreeMap<PathKey, PathStats>, threads: &[ThreadRow]) -> (Vec<Pat
             owner: index.process_owner(k.tgid),
             count: h.count,
             sum_ns: h.sum_ns,
-            min_ns: h.min_ns,
+            min_ns: if h.count == 0 { 0 } else { h.min_ns },
             max_ns: h.max_ns,
             frames: s.frames,
             irq: k.irq,

@@ -21,16 +21,29 @@ macro_rules! path_kvm_tracepoint {
     };
 }
 
+/// The tracepoints that count a guest's virtio-net frames (attached where
+/// virtio-net is loaded), and the one that also starts a tap's frames
+/// (where tun or virtio-net is).
+pub const VIRTIO_NET_COUNTS: &[&str] = &["path:napi_poll", "path:net_dev_xmit"];
+pub const START_XMIT: &str = "path:net_dev_start_xmit";
+
 /// In attach order.
 pub const PATH: &[ProbeSpec] = &[
-    kfunc_probe!(
-        "path:tun_net_xmit",
-        "path",
-        "rx: a frame queued to a tap (its queue time starts)",
-        "tun_net_xmit",
-        "fentry_path_tun_net_xmit",
-        "kprobe_path_tun_net_xmit"
-    ),
+    ProbeSpec {
+        id: "path:net_dev_start_xmit",
+        layer: "path",
+        what: "rx: a frame queued to a tap (its queue time starts); guest tx: virtio-net puts a frame on a transmit queue",
+        strategies: &[
+            Strategy::BtfTracepoint {
+                program: "btf_path_net_dev_start_xmit",
+                tracepoint: "net_dev_start_xmit",
+            },
+            Strategy::RawTracepoint {
+                program: "raw_path_net_dev_start_xmit",
+                tracepoint: "net_dev_start_xmit",
+            },
+        ],
+    },
     kfunc_probe!(
         "path:tun_recvmsg",
         "path",
@@ -232,22 +245,35 @@ pub const PATH: &[ProbeSpec] = &[
         "kprobe_path_virtnet_poll"
     ),
     ProbeSpec {
-        id: "path:virtnet_poll.ret",
+        id: "path:napi_poll",
         layer: "path",
-        what: "guest rx: that poll returns the frames it received, through the guest's stack",
-        strategies: &[Strategy::KProbe {
-            program: "kretprobe_path_virtnet_poll",
-            function: "virtnet_poll",
-        }],
+        what: "guest rx: a virtio-net poll returns the frames it received, through the guest's stack",
+        strategies: &[
+            Strategy::BtfTracepoint {
+                program: "btf_path_napi_poll",
+                tracepoint: "napi_poll",
+            },
+            Strategy::RawTracepoint {
+                program: "raw_path_napi_poll",
+                tracepoint: "napi_poll",
+            },
+        ],
     },
-    kfunc_probe!(
-        "path:virtqueue_add_outbuf",
-        "path",
-        "guest tx: virtio-net adds a frame to a transmit queue",
-        "virtqueue_add_outbuf",
-        "fentry_path_virtqueue_add_outbuf",
-        "kprobe_path_virtqueue_add_outbuf"
-    ),
+    ProbeSpec {
+        id: "path:net_dev_xmit",
+        layer: "path",
+        what: "guest tx: that transmit ends (a frame the driver refused leaves its queue)",
+        strategies: &[
+            Strategy::BtfTracepoint {
+                program: "btf_path_net_dev_xmit",
+                tracepoint: "net_dev_xmit",
+            },
+            Strategy::RawTracepoint {
+                program: "raw_path_net_dev_xmit",
+                tracepoint: "net_dev_xmit",
+            },
+        ],
+    },
     kfunc_probe!(
         "path:virtqueue_kick_prepare",
         "path",
