@@ -188,28 +188,56 @@ pub fn tracepoint_field(tracefs: &Path, category: &str, event: &str, field: &str
         .find(|f| f.name == field)
 }
 
-/// The address of kernel symbol `name` of `module` (/proc/kallsyms, as
-/// root), in the module or, where it is built in, in the kernel's own; None
-/// when it is not loaded or the addresses are hidden.
-pub fn kernel_symbol(name: &str, module: &str) -> Option<u64> {
-    if !Path::new("/sys/module").join(module).exists() {
-        return None;
+/// The addresses of kernel symbols, each `(name, module)`, in the module
+/// or, where it is built in, in the kernel's own (/proc/kallsyms, as root,
+/// read once); 0 for one whose module is not loaded, or when the addresses
+/// are hidden.
+pub fn kernel_symbols<const N: usize>(wanted: [(&str, &str); N]) -> [u64; N] {
+    let mut found = [0; N];
+    let loaded = wanted.map(|(_, module)| Path::new("/sys/module").join(module).exists());
+    if !loaded.contains(&true) {
+        return found;
     }
-    let tag = format!("[{module}]");
-    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
-    text.lines().find_map(|l| {
+    let tags = wanted.map(|(_, module)| format!("[{module}]"));
+    let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
+        return found;
+    };
+    for l in text.lines() {
         let mut f = l.split_whitespace();
-        let (addr, _kind, sym, m) = (f.next()?, f.next()?, f.next()?, f.next());
-        (sym == name && m.is_none_or(|m| m == tag))
-            .then(|| u64::from_str_radix(addr, 16).ok())
-            .flatten()
-            .filter(|&a| a != 0)
-    })
+        let (Some(addr), Some(_kind), Some(sym)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let module = f.next();
+        for (i, (name, _)) in wanted.iter().enumerate() {
+            if found[i] == 0 && loaded[i] && sym == *name && module.is_none_or(|m| m == tags[i]) {
+                found[i] = u64::from_str_radix(addr, 16).unwrap_or(0);
+            }
+        }
+    }
+    found
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Root sees kallsyms' addresses: a built-in symbol is found (no
+    /// module tag), a missing symbol or module gives 0.
+    #[test]
+    fn kernel_symbols_are_found_in_one_read() {
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let [schedule, missing, unloaded] = kernel_symbols([
+            ("schedule", "kernel"),
+            ("no_such_symbol_of_vtrace", "kernel"),
+            ("schedule", "no_such_module_of_vtrace"),
+        ]);
+        assert!(
+            schedule != 0 && missing == 0 && unloaded == 0,
+            "{schedule:x} {missing} {unloaded}"
+        );
+    }
 
     #[test]
     fn parses_format_lines() {

@@ -83,12 +83,24 @@ impl Layer for PathLayer {
         o.path.tp_kvm_inj_virq_vector = k.tracepoint_any("kvm", "kvm_inj_virq", &["vector", "irq"]);
         o.path.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
         o.path.tp_kvm_apic_accept_irq_vec = kvm("kvm_apic_accept_irq", "vec");
+        // Kernel addresses the programs compare with: tun's and
+        // virtio-net's device operations (the tracepoints that count frames
+        // tell their devices by them), virtio-net's receive poll, and
+        // vhost-net's transmit kick handler.
+        let [tun_ops, tap_ops, virtnet_ops, virtnet_poll, tx_kick] = offsets::kernel_symbols([
+            ("tun_netdev_ops", "tun"),
+            ("tap_netdev_ops", "tun"),
+            ("virtnet_netdev", "virtio_net"),
+            ("virtnet_poll", "virtio_net"),
+            ("handle_tx_kick", "vhost_net"),
+        ]);
+        let split = |a: u64| (a as u32, (a >> 32) as u32);
+        (o.path.tun_netdev_lo, o.path.tun_netdev_hi) = split(tun_ops);
+        (o.path.tap_netdev_lo, o.path.tap_netdev_hi) = split(tap_ops);
+        (o.path.virtnet_netdev_lo, o.path.virtnet_netdev_hi) = split(virtnet_ops);
+        (o.path.virtnet_poll_lo, o.path.virtnet_poll_hi) = split(virtnet_poll);
         // vhost-net's batches into a tap (the tun module's own struct, as
         // the tun layer reads it).
-        let split = |a: u64| (a as u32, (a >> 32) as u32);
-        let tun_symbol = |name: &str| offsets::kernel_symbol(name, "tun").unwrap_or(0);
-        (o.path.tun_netdev_lo, o.path.tun_netdev_hi) = split(tun_symbol("tun_netdev_ops"));
-        (o.path.tap_netdev_lo, o.path.tap_netdev_hi) = split(tun_symbol("tap_netdev_ops"));
         if let Some(tun) = k.module("tun") {
             o.path.tun_msg_ctl_type = offsets::member_offset(&tun, "tun_msg_ctl", "type").unwrap_or(0);
             o.path.tun_msg_ctl_num = offsets::member_offset(&tun, "tun_msg_ctl", "num").unwrap_or(0);
@@ -103,7 +115,6 @@ impl Layer for PathLayer {
                 member("vhost_work", "fn"),
             ) && work + func > wait
             {
-                let tx_kick = offsets::kernel_symbol("handle_tx_kick", "vhost_net").unwrap_or(0);
                 o.path.vhost_wait_to_fn = work + func - wait;
                 (o.path.vhost_tx_kick_fn_lo, o.path.vhost_tx_kick_fn_hi) = split(tx_kick);
             }
@@ -126,11 +137,6 @@ impl Layer for PathLayer {
             .filter_map(|m| k.module(m))
             .find_map(|btf| offsets::member_offset(&btf, "virtqueue", "name"))
             .unwrap_or_else(|| k.member("virtqueue", "name"));
-        // virtio-net's device operations and receive poll: the tracepoints
-        // that count its frames tell its devices and polls by them.
-        let virtnet = |name: &str| offsets::kernel_symbol(name, "virtio_net").unwrap_or(0);
-        (o.path.virtnet_netdev_lo, o.path.virtnet_netdev_hi) = split(virtnet("virtnet_netdev"));
-        (o.path.virtnet_poll_lo, o.path.virtnet_poll_hi) = split(virtnet("virtnet_poll"));
         o.path.netdev_ops = k.member("net_device", "netdev_ops");
         o.path.napi_poll = k.member("napi_struct", "poll");
         o.path.skb_queue_mapping = k.member("sk_buff", "queue_mapping");
