@@ -116,6 +116,8 @@ pub fn guest_initrd(kata_dir: &Path, vtrace: Option<&Path>) -> Result<PathBuf> {
     } else {
         "kata-initrd.cpio"
     });
+    // Both files are made in one tree.
+    let _maker = super::lock::CacheLock::take("kata-initrd")?;
     let marker = out.with_extension("version");
     if out.exists() && fs::read_to_string(&marker).is_ok_and(|v| v == stamp) {
         return Ok(out);

@@ -190,6 +190,7 @@ pub(super) fn initramfs_path() -> PathBuf {
 /// the VM carries vtrace as /agent (shared as [`AGENT_TAG`], or in the
 /// initramfs), runs `vtrace agent`.
 pub(super) fn initramfs() -> Result<PathBuf> {
+    let _maker = super::lock::CacheLock::take("linuxvm-initrd")?;
     let out = initramfs_path();
     let marker = dir().join("initrd.version");
     if out.exists() && fs::read_to_string(&marker).is_ok_and(|v| v == INITRD_VERSION) {
@@ -289,6 +290,7 @@ pub(super) fn initramfs_with_agent(base: &Path, exe: &Path, out: &Path) -> Resul
 /// kernel's xz stream uses the x86 BCJ filter, which only liblzma's tools
 /// unpack), and the first output that is an ELF image wins.
 pub(super) fn vmlinux() -> Result<PathBuf> {
+    let _maker = super::lock::CacheLock::take("linuxvm-vmlinux")?;
     let (vmlinuz, _) = kernel()?;
     let out = dir().join("vmlinux");
     if out.exists() {

@@ -1,11 +1,12 @@
-//! One `vtrace lab up` or `down` at a time per platform.
+//! One `vtrace lab up` or `down` at a time per platform, and one maker at a
+//! time of each cache the lab builds.
 
 use std::{
     fs,
     path::{Path, PathBuf},
 };
 
-use super::ledger::LEDGER_DIR;
+use super::{common::DATA_DIR, ledger::LEDGER_DIR};
 use crate::{Error, Result};
 
 /// One `vtrace lab up` or `down` at a time per platform: a second one is
@@ -60,5 +61,38 @@ impl Drop for PlatformLock {
     fn drop(&mut self) {
         let _ = fs::remove_file(&self.path);
         let _ = fs::remove_dir(LEDGER_DIR); // only when nothing else is left there
+    }
+}
+
+/// One maker at a time of a cache the lab builds in place under its data
+/// directory (the Linux guests' initramfs and vmlinux, Kata's guest initrd,
+/// the containers' rootfs): two test files run side by side, or two `lab
+/// up`s, would otherwise build the same tree at once. A second maker waits
+/// for the first (flock, released when its holder exits however it exits),
+/// then finds the cache made. Take it before reading the cache's marker.
+/// The lock file stays: it is empty, and removing it would let a newcomer
+/// lock a new file while a waiter holds the old one.
+pub(super) struct CacheLock {
+    _file: fs::File,
+}
+
+impl CacheLock {
+    pub(super) fn take(cache: &str) -> Result<CacheLock> {
+        use std::os::fd::AsRawFd;
+        fs::create_dir_all(DATA_DIR).map_err(crate::error::io(format!("create {DATA_DIR}")))?;
+        let path = Path::new(DATA_DIR).join(format!(".{cache}.lock"));
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(crate::error::io(format!("open {}", path.display())))?;
+        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(crate::error::io(format!("lock {}", path.display()))(e));
+            }
+        }
+        Ok(CacheLock { _file: file })
     }
 }

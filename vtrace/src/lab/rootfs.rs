@@ -57,6 +57,7 @@ pub(super) fn copy_into(root: &Path, file: &Path) -> Result<()> {
 
 /// Builds the tree if it is missing or stale; returns its path.
 pub fn ensure() -> Result<PathBuf> {
+    let _maker = super::lock::CacheLock::take("rootfs")?;
     let root = path();
     let marker = root.join(".vtrace-rootfs");
     if fs::read_to_string(&marker).is_ok_and(|v| v == VERSION) {
