@@ -144,7 +144,7 @@ pub fn section(rec: &Recording, top: usize) -> Section {
         let mut t = Table::new(
             format!(
                 "Data path of {}, stage by stage (share: of the sum of its direction's means; \
-                 pt: a passed-through VF's interrupt)",
+                 pt: a passed-through VF's interrupt; -: frames counted, none timed)",
                 vm_name(platform, instance)
             ),
             vec![
@@ -160,16 +160,19 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             ],
         );
         for x in st {
+            // Frames counted at a tracepoint whose timing kprobe was missed
+            // every time: no latency, rather than a latency of 0.
+            let timed = |v: String| if x.count == 0 { "-".to_string() } else { v };
             t.row(vec![
                 x.direction.to_string(),
                 x.stage.clone(),
                 x.count.to_string(),
                 x.frames.to_string(),
-                us(x.mean_ns),
-                us(x.p50_ns),
-                us(x.p99_ns),
-                us(x.max_ns),
-                format!("{:.1}%", x.pct_of_direction),
+                timed(us(x.mean_ns)),
+                timed(us(x.p50_ns)),
+                timed(us(x.p99_ns)),
+                timed(us(x.max_ns)),
+                timed(format!("{:.1}%", x.pct_of_direction)),
             ]);
         }
         s.table(t);
@@ -188,7 +191,9 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             ("instance", x.instance.as_str()),
             ("stage", x.stage.as_str()),
         ];
-        s.metric("path_stage_mean_ns", x.mean_ns as f64, "ns", &dims);
+        if x.count > 0 {
+            s.metric("path_stage_mean_ns", x.mean_ns as f64, "ns", &dims);
+        }
         s.metric("path_stage_count", x.count as f64, "events", &dims);
     }
     // The VMs' stages pooled, without instance ids: what `explain` sets
@@ -276,4 +281,54 @@ fn stage_histograms(hists: &[PathHistRow]) -> Vec<Figure> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report_model::Block;
+
+    /// A stage whose frames were counted but none timed (its timing kprobe
+    /// missed every time) shows no latency, where a timed one shows its own.
+    #[test]
+    fn an_untimed_stage_shows_its_frames_and_no_latency() {
+        let row = |stage: &str, count: u64, sum_ns: u64, frames: u64| PathRow {
+            stage: stage.into(),
+            count,
+            sum_ns,
+            min_ns: sum_ns / count.max(1),
+            max_ns: sum_ns / count.max(1),
+            frames,
+            ..Default::default()
+        };
+        let mut rec = Recording::default();
+        rec.tables
+            .put(vec![row("guest_rx_stack", 0, 0, 5), row("guest_rx_poll", 4, 8_000, 4)]);
+        let section = section(&rec, 5);
+        let table = section
+            .blocks
+            .iter()
+            .find_map(|b| match b {
+                Block::Table(t) => Some(t),
+                _ => None,
+            })
+            .expect("the stage table");
+        let cells = |stage: &str| {
+            table
+                .rows
+                .iter()
+                .find(|r| r[1] == stage)
+                .unwrap_or_else(|| panic!("no {stage} row: {:?}", table.rows))
+                .clone()
+        };
+        assert_eq!(cells("guest_rx_stack")[2..], ["0", "5", "-", "-", "-", "-", "-"]);
+        assert_eq!(cells("guest_rx_poll")[2..5], ["4", "4", "2.00"]);
+        let means: Vec<&str> = section
+            .metrics
+            .iter()
+            .filter(|m| m.key == "path_stage_mean_ns")
+            .map(|m| m.dims["stage"].as_str())
+            .collect();
+        assert_eq!(means, ["guest_rx_poll"]);
+    }
 }
