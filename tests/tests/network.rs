@@ -282,6 +282,33 @@ fn tap_with_lwip_counts_match_device_counters() {
         ],
     );
     assert_counters_agree(&r, "vtl-lwip0");
+    // The tun layer's frames queued to the tap (counted at net_dev_start_xmit
+    // on a device that transmits with tun_net_xmit: no kprobe here) are what
+    // lwIP's reads took, the tap's tx_packets; its bytes theirs.
+    let c = r["device_counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "vtl-lwip0")
+        .unwrap();
+    // A row per process the frames were queued from (the sender's, or the
+    // one a softirq interrupted).
+    let xmit: Vec<&Value> = r["tun"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["device"] == "vtl-lwip0" && t["function"] == "tun_net_xmit")
+        .collect();
+    assert!(
+        !xmit.is_empty() && xmit.iter().all(|t| t["method"] == "tp_btf"),
+        "tun_net_xmit rows for vtl-lwip0: {xmit:?}"
+    );
+    let sum = |field: &str| xmit.iter().map(|t| num(t, field)).sum::<u64>();
+    assert_eq!(
+        (sum("frames"), sum("bytes")),
+        (num(c, "tx_packets"), num(c, "tx_bytes")),
+        "{xmit:?} against {c}"
+    );
 }
 
 /// Largest size-histogram bucket with packets at a device's hop.

@@ -37,6 +37,14 @@ pub struct NetDeviceOffsets {
     /// struct net: `ns.inum`.
     pub net_ns_inum: u32,
     pub dev_name: u32,
+    /// struct net_device `netdev_ops`, struct net_device_ops
+    /// `ndo_start_xmit`, and tun's `tun_net_xmit` (kallsyms, low and high
+    /// halves): a device that transmits with tun_net_xmit is a tun or tap
+    /// device. Any 0: unknown (no device is told as tun's).
+    pub dev_netdev_ops: u32,
+    pub ops_ndo_start_xmit: u32,
+    pub tun_net_xmit_lo: u32,
+    pub tun_net_xmit_hi: u32,
 }
 
 /// Syscall argument registers, read by the CPU layer's syscall hooks and the fs layer, resolved by `probes::offsets::syscall_args`.

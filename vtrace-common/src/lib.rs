@@ -139,7 +139,7 @@ pub const COUNTED_HOOKS: [&str; 96] = [
     "tun_recvmsg",
     "tun_chr_read_iter",
     "kretprobe_tun_chr_read_iter",
-    "tun_net_xmit",
+    "tun_net_dev_start_xmit",
     "handle_tx",
     "handle_rx",
     "handle_tx_kick",

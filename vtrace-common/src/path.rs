@@ -338,21 +338,14 @@ pub struct PathConfig {
     pub virtqueue_name: u32,
     /// Inside a guest: virtio-net's `struct net_device_ops` and its receive
     /// poll function (their addresses from kallsyms, low and high halves),
-    /// `offsetof(struct net_device, netdev_ops)`, `offsetof(struct
-    /// napi_struct, poll)` and `offsetof(struct sk_buff, queue_mapping)`:
+    /// `offsetof(struct napi_struct, poll)` and `offsetof(struct sk_buff, queue_mapping)`:
     /// the tracepoints that count its frames tell its devices and polls
-    /// from others'. Any 0: unknown (no frame is counted).
-    /// The tun module's `tun_netdev_ops` and `tap_netdev_ops` (a tun or a
-    /// tap device's): 0 where tun is not loaded (no tap frame is timed).
-    pub tun_netdev_lo: u32,
-    pub tun_netdev_hi: u32,
-    pub tap_netdev_lo: u32,
-    pub tap_netdev_hi: u32,
+    /// from others'. Any 0: unknown (no frame is counted). (`netdev_ops`
+    /// is the net_device group's; tun's devices are told there too.)
     pub virtnet_netdev_lo: u32,
     pub virtnet_netdev_hi: u32,
     pub virtnet_poll_lo: u32,
     pub virtnet_poll_hi: u32,
-    pub netdev_ops: u32,
     pub napi_poll: u32,
     pub skb_queue_mapping: u32,
     /// The eventfd a kick signals (`struct _ioeventfd`'s `dev`, which

@@ -32,7 +32,8 @@ pub mod tun_fn {
     /// A tap's user (a VMM's read/readv, io_uring) takes one frame from it;
     /// a call that got none (EAGAIN) counts as a call without a frame.
     pub const READ_ITER: u32 = 3;
-    /// The stack queues a frame to a tap for its user.
+    /// The stack queues a frame to a tap for its user (tun_net_xmit; counted
+    /// at the net_dev_start_xmit tracepoint).
     pub const NET_XMIT: u32 = 4;
     pub const HANDLE_TX: u32 = 5;
     pub const HANDLE_RX: u32 = 6;

@@ -16,6 +16,13 @@ macro_rules! conf {
 }
 pub(crate) use conf;
 
+/// A configured kernel address, from its low and high halves (the
+/// configuration is u32s).
+#[inline(always)]
+pub fn address(lo: u32, hi: u32) -> u64 {
+    (hi as u64) << 32 | lo as u64
+}
+
 #[inline(always)]
 pub fn read(field: *const u32) -> u32 {
     // A field of CONFIG: always valid, never written by the programs.

@@ -15,6 +15,7 @@
 mod account;
 mod block;
 mod config;
+mod devices;
 mod faults;
 mod files;
 mod hist;

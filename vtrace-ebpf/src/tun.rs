@@ -2,7 +2,8 @@
 //! calling process: calls, the frames they moved, bytes and a size
 //! histogram (fentry, else kprobe; module functions need the module's
 //! split BTF for fentry, so kprobes are what attaches on stock kernels).
-//! Frames, not calls: vhost-net hands a tap up to 64 frames per
+//! Frames queued to a tap are counted at the net_dev_start_xmit tracepoint
+//! instead (see [`start_xmit`]). Frames, not calls: vhost-net hands a tap up to 64 frames per
 //! tun_sendmsg (a TUN_MSG_PTR batch of xdp_buffs), so that call's frames
 //! are read from its message. Where neither method attaches (this
 //! project's CI kernel), the tap's hops come from the net tracepoints on
@@ -19,8 +20,9 @@ use vtrace_common::{TUN_BATCH_MAX, TUN_MSG_PTR, TUN_XDP_FLAG, TunKey, TunStats, 
 use crate::{
     account,
     config::conf,
+    devices,
     kmem::read_or_zero,
-    runs::{count_run, kfunc_programs},
+    runs::{count_run, hook_programs, kfunc_programs},
 };
 
 #[map]
@@ -162,9 +164,17 @@ fn read_iter_exit(ret: i64) {
     }
 }
 
-/// tun_net_xmit(skb, dev): one frame queued to the tap for its user.
+/// net_dev_start_xmit(skb, dev) on a tun or tap device: one frame queued
+/// to the tap for its user, the
+/// tun_net_xmit call that follows. A tracepoint: a kprobe on tun_net_xmit,
+/// in the softirq that forwards the frame, is skipped whenever that softirq
+/// interrupted another kprobe's program on its CPU (uncounted before Linux
+/// 6.7), and a count must miss nothing.
 #[inline(always)]
-fn net_xmit(skb: u64, dev: u64) {
+fn start_xmit(skb: u64, dev: u64) {
+    if !devices::is_tun(devices::netdev_ops(dev)) {
+        return;
+    }
     if let Some(s) = stats(tun_fn::NET_XMIT, dev) {
         add_frame(s, read_or_zero::<u32>(skb, conf!(net_device.skb_len)) as u64);
     }
@@ -194,7 +204,15 @@ pub fn kretprobe_tun_chr_read_iter(ctx: RetProbeContext) -> u32 {
     0
 }
 
-kfunc_programs!(kprobe_tun_net_xmit, fentry_tun_net_xmit, "tun_net_xmit", [skb, dev] => net_xmit(skb, dev));
+hook_programs! {
+    "net_dev_start_xmit", "net", counted "tun_net_dev_start_xmit";
+    btf btf_tun_net_dev_start_xmit(ctx) => {
+        start_xmit(ctx.arg(0), ctx.arg(1));
+    }
+    raw raw_tun_net_dev_start_xmit(ctx) => {
+        start_xmit(ctx.arg(0), ctx.arg(1));
+    }
+}
 kfunc_programs!(kprobe_handle_tx, fentry_handle_tx, "handle_tx", [] => handler(tun_fn::HANDLE_TX));
 kfunc_programs!(kprobe_handle_rx, fentry_handle_rx, "handle_rx", [] => handler(tun_fn::HANDLE_RX));
 kfunc_programs!(kprobe_handle_tx_kick, fentry_handle_tx_kick, "handle_tx_kick", [] => handler(tun_fn::HANDLE_TX_KICK));

@@ -50,8 +50,8 @@ use vtrace_common::{
 
 use crate::{
     account,
-    config::conf,
-    hist,
+    config::{address, conf},
+    devices, hist,
     kmem::{read_or_zero, tp_field},
     runs::{count_run, hook_programs, kfunc_programs},
 };
@@ -93,13 +93,6 @@ fn add_frames(stage: u32, frames: u64) {
     }
 }
 
-/// A configured kernel address (its low and high halves: the programs
-/// read the configuration as u32s).
-#[inline(always)]
-fn address(lo: u32, hi: u32) -> u64 {
-    (hi as u64) << 32 | lo as u64
-}
-
 /// [`add`] for a passthrough stage of host IRQ `irq`.
 #[inline(always)]
 fn add_irq(stage: u32, ns: u64, frames: u64, irq: u32) {
@@ -133,17 +126,11 @@ fn stats(stage: u32, irq: u32) -> Option<&'static mut PathStats> {
 /// way a kprobe inside another kprobe's interrupted program is.
 #[inline(always)]
 fn on_start_xmit(skb: u64, dev: u64) {
-    let at = conf!(path.netdev_ops);
-    if at == 0 {
-        return;
-    }
-    let ops: u64 = read_or_zero(dev, at);
+    let ops = devices::netdev_ops(dev);
     if ops == 0 {
         return;
     }
-    if ops == address(conf!(path.tun_netdev_lo), conf!(path.tun_netdev_hi))
-        || ops == address(conf!(path.tap_netdev_lo), conf!(path.tap_netdev_hi))
-    {
+    if devices::is_tun(ops) {
         rx::queued(skb);
     } else if ops == address(conf!(path.virtnet_netdev_lo), conf!(path.virtnet_netdev_hi)) {
         guest::virtio_start_xmit(skb, dev);

@@ -16,6 +16,9 @@ use vtrace_common::Config;
 pub struct KernelLayout<'a> {
     btf: Option<&'a btf_rs::Btf>,
     tracefs: Option<&'a Path>,
+    /// /proc/kallsyms, read at the first [`KernelLayout::symbols`] (several
+    /// MB: once for every layer).
+    kallsyms: std::cell::OnceCell<String>,
 }
 
 impl<'a> KernelLayout<'a> {
@@ -23,7 +26,20 @@ impl<'a> KernelLayout<'a> {
         KernelLayout {
             btf: caps.btf.as_ref().ok().map(|b| &**b),
             tracefs: caps.tracefs.as_ref().ok().map(|p| p.as_path()),
+            kallsyms: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The addresses of kernel symbols, each `(name, module)`: in that
+    /// module, or built in (no module tag; a built-in module need not show
+    /// in /sys/module). 0 for one not found: its module is not loaded, it
+    /// is data and the kernel lists only text (no CONFIG_KALLSYMS_ALL), or
+    /// the addresses are hidden (not root).
+    pub fn symbols<const N: usize>(&self, wanted: [(&str, &str); N]) -> [u64; N] {
+        let text = self
+            .kallsyms
+            .get_or_init(|| std::fs::read_to_string("/proc/kallsyms").unwrap_or_default());
+        find_symbols(text, wanted)
     }
 
     /// `offsetof(struct s, member)`; 0 when unknown.
@@ -79,6 +95,12 @@ pub fn net_device(k: &KernelLayout, o: &mut Config) {
     o.net_device.dev_nd_net = k.member("net_device", "nd_net");
     o.net_device.dev_name = k.member("net_device", "name");
     o.net_device.net_ns_inum = k.nested("net", "ns", "ns_common", "inum");
+    o.net_device.dev_netdev_ops = k.member("net_device", "netdev_ops");
+    o.net_device.ops_ndo_start_xmit = k.member("net_device_ops", "ndo_start_xmit");
+    // A function, so listed on every kernel (its device operations, data,
+    // only with CONFIG_KALLSYMS_ALL).
+    let [tun_net_xmit] = k.symbols([("tun_net_xmit", "tun")]);
+    (o.net_device.tun_net_xmit_lo, o.net_device.tun_net_xmit_hi) = (tun_net_xmit as u32, (tun_net_xmit >> 32) as u32);
 }
 
 /// A syscall's arguments and number, as the CPU engine (tun fds) and the fs
@@ -188,20 +210,10 @@ pub fn tracepoint_field(tracefs: &Path, category: &str, event: &str, field: &str
         .find(|f| f.name == field)
 }
 
-/// The addresses of kernel symbols, each `(name, module)`, in the module
-/// or, where it is built in, in the kernel's own (/proc/kallsyms, as root,
-/// read once); 0 for one whose module is not loaded, or when the addresses
-/// are hidden.
-pub fn kernel_symbols<const N: usize>(wanted: [(&str, &str); N]) -> [u64; N] {
+/// [`KernelLayout::symbols`] in kallsyms' `text`.
+fn find_symbols<const N: usize>(text: &str, wanted: [(&str, &str); N]) -> [u64; N] {
     let mut found = [0; N];
-    let loaded = wanted.map(|(_, module)| Path::new("/sys/module").join(module).exists());
-    if !loaded.contains(&true) {
-        return found;
-    }
     let tags = wanted.map(|(_, module)| format!("[{module}]"));
-    let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
-        return found;
-    };
     for l in text.lines() {
         let mut f = l.split_whitespace();
         let (Some(addr), Some(_kind), Some(sym)) = (f.next(), f.next(), f.next()) else {
@@ -209,7 +221,7 @@ pub fn kernel_symbols<const N: usize>(wanted: [(&str, &str); N]) -> [u64; N] {
         };
         let module = f.next();
         for (i, (name, _)) in wanted.iter().enumerate() {
-            if found[i] == 0 && loaded[i] && sym == *name && module.is_none_or(|m| m == tags[i]) {
+            if found[i] == 0 && sym == *name && module.is_none_or(|m| m == tags[i]) {
                 found[i] = u64::from_str_radix(addr, 16).unwrap_or(0);
             }
         }
@@ -221,22 +233,38 @@ pub fn kernel_symbols<const N: usize>(wanted: [(&str, &str); N]) -> [u64; N] {
 mod tests {
     use super::*;
 
-    /// Root sees kallsyms' addresses: a built-in symbol is found (no
-    /// module tag), a missing symbol or module gives 0.
+    /// A symbol is found built in (no tag) or in its module, not in
+    /// another module; a missing one is 0.
     #[test]
-    fn kernel_symbols_are_found_in_one_read() {
+    fn kernel_symbols_are_found_built_in_or_in_their_module() {
+        let text = "ffffffff81daef80 t tun_net_xmit\n\
+                    ffffffffc0a01000 t start_xmit\t[other]\n\
+                    ffffffffc0b02000 t start_xmit\t[virtio_net]\n\
+                    ffffffffc0b03000 d virtnet_netdev\t[virtio_net]\n";
+        let [tun, xmit, ops, missing] = find_symbols(
+            text,
+            [
+                ("tun_net_xmit", "tun"),
+                ("start_xmit", "virtio_net"),
+                ("virtnet_netdev", "virtio_net"),
+                ("tun_netdev_ops", "tun"),
+            ],
+        );
+        assert_eq!(
+            (tun, xmit, ops, missing),
+            (0xffffffff81daef80, 0xffffffffc0b02000, 0xffffffffc0b03000, 0)
+        );
+    }
+
+    /// Root sees kallsyms' addresses: this kernel's schedule is found.
+    #[test]
+    fn this_kernels_symbols_are_read() {
         if unsafe { libc::geteuid() } != 0 {
             return;
         }
-        let [schedule, missing, unloaded] = kernel_symbols([
-            ("schedule", "kernel"),
-            ("no_such_symbol_of_vtrace", "kernel"),
-            ("schedule", "no_such_module_of_vtrace"),
-        ]);
-        assert!(
-            schedule != 0 && missing == 0 && unloaded == 0,
-            "{schedule:x} {missing} {unloaded}"
-        );
+        let caps = crate::probes::Capabilities::detect();
+        let [schedule] = KernelLayout::of(&caps).symbols([("schedule", "kernel")]);
+        assert_ne!(schedule, 0);
     }
 
     #[test]

@@ -83,20 +83,17 @@ impl Layer for PathLayer {
         o.path.tp_kvm_inj_virq_vector = k.tracepoint_any("kvm", "kvm_inj_virq", &["vector", "irq"]);
         o.path.tp_kvm_inj_virq_soft = kvm("kvm_inj_virq", "soft");
         o.path.tp_kvm_apic_accept_irq_vec = kvm("kvm_apic_accept_irq", "vec");
-        // Kernel addresses the programs compare with: tun's and
-        // virtio-net's device operations (the tracepoints that count frames
-        // tell their devices by them), virtio-net's receive poll, and
-        // vhost-net's transmit kick handler.
-        let [tun_ops, tap_ops, virtnet_ops, virtnet_poll, tx_kick] = offsets::kernel_symbols([
-            ("tun_netdev_ops", "tun"),
-            ("tap_netdev_ops", "tun"),
+        // Kernel addresses the programs compare with: virtio-net's device
+        // operations (the tracepoints that count frames tell its devices by
+        // them; tun's are told in the net_device group), its receive poll,
+        // and vhost-net's transmit kick handler.
+        offsets::net_device(k, o);
+        let [virtnet_ops, virtnet_poll, tx_kick] = k.symbols([
             ("virtnet_netdev", "virtio_net"),
             ("virtnet_poll", "virtio_net"),
             ("handle_tx_kick", "vhost_net"),
         ]);
         let split = |a: u64| (a as u32, (a >> 32) as u32);
-        (o.path.tun_netdev_lo, o.path.tun_netdev_hi) = split(tun_ops);
-        (o.path.tap_netdev_lo, o.path.tap_netdev_hi) = split(tap_ops);
         (o.path.virtnet_netdev_lo, o.path.virtnet_netdev_hi) = split(virtnet_ops);
         (o.path.virtnet_poll_lo, o.path.virtnet_poll_hi) = split(virtnet_poll);
         // vhost-net's batches into a tap (the tun module's own struct, as
@@ -137,7 +134,6 @@ impl Layer for PathLayer {
             .filter_map(|m| k.module(m))
             .find_map(|btf| offsets::member_offset(&btf, "virtqueue", "name"))
             .unwrap_or_else(|| k.member("virtqueue", "name"));
-        o.path.netdev_ops = k.member("net_device", "netdev_ops");
         o.path.napi_poll = k.member("napi_struct", "poll");
         o.path.skb_queue_mapping = k.member("sk_buff", "queue_mapping");
     }
@@ -148,7 +144,8 @@ impl Layer for PathLayer {
         let c = &config.path;
         let known = |lo: u32, hi: u32| lo | hi != 0;
         let virtio_net = known(c.virtnet_netdev_lo, c.virtnet_netdev_hi) && known(c.virtnet_poll_lo, c.virtnet_poll_hi);
-        let tun = known(c.tun_netdev_lo, c.tun_netdev_hi) || known(c.tap_netdev_lo, c.tap_netdev_hi);
+        let d = &config.net_device;
+        let tun = d.dev_netdev_ops != 0 && d.ops_ndo_start_xmit != 0 && known(d.tun_net_xmit_lo, d.tun_net_xmit_hi);
         Ok(probes::PATH
             .iter()
             .filter(|p| match p.id {

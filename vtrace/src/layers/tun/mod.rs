@@ -2,7 +2,8 @@
 //! per device and calling process, in frames and bytes
 //! (vtrace-ebpf/src/tun.rs). Kernels without kprobes (and whose fentry
 //! cannot reach module functions) see taps through the net layer's
-//! tracepoints on the tap device instead.
+//! tracepoints on the tap device instead, and count the frames queued to a
+//! tap (a tracepoint here too) all the same.
 
 pub mod collector;
 pub mod metrics;
@@ -56,6 +57,17 @@ impl Layer for TunLayer {
             o.tun.tun_msg_ctl_num = t("tun_msg_ctl", "num");
             o.tun.tun_msg_ctl_ptr = t("tun_msg_ctl", "ptr");
         }
+    }
+    /// The tracepoint that counts a tap's queued frames only where tun's
+    /// devices were found: elsewhere it would run on every frame for nothing.
+    fn probes(&self, _setup: &Setup, config: &Config) -> Result<Vec<ProbeSpec>> {
+        let c = &config.net_device;
+        let tun = c.dev_netdev_ops != 0 && c.ops_ndo_start_xmit != 0 && (c.tun_net_xmit_lo | c.tun_net_xmit_hi) != 0;
+        Ok(probes::TUN
+            .iter()
+            .filter(|p| tun || p.id != probes::NET_XMIT)
+            .copied()
+            .collect())
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![TableKind::of::<TunRow>()]

@@ -1,8 +1,12 @@
 //! The tun layer's probes (vtrace-ebpf/src/tun.rs): tun/tap and vhost-net
 //! kernel functions. They live in modules, so fentry needs the module's
-//! split BTF, which aya cannot load: kprobes are what attaches.
+//! split BTF, which aya cannot load: kprobes are what attaches. Frames
+//! queued to a tap are counted at a tracepoint instead.
 
 use crate::probes::catalog::{ProbeSpec, Strategy, kfunc_probe};
+
+/// tun_net_xmit's frames: attached where tun's devices were found.
+pub const NET_XMIT: &str = "tun:tun_net_xmit";
 
 pub const TUN: &[ProbeSpec] = &[
     kfunc_probe!(
@@ -51,14 +55,24 @@ pub const TUN: &[ProbeSpec] = &[
             function: "tun_chr_read_iter",
         }],
     },
-    kfunc_probe!(
-        "tun:tun_net_xmit",
-        "tun",
-        "packet queued to a tap for its user; else the tap's xmit hop",
-        "tun_net_xmit",
-        "fentry_tun_net_xmit",
-        "kprobe_tun_net_xmit"
-    ),
+    // Its calls counted where the stack starts each (net_dev_start_xmit,
+    // on tun's devices): a tracepoint misses none, where a kprobe in the
+    // forwarding softirq misses those that interrupted another kprobe.
+    ProbeSpec {
+        id: NET_XMIT,
+        layer: "tun",
+        what: "packet queued to a tap for its user (tun_net_xmit, counted at net_dev_start_xmit on tun's devices)",
+        strategies: &[
+            Strategy::BtfTracepoint {
+                program: "btf_tun_net_dev_start_xmit",
+                tracepoint: "net_dev_start_xmit",
+            },
+            Strategy::RawTracepoint {
+                program: "raw_tun_net_dev_start_xmit",
+                tracepoint: "net_dev_start_xmit",
+            },
+        ],
+    },
     kfunc_probe!(
         "vhost:handle_tx",
         "vhost",
