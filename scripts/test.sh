@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The test command: set-up (idempotent), the gates, release build, then every
 # test, each integration test file timed (the times are printed at the end):
-# the stock-kernel guest's files first, in two lanes with clippy in one, then
-# the rest.
+# the stock-kernel guest's files first, with clippy beside them, then the rest.
 # Kernel-touching tests run one at a time (--test-threads=1) as root.
 #   test.sh           the whole suite (what CI's .ci/run calls)
 #   test.sh --quick   host only, for the loop while developing (under 5
@@ -34,10 +33,7 @@ set +e
 
 # Test files that boot the stock-kernel guest (minutes each), and tests
 # that boot the lab's TCG VM: left out of --quick.
-# They run in two lanes side by side (below), clippy first in the first.
-GUEST_LANE_1="vm_platforms stock_kernel"
-GUEST_LANE_2="kata sriov"
-GUEST_FILES="$GUEST_LANE_1 $GUEST_LANE_2"
+GUEST_FILES="stock_kernel vm_platforms kata sriov"
 GUEST_TESTS="qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap linuxvm_lab_instance \
   a_vm_up_killed_while_qemu_starts_is_undone"
 # Files left out of --quick that run without a guest: accuracy's long
@@ -47,13 +43,12 @@ GUEST_TESTS="qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap linuxvm_lab_insta
 LONG_FILES="accuracy bench serve hostile_input lab"
 
 log=$(mktemp)
-# Each run's time and the names of those that failed, as files: the guest
-# lanes below run in a subshell.
-results=$(mktemp -d)
 # Each stock-kernel guest's wall time, boots and steps (tests/src/lib.rs
 # run_guest), printed at the end.
 export VTRACE_GUEST_RUNS=$(mktemp)
-trap 'rm -rf "$log" "$results" "$VTRACE_GUEST_RUNS"' EXIT
+trap 'rm -f "$log" "$VTRACE_GUEST_RUNS"' EXIT
+times=()
+failed=()
 # run NAME CARGO-TEST-ARGS...: one cargo test, timed, its output kept.
 run() {
   local name=$1 start rc
@@ -61,43 +56,31 @@ run() {
   start=$(date +%s)
   cargo test --release "$@" 2>&1 | tee -a "$log"
   rc=${PIPESTATUS[0]}
-  printf '%6d s  %s\n' $(( $(date +%s) - start )) "$name" >> "$results/times"
-  [ "$rc" = 0 ] || echo "$name" >> "$results/failed"
+  times+=("$(printf '%6d s  %s' $(( $(date +%s) - start )) "$name")")
+  [ "$rc" = 0 ] || failed+=("$name")
 }
 
+lints_rc=0
 if [ $QUICK = 0 ]; then
-  # The stock-kernel guest's files first, in two lanes, one core each: QEMU's
-  # TCG runs a guest on one core. The first lane begins with clippy (one
-  # job, its own target directory, so no cargo lock is shared), then its
-  # guests; the second runs Kata's, the longest, and SR-IOV's. Nothing the
-  # guests share is made by two at once (the lab's caches are made under a
-  # lock, vtrace::lab's CacheLock; each guest has its own work directory),
-  # and no host test runs beside a guest (host tests measure the whole
-  # machine). The first lane's output is printed when it ends.
-  lane_out=$(mktemp)
+  # The stock-kernel guest's files first: QEMU's TCG runs the guest on one
+  # core, and clippy takes the other (one job, its own target directory, so
+  # no cargo lock is shared): the lints cost no time of their own. No host
+  # test runs beside a guest (host tests measure the whole machine).
+  lints_log=$(mktemp)
+  lints_end=$(mktemp)
   start=$(date +%s)
-  (
-    log=/dev/null
-    exec > "$lane_out" 2>&1
-    lints_start=$(date +%s)
-    cargo clippy --release --all-targets -j 1 --target-dir target/clippy -- -D warnings
-    rc=$?
-    echo "clippy: exit $rc after $(( $(date +%s) - lints_start )) s"
-    [ $rc = 0 ] || echo "cargo clippy" >> "$results/gates"
-    for name in $GUEST_LANE_1; do
-      run "$name" --test "$name" -- --test-threads=1
-    done
-  ) &
-  lane=$!
-  for name in $GUEST_LANE_2; do
+  { cargo clippy --release --all-targets -j 1 --target-dir target/clippy -- -D warnings > "$lints_log" 2>&1
+    rc=$?; date +%s > "$lints_end"; exit $rc; } &
+  lints=$!
+  for name in $GUEST_FILES; do
     run "$name" --test "$name" -- --test-threads=1
   done
-  wait $lane
-  echo "==== the first lane: clippy, $GUEST_LANE_1 ===="
-  cat "$lane_out"
-  cat "$lane_out" >> "$log"
-  rm -f "$lane_out"
-  echo "the guest lanes took $(( $(date +%s) - start )) s"
+  wait $lints
+  lints_rc=$?
+  echo "clippy beside the guest files: exit $lints_rc after $(( $(cat "$lints_end") - start )) s; the guest files took $(( $(date +%s) - start )) s"
+  rm -f "$lints_end"
+  [ $lints_rc = 0 ] || cat "$lints_log"
+  rm -f "$lints_log"
 fi
 run "unit tests" --lib --bins -- --test-threads=1
 run "doc tests" --doc
@@ -117,17 +100,14 @@ echo
 echo "the stock-kernel guests:"
 cat "$VTRACE_GUEST_RUNS"
 echo "time per test file:"
-cat "$results/times"
+printf '%s\n' "${times[@]}"
 read -r passed failures < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" \
   | awk '{p += $1; f += $2} END {print p + 0, f + 0}')
-failed=()
-[ -f "$results/failed" ] && mapfile -t failed < "$results/failed"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "failed: ${failed[*]}"
   # A test binary that crashed or did not build counts no failed test itself.
   [ "$failures" -ge ${#failed[@]} ] || failures=${#failed[@]}
 fi
 echo "tests: $passed passed, $failures failed"
-gates_ok=1
-[ -f "$results/gates" ] && { gates_ok=0; echo "gates: $(cat "$results/gates") failed (its output above)"; }
-[ ${#failed[@]} = 0 ] && [ $gates_ok = 1 ]
+[ $lints_rc = 0 ] || echo "gates: cargo clippy failed (its output above)"
+[ ${#failed[@]} = 0 ] && [ $lints_rc = 0 ]
