@@ -52,14 +52,18 @@ pub fn load(config: &Config) -> Result<Ebpf> {
         .map_err(|e| Error::Ebpf(format!("loading the eBPF object: {e}")))
 }
 
-/// Detaches and unloads every program of `ebpf` at once, then frees its
-/// maps. Each tracepoint's detach waits for RCU grace periods (75 ms each
-/// on this machine, more in an emulated guest): one after the other they
-/// cost a recording a second at its end; waited for together they share
-/// them.
-pub fn unload(mut ebpf: Ebpf) {
+/// Detaches and unloads every program of `ebpf` at once, and every link
+/// of `links` (taken from their programs), then frees its maps. Each
+/// tracepoint's or uprobe's detach waits for RCU grace periods (75-100 ms
+/// each on this machine, more in an emulated guest): one after the other
+/// they cost a recording a second or more at its end; waited for together
+/// they share them.
+pub fn unload(mut ebpf: Ebpf, links: Vec<aya::programs::uprobe::UProbeLink>) {
     use aya::programs::Program;
     std::thread::scope(|s| {
+        for link in links {
+            s.spawn(move || drop(link));
+        }
         for (_, program) in ebpf.programs_mut() {
             s.spawn(move || {
                 // Not loaded, or not attached: nothing to wait for.

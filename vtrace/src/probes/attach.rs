@@ -5,7 +5,7 @@ use aya::{
     maps::Array,
     programs::{
         FEntry, KProbe, RawTracePoint, TracePoint, UProbe,
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope},
     },
 };
 use serde::{Deserialize, Serialize};
@@ -84,8 +84,15 @@ pub fn plan(caps: &Capabilities, specs: &[ProbeSpec]) -> Vec<ProbeStatus> {
         .collect()
 }
 
-/// Loads and attaches every probe with its first strategy that works.
-pub fn attach_all(ebpf: &mut Ebpf, caps: &Capabilities, specs: &[ProbeSpec]) -> Vec<ProbeStatus> {
+/// Loads and attaches every probe with its first strategy that works. The
+/// uprobes' links are taken from their shared program into `uprobe_links`
+/// (its owner detaches them, [`crate::ebpf::unload`]).
+pub fn attach_all(
+    ebpf: &mut Ebpf,
+    caps: &Capabilities,
+    specs: &[ProbeSpec],
+    uprobe_links: &mut Vec<UProbeLink>,
+) -> Vec<ProbeStatus> {
     let mut next_slot = 0u32;
     specs
         .iter()
@@ -93,7 +100,7 @@ pub fn attach_all(ebpf: &mut Ebpf, caps: &Capabilities, specs: &[ProbeSpec]) -> 
             let mut skipped = Vec::new();
             for s in spec.strategies {
                 let slot = next_slot;
-                let outcome = caps.check(s).and_then(|()| attach_one(ebpf, s, slot));
+                let outcome = caps.check(s).and_then(|()| attach_one(ebpf, s, slot, uprobe_links));
                 match outcome {
                     Ok(()) => {
                         let mut status = ProbeStatus::new(spec, Some(s), skipped).with_caveat(caps);
@@ -111,7 +118,12 @@ pub fn attach_all(ebpf: &mut Ebpf, caps: &Capabilities, specs: &[ProbeSpec]) -> 
         .collect()
 }
 
-fn attach_one(ebpf: &mut Ebpf, strategy: &Strategy, slot: u32) -> Result<(), String> {
+fn attach_one(
+    ebpf: &mut Ebpf,
+    strategy: &Strategy,
+    slot: u32,
+    uprobe_links: &mut Vec<UProbeLink>,
+) -> Result<(), String> {
     if let Strategy::UProbe {
         program,
         binary,
@@ -119,7 +131,9 @@ fn attach_one(ebpf: &mut Ebpf, strategy: &Strategy, slot: u32) -> Result<(), Str
         size,
     } = *strategy
     {
-        return attach_uprobe(ebpf, program, binary, symbol, size, slot);
+        let link = attach_uprobe(ebpf, program, binary, symbol, size, slot)?;
+        uprobe_links.push(link);
+        return Ok(());
     }
     let name = strategy.program();
     let program = ebpf
@@ -163,7 +177,11 @@ fn attach_one(ebpf: &mut Ebpf, strategy: &Strategy, slot: u32) -> Result<(), Str
 }
 
 /// Attaches the shared uprobe program at `symbol` of `binary` with cookie
-/// `slot`, after writing the slot's size rule.
+/// `slot`, after writing the slot's size rule; its link, taken from the
+/// program: a program detaches its own links one after the other, and each
+/// uprobe's detach waits for grace periods (0.1 s each here, ten uprobes a
+/// second at every recording's end), where links of their own can be
+/// dropped at once.
 fn attach_uprobe(
     ebpf: &mut Ebpf,
     program: &str,
@@ -171,7 +189,7 @@ fn attach_uprobe(
     symbol: &str,
     size: super::catalog::UprobeSize,
     slot: u32,
-) -> Result<(), String> {
+) -> Result<UProbeLink, String> {
     if slot >= MAX_UPROBES {
         return Err(format!("more than {MAX_UPROBES} uprobes"));
     }
@@ -206,6 +224,6 @@ fn attach_uprobe(
         location: UProbeAttachLocation::Symbol(symbol),
         cookie: Some(slot as u64),
     };
-    p.attach(point, &path, UProbeScope::AllProcesses).map_err(|e| err(&e))?;
-    Ok(())
+    let id = p.attach(point, &path, UProbeScope::AllProcesses).map_err(|e| err(&e))?;
+    p.take_link(id).map_err(|e| err(&e))
 }

@@ -51,8 +51,8 @@ impl Session<'_> {
         let usage_at_end = self_usage();
         // The programs detach while the recording is written (their
         // detaches wait for the kernel; run() joins them).
-        let ebpf = live.ebpf;
-        let detaching = std::thread::spawn(move || crate::ebpf::unload(ebpf));
+        let (ebpf, links) = (live.ebpf, live.uprobe_links);
+        let detaching = std::thread::spawn(move || crate::ebpf::unload(ebpf, links));
         Ok(Ending {
             detaching,
             collectors: live.collectors,

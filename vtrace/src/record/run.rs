@@ -48,7 +48,7 @@ pub(super) async fn run(opts: &RecordOptions, prepared: Prepared, mut control: C
     let stop = rec.until_stop(&mut live, &mut stats, &mut window, &mut control).await?;
     if opts.live {
         // Nothing to write: the programs detach.
-        crate::ebpf::unload(live.ebpf);
+        crate::ebpf::unload(live.ebpf, live.uprobe_links);
         return Ok(RecordOutcome {
             path: PathBuf::new(),
             exit_code: 0,
@@ -80,6 +80,8 @@ pub(super) struct Session<'o> {
 /// The eBPF side while it runs: the object, the layers and their collectors.
 pub(super) struct Live {
     pub(super) ebpf: Ebpf,
+    /// The uprobes' links, each its own (`probes::attach_all`).
+    pub(super) uprobe_links: Vec<aya::programs::uprobe::UProbeLink>,
     pub(super) running: Vec<&'static dyn Layer>,
     pub(super) specs: Vec<ProbeSpec>,
     pub(super) collectors: Vec<Box<dyn Collector>>,

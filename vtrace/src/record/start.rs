@@ -58,6 +58,7 @@ impl Session<'_> {
         }
         Ok(Live {
             ebpf,
+            uprobe_links: Vec::new(),
             running,
             specs,
             collectors,
@@ -85,7 +86,7 @@ impl Session<'_> {
     /// themselves (perf events); then every layer's baseline. Whoever waits
     /// for the probes is told.
     pub(super) fn attach(&mut self, live: &mut Live, control: &mut Control) -> Result<()> {
-        live.probes = probes::attach_all(&mut live.ebpf, &self.caps, &live.specs);
+        live.probes = probes::attach_all(&mut live.ebpf, &self.caps, &live.specs, &mut live.uprobe_links);
         // A uprobe the user asked for by name must attach (a missing symbol).
         if let Some(p) = live
             .probes
