@@ -106,6 +106,16 @@ impl Session<'_> {
         self.notes.extend(edge::read_edge(&mut live.collectors, "start", |c| {
             c.baseline(&attached)
         })?);
+        // A set-up longer than an interval (agents attaching in guests take
+        // seconds) closes an interval of its own as the workload starts:
+        // else the workload's first interval would hold the whole set-up.
+        // A shorter one adds no row.
+        let now = monotonic_ns();
+        if !self.opts.live && now.saturating_sub(live.start_mono) > self.opts.interval.as_nanos() as u64 {
+            for c in &mut live.collectors {
+                c.tick(now)?;
+            }
+        }
         if let Some(tx) = control.attached.take() {
             let _ = tx.send(());
         }
