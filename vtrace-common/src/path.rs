@@ -299,7 +299,13 @@ pub mod path_loss {
     /// or, in a VM whose transmit queue vhost-net serves, woke none (a
     /// device the VMM serves: a 9p share): not kicks of tx_kick.
     pub const OTHER_KICKS: u32 = 5;
-    pub const COUNT: u32 = 6;
+    /// Kicks of a VM before its transmit queue was known (a kick woke
+    /// vhost-net's transmit queue; where the VMM serves its queues, their
+    /// eventfd was learnt from its first few tap writes): not timed, as any
+    /// could be another queue's (a receive queue refilled, its vsock's) and
+    /// would start tx_kick long before the transmit it is taken for.
+    pub const TX_QUEUE_UNKNOWN: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 /// Processes x stages the path layer keeps latencies for.

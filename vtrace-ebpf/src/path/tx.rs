@@ -17,7 +17,9 @@ pub static PATH_KICKS: LruHashMap<u64, PathKick> = LruHashMap::with_max_entries(
 /// VMM serves (a 9p share): not a transmit kick, and none counted before
 /// the VM's first vhost-net one was either. Where the VMM serves its
 /// queues, a kick of another eventfd than the one its tap writes follow
-/// is not one either (its vsock's, its 9p share's), once that is known.
+/// is not one either (its vsock's, its 9p share's); until that is known
+/// (its first few writes), no kick is timed: any could be another
+/// queue's, waiting long before the transmit that would take it.
 #[inline(always)]
 fn kicked(vhost_tx: bool, eventfd: u64) {
     let mm = current_mm();
@@ -40,6 +42,9 @@ fn kicked(vhost_tx: bool, eventfd: u64) {
             } else if k.vhost == 0 && k.tx_eventfd != 0 && eventfd != 0 && eventfd != k.tx_eventfd {
                 lost(path_loss::OTHER_KICKS);
                 return;
+            } else if !vhost_tx && k.vhost == 0 && k.tx_eventfd == 0 && eventfd != 0 {
+                lost(path_loss::TX_QUEUE_UNKNOWN);
+                return;
             }
             if k.first_ns == 0 {
                 k.first_ns = account::now();
@@ -47,9 +52,16 @@ fn kicked(vhost_tx: bool, eventfd: u64) {
             k.kicks += 1;
         }
         None => {
+            // The VM's first kick: untimed unless it woke vhost-net's
+            // transmit queue (its queue is known then) or its eventfd is
+            // unknown (no learning: every kick counts, as before).
+            let timed = vhost_tx || eventfd == 0;
+            if !timed {
+                lost(path_loss::TX_QUEUE_UNKNOWN);
+            }
             let k = PathKick {
-                first_ns: account::now(),
-                kicks: 1,
+                first_ns: if timed { account::now() } else { 0 },
+                kicks: timed as u64,
                 vhost: vhost_tx as u64,
                 ..Default::default()
             };

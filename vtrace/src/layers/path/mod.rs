@@ -201,6 +201,12 @@ impl Layer for PathLayer {
                           than the one its tap writes follow (its vsock, a 9p share): not kicks of tx_kick",
             },
             Loss {
+                key: "path.tx_queue_unknown",
+                meaning: "kicks of a VM before its transmit queue was known (before a kick woke vhost-net's \
+                          transmit queue; where the VMM serves its queues, before that queue's eventfd was learnt from \
+                          its first tap writes): not timed in tx_kick, since any could be another queue's",
+            },
+            Loss {
                 key: "path.guest_unannounced",
                 meaning: "inside a guest: frames virtio-net added to a transmit queue without a kick, the host still \
                           serving the queue (virtqueue_kick_prepare false): not in guest_tx_kick's frames",
@@ -406,6 +412,8 @@ impl Collector for PathRecorder {
             .push(("path.guest_unannounced_at_start", self.base_unannounced));
         out.losses.push(("path.guest_unannounced_at_end", self.unannounced));
         out.losses.push(("path.other_kicks", lost(path_loss::OTHER_KICKS)));
+        out.losses
+            .push(("path.tx_queue_unknown", lost(path_loss::TX_QUEUE_UNKNOWN)));
         out.losses
             .push(("path.packets_dropped", lost(path_loss::PACKETS_DROPPED) + self.unkept));
         Ok(())
