@@ -283,6 +283,30 @@ fn boot() -> Result<Guest, String> {
             vtrace_tests::stderr(&o)
         },
     );
+    // Each agent's recording's stacks folded (its guest's nested), and its
+    // CPU intervals.
+    for (p, _) in AGENT_PLATFORMS {
+        let recording = out.0.join(format!("{p}.vtrace"));
+        for (file, args) in [
+            (format!("{p}-folded.txt"), &["--format", "folded"][..]),
+            (
+                format!("{p}-intervals.csv"),
+                &["--format", "csv", "--table", "intervals"][..],
+            ),
+        ] {
+            let mut report = vec!["report", recording.to_str().unwrap()];
+            report.extend_from_slice(args);
+            let o = vtrace_tests::vtrace(&report);
+            out_files.files.insert(
+                file,
+                if o.status.success() {
+                    String::from_utf8_lossy(&o.stdout).into_owned()
+                } else {
+                    vtrace_tests::stderr(&o)
+                },
+            );
+        }
+    }
     Ok(Guest {
         out: out_files,
         wall: run.wall,
@@ -971,6 +995,22 @@ fn check_agent(platform: &str) {
     shown["threads"] = Value::from(guest["threads"].as_array().map_or(0, |t| t.len()));
     eprintln!("{platform}'s guest: {shown}");
     assert_eq!(guest["state"], "complete", "{shown}\n{}", console());
+    // The set-up (the agent attaching: seconds) is an interval of its own,
+    // closed once the agent attached: the workload's first one (1 s) does
+    // not hold it.
+    let csv = g.text(&format!("{platform}-intervals.csv"));
+    let first_end_s = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').nth(1)?.parse::<u64>().ok())
+        .min()
+        .unwrap_or_else(|| panic!("no intervals: {csv}")) as f64
+        / 1e9;
+    let attached_s = guest["window_start_s"].as_f64().unwrap();
+    assert!(
+        first_end_s >= attached_s && first_end_s < attached_s + 1.0,
+        "the first interval ends at {first_end_s:.3} s, the agent attached at {attached_s:.3} s"
+    );
     assert!(guest["address"].as_str().unwrap().starts_with(reached_by), "{shown}");
     let clock = &guest["clock"];
     let exchanges = n(&clock["exchanges"]);
@@ -1032,6 +1072,23 @@ fn check_agent(platform: &str) {
             && n(&nested["guest_mode_in_window_ns"]) <= n(&nested["guest_mode_ns"]),
         "{nested}"
     );
+    // `report --format folded` nests them as the flamegraph does: the
+    // samples under `[guest NAME]` are the shared ones, redis-server's among them.
+    let folded = g.text(&format!("{platform}-folded.txt"));
+    let in_guest: Vec<(&str, u64)> = folded
+        .lines()
+        .filter(|l| l.contains(";[guest mode];[guest "))
+        .map(|l| {
+            let (stack, count) = l.rsplit_once(' ').unwrap_or_else(|| panic!("a folded line: {l}"));
+            (stack, count.parse().unwrap_or_else(|_| panic!("a folded line: {l}")))
+        })
+        .collect();
+    assert_eq!(
+        in_guest.iter().map(|(_, n)| n).sum::<u64>(),
+        n(&nested["shared_samples"]),
+        "{folded}"
+    );
+    assert!(in_guest.iter().any(|(s, _)| s.contains(";redis-server;")), "{folded}");
     // The guest's own recording, reported on its own.
     let inner = g.report(&format!("{platform}-inner"));
     let (sent, received) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, platform);

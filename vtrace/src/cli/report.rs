@@ -27,7 +27,7 @@ pub struct Args {
     /// Divide by this many operations for per-operation figures (replaces what the recording says).
     #[arg(long)]
     ops: Option<f64>,
-    /// With `--format flamegraph`: a frame per source line (where debug info has them), not per function.
+    /// With `--format flamegraph` or `folded`: a frame per source line (where debug info has them), not per function.
     #[arg(long)]
     lines: bool,
 }
@@ -40,9 +40,13 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     if let Some(n) = args.ops {
         rec.set_ops(vtrace::workload::ops::Operations::given(n));
     }
-    if args.format == Format::Flamegraph {
-        let svg = vtrace::views::flamegraph(&rec, args.lines).map_err(anyhow::Error::msg)?;
-        return emit(&svg, args.output.as_deref());
+    match args.format {
+        Format::Flamegraph => {
+            let svg = vtrace::views::flamegraph(&rec, args.lines).map_err(anyhow::Error::msg)?;
+            return emit(&svg, args.output.as_deref());
+        }
+        Format::Folded => return emit(&vtrace::views::folded(&rec, args.lines), args.output.as_deref()),
+        _ => {}
     }
     let text = if let Some(name) = &args.table {
         anyhow::ensure!(args.format == Format::Csv, "--table goes with --format csv");

@@ -87,7 +87,7 @@ fn join_thread_columns(sections: &mut [model::Section], rec: &Recording) {
 pub fn render(rec: &Recording, opts: &ReportOptions) -> String {
     match opts.format {
         Format::Csv => views::threads_csv(rec),
-        Format::Folded => views::folded(rec),
+        Format::Folded => views::folded(rec, false),
         Format::Trace => views::trace::render(rec),
         Format::Flamegraph => views::flamegraph(rec, false).unwrap_or_default(),
         Format::Json => render_sections(&sections(rec, usize::MAX), Format::Json, &rec.title()),

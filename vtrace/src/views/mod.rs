@@ -4,9 +4,8 @@
 //! (`trace.rs`: CPU, net, KVM), start-up (`startup.rs`: CPU, net, vsock),
 //! each packet across the guest boundary (`boundary.rs`: path, guest),
 //! the overlay cost (`overlay.rs`: fs beside sampled stacks), each guest's
-//! sampled stacks under its VM's vCPUs (`guest_stacks.rs`: sample, guest), sampled
-//! stacks folded and drawn (each thread's process name from the CPU layer),
-//! and the threads' CPU breakdown as CSV.
+//! sampled stacks under its VM's vCPUs (`guest_stacks.rs`: sample, guest,
+//! folded and drawn so), and the threads' CPU breakdown as CSV.
 
 pub mod boundary;
 pub mod guest_stacks;
@@ -15,13 +14,7 @@ pub mod startup;
 pub mod trace;
 
 use crate::{
-    layers::{
-        cpu::{
-            ThreadRow,
-            analysis::{CpuBreakdown, StateTimes},
-        },
-        sample::SampleRow,
-    },
+    layers::cpu::analysis::{CpuBreakdown, StateTimes},
     recording::Recording,
 };
 
@@ -33,21 +26,17 @@ pub fn flamegraph(rec: &Recording, lines: bool) -> Result<String, String> {
     guest_stacks::svg(rec, lines)
 }
 
-/// The recording's sampled stacks, each prefixed by its process name, merged
-/// over the threads of a process.
-pub fn folded(rec: &Recording) -> String {
-    let mut merged: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    for s in rec.rows::<SampleRow>() {
-        let comm = rec
-            .rows::<ThreadRow>()
-            .iter()
-            .find(|t| t.tid == s.owner.pid)
-            .map_or(s.owner.comm.as_str(), |t| t.owner.comm.as_str());
-        *merged
-            .entry(format!("{};{}", comm.replace(' ', "_"), s.stack))
-            .or_default() += s.count;
-    }
-    merged.into_iter().map(|(stack, n)| format!("{stack} {n}\n")).collect()
+/// The recording's sampled stacks folded as the flamegraph draws them
+/// (`platform/role;instance;comm;frames count`, one per line), each guest's
+/// own under its VM's `[guest mode]` frame where its agent sampled them,
+/// for flamegraph.pl, inferno or speedscope; with `lines`, a frame per
+/// source line.
+pub fn folded(rec: &Recording, lines: bool) -> String {
+    guest_stacks::folded(rec, lines)
+        .0
+        .into_iter()
+        .map(|line| line + "\n")
+        .collect()
 }
 
 /// One row per thread: its CPU time by state (`report --format csv`).
