@@ -24,6 +24,17 @@ pub struct Config {
     pub path: crate::PathConfig,
 }
 
+/// A kernel address as the configuration holds it: its low and high
+/// halves (the programs read the configuration as u32s).
+pub const fn halves(address: u64) -> (u32, u32) {
+    (address as u32, (address >> 32) as u32)
+}
+
+/// The kernel address of [`halves`] `lo` and `hi` (0: unknown).
+pub const fn address(lo: u32, hi: u32) -> u64 {
+    (hi as u64) << 32 | lo as u64
+}
+
 /// Network device and skb offsets every network layer reads (net, tun), resolved by `probes::offsets::net_device`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +56,17 @@ pub struct NetDeviceOffsets {
     pub ops_ndo_start_xmit: u32,
     pub tun_net_xmit_lo: u32,
     pub tun_net_xmit_hi: u32,
+}
+
+impl NetDeviceOffsets {
+    /// Whether the programs can tell a tun or tap device (everything its
+    /// test needs is known): where not, the tracepoints that count tun's
+    /// frames would run on every frame for nothing.
+    pub const fn tells_tun(&self) -> bool {
+        self.dev_netdev_ops != 0
+            && self.ops_ndo_start_xmit != 0
+            && address(self.tun_net_xmit_lo, self.tun_net_xmit_hi) != 0
+    }
 }
 
 /// Syscall argument registers, read by the CPU layer's syscall hooks and the fs layer, resolved by `probes::offsets::syscall_args`.

@@ -3,6 +3,7 @@
 //! tracepoint format files, and each layer's switches).
 
 use vtrace_common::Config;
+pub use vtrace_common::address;
 
 #[unsafe(no_mangle)]
 pub static CONFIG: Config = unsafe { core::mem::zeroed() };
@@ -15,13 +16,6 @@ macro_rules! conf {
     };
 }
 pub(crate) use conf;
-
-/// A configured kernel address, from its low and high halves (the
-/// configuration is u32s).
-#[inline(always)]
-pub fn address(lo: u32, hi: u32) -> u64 {
-    (hi as u64) << 32 | lo as u64
-}
 
 #[inline(always)]
 pub fn read(field: *const u32) -> u32 {

@@ -100,7 +100,7 @@ pub fn net_device(k: &KernelLayout, o: &mut Config) {
     // A function, so listed on every kernel (its device operations, data,
     // only with CONFIG_KALLSYMS_ALL).
     let [tun_net_xmit] = k.symbols([("tun_net_xmit", "tun")]);
-    (o.net_device.tun_net_xmit_lo, o.net_device.tun_net_xmit_hi) = (tun_net_xmit as u32, (tun_net_xmit >> 32) as u32);
+    (o.net_device.tun_net_xmit_lo, o.net_device.tun_net_xmit_hi) = vtrace_common::halves(tun_net_xmit);
 }
 
 /// A syscall's arguments and number, as the CPU engine (tun fds) and the fs

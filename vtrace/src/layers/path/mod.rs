@@ -93,9 +93,8 @@ impl Layer for PathLayer {
             ("virtnet_poll", "virtio_net"),
             ("handle_tx_kick", "vhost_net"),
         ]);
-        let split = |a: u64| (a as u32, (a >> 32) as u32);
-        (o.path.virtnet_netdev_lo, o.path.virtnet_netdev_hi) = split(virtnet_ops);
-        (o.path.virtnet_poll_lo, o.path.virtnet_poll_hi) = split(virtnet_poll);
+        (o.path.virtnet_netdev_lo, o.path.virtnet_netdev_hi) = vtrace_common::halves(virtnet_ops);
+        (o.path.virtnet_poll_lo, o.path.virtnet_poll_hi) = vtrace_common::halves(virtnet_poll);
         // vhost-net's batches into a tap (the tun module's own struct, as
         // the tun layer reads it).
         if let Some(tun) = k.module("tun") {
@@ -113,7 +112,7 @@ impl Layer for PathLayer {
             ) && work + func > wait
             {
                 o.path.vhost_wait_to_fn = work + func - wait;
-                (o.path.vhost_tx_kick_fn_lo, o.path.vhost_tx_kick_fn_hi) = split(tx_kick);
+                (o.path.vhost_tx_kick_fn_lo, o.path.vhost_tx_kick_fn_hi) = vtrace_common::halves(tx_kick);
             }
         }
         // The eventfd a kick signals (KVM's struct _ioeventfd, in kvm's
@@ -142,10 +141,9 @@ impl Layer for PathLayer {
     /// every packet for nothing.
     fn probes(&self, _setup: &Setup, config: &Config) -> Result<Vec<ProbeSpec>> {
         let c = &config.path;
-        let known = |lo: u32, hi: u32| lo | hi != 0;
+        let known = |lo: u32, hi: u32| vtrace_common::address(lo, hi) != 0;
         let virtio_net = known(c.virtnet_netdev_lo, c.virtnet_netdev_hi) && known(c.virtnet_poll_lo, c.virtnet_poll_hi);
-        let d = &config.net_device;
-        let tun = d.dev_netdev_ops != 0 && d.ops_ndo_start_xmit != 0 && known(d.tun_net_xmit_lo, d.tun_net_xmit_hi);
+        let tun = config.net_device.tells_tun();
         Ok(probes::PATH
             .iter()
             .filter(|p| match p.id {

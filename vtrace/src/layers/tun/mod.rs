@@ -61,8 +61,7 @@ impl Layer for TunLayer {
     /// The tracepoint that counts a tap's queued frames only where tun's
     /// devices were found: elsewhere it would run on every frame for nothing.
     fn probes(&self, _setup: &Setup, config: &Config) -> Result<Vec<ProbeSpec>> {
-        let c = &config.net_device;
-        let tun = c.dev_netdev_ops != 0 && c.ops_ndo_start_xmit != 0 && (c.tun_net_xmit_lo | c.tun_net_xmit_hi) != 0;
+        let tun = config.net_device.tells_tun();
         Ok(probes::TUN
             .iter()
             .filter(|p| tun || p.id != probes::NET_XMIT)
