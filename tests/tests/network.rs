@@ -497,6 +497,58 @@ fn a_user_uprobe_with_return_measures_latency() {
     );
 }
 
+/// The host's recording (no platform chosen) attaches the catalog's uprobes
+/// only where a process runs their binary at the start (each detach waits
+/// for a grace period): QEMU's with a QEMU running, lwIP's left out, each
+/// with why; with no QEMU, QEMU's are left out too.
+#[test]
+fn the_host_recording_attaches_the_catalogs_uprobes_only_where_their_binary_runs() {
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let dir = TempDir::new("uprobe-catalog");
+    let probes = |r: &Value, family: &str| -> Vec<Value> {
+        r["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["id"].as_str().unwrap().starts_with(family))
+            .cloned()
+            .collect()
+    };
+    let left_out = |p: &Value, binary: &str| {
+        p["available"] == false
+            && p["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(&format!("no process ran {binary} at the start")))
+    };
+    // A paused QEMU without a machine: its /proc/PID/exe is QEMU's binary
+    // (spawn returns once the exec is done).
+    let qemu = Killed(
+        Command::new("qemu-system-x86_64")
+            .args(["-machine", "none", "-nodefaults", "-display", "none", "-S"])
+            .spawn()
+            .expect("qemu-system-x86_64"),
+    );
+    let r = record_with(&dir, "with-qemu.vtrace", &[], &["true"]);
+    let (qemus, lwips) = (probes(&r, "qemu:"), probes(&r, "lwip:"));
+    assert_eq!(qemus.len(), 4, "{qemus:?}");
+    assert!(qemus.iter().all(|p| p["available"] == true), "{qemus:?}");
+    assert_eq!(lwips.len(), 6, "{lwips:?}");
+    assert!(lwips.iter().all(|p| left_out(p, "liblwip.so.0")), "{lwips:?}");
+    drop(qemu);
+    let r = record_with(&dir, "without.vtrace", &[], &["true"]);
+    let qemus = probes(&r, "qemu:");
+    assert!(
+        qemus.len() == 4 && qemus.iter().all(|p| left_out(p, "qemu-system-x86_64")),
+        "{qemus:?}"
+    );
+}
+
 #[test]
 fn qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap() {
     let dir = TempDir::new("qemu-path");

@@ -42,10 +42,11 @@ impl Layer for UprobeLayer {
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::UPROBE
     }
-    /// The catalog's when the layer was named, and every `--uprobe`.
+    /// The catalog's that can fire (see [`catalog_in_use`]) when the layer
+    /// was named, and every `--uprobe`.
     fn probes(&self, setup: &Setup, _config: &Config) -> Result<Vec<ProbeSpec>> {
         let mut specs = if setup.asked.names(self.name()) {
-            probes::UPROBE.to_vec()
+            catalog_in_use(setup).0
         } else {
             Vec::new()
         };
@@ -65,8 +66,14 @@ impl Layer for UprobeLayer {
         summary::section(rec)
     }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
+        let left_out = if setup.asked.names(self.name()) {
+            catalog_in_use(setup).1
+        } else {
+            Vec::new()
+        };
         Ok(Box::new(UprobeRecorder {
             maps: UprobeCollector::new(ebpf)?,
+            left_out,
             last: Default::default(),
             last_at: setup.start_mono,
             start_mono: setup.start_mono,
@@ -75,8 +82,67 @@ impl Layer for UprobeLayer {
     }
 }
 
+/// The catalog's uprobes this recording attaches, and those it leaves out
+/// with why. A uprobe's detach waits for a grace period under a lock every
+/// detach takes (about 0.1 s each here): the catalog's ten cost each
+/// recording a second at its end, also where nothing runs lwIP or QEMU. So
+/// the host's recording (no platform chosen) attaches one only where a
+/// process runs its binary at the start: an executable by /proc/PID/exe, a
+/// library by /proc/PID/maps. A platform's recording attaches them all:
+/// its command may start the platform.
+pub fn catalog_in_use(setup: &Setup) -> (Vec<ProbeSpec>, Vec<ProbeStatus>) {
+    let mut used = Vec::new();
+    let mut left_out = Vec::new();
+    let on_host = setup.asked.platform == platforms::HOST;
+    for spec in probes::UPROBE {
+        let binary = spec.strategies.iter().find_map(|s| match s {
+            crate::probes::Strategy::UProbe { binary, .. } => Some(*binary),
+            _ => None,
+        });
+        match binary {
+            Some(binary) if on_host && !runs(setup.system, binary) => left_out.push(ProbeStatus {
+                id: spec.id.to_string(),
+                layer: spec.layer.to_string(),
+                method: None,
+                program: None,
+                available: false,
+                reason: Some(format!(
+                    "not attached: no process ran {binary} at the start of this host recording \
+                     (a recording of the platform that runs it, --platform NAME, attaches it)"
+                )),
+                caveat: None,
+                slot: None,
+            }),
+            _ => used.push(*spec),
+        }
+    }
+    (used, left_out)
+}
+
+/// Whether a process of `system` runs `binary` (resolved as a uprobe's is):
+/// an executable as its /proc/PID/exe, a library mapped.
+fn runs(system: &platforms::SystemSnapshot, binary: &str) -> bool {
+    let Some(path) = crate::probes::catalog::resolve_binary(binary).and_then(|p| p.canonicalize().ok()) else {
+        return false;
+    };
+    let name = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !name.contains(".so") {
+        return system.processes.iter().any(|p| p.exe == name);
+    }
+    let path = path.to_string_lossy();
+    system
+        .processes
+        .iter()
+        .any(|p| std::fs::read_to_string(format!("/proc/{}/maps", p.pid)).is_ok_and(|maps| maps.contains(&*path)))
+}
+
 struct UprobeRecorder {
     maps: UprobeCollector,
+    /// The catalog's uprobes not attached, with why.
+    left_out: Vec<ProbeStatus>,
     /// The latest snapshot (the end one after `end`).
     last: BTreeMap<UprobeKey, UprobeStats>,
     last_at: u64,
@@ -104,6 +170,10 @@ impl UprobeRecorder {
 }
 
 impl Collector for UprobeRecorder {
+    fn attach(&mut self, _ebpf: &mut Ebpf) -> Result<Vec<ProbeStatus>> {
+        Ok(std::mem::take(&mut self.left_out))
+    }
+
     fn tick(&mut self, now_mono: u64) -> Result<()> {
         self.push_interval(now_mono)
     }
