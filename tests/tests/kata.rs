@@ -54,7 +54,9 @@ const LAYERS: &str = "cpu,net,tun,kvm,vsock";
 /// brought up and down by the bench, so none runs beside another. The
 /// study's Kata 64 B GET run is the recording of a sandbox running when it
 /// began. A boot after a freeze (vtrace::lab::guest) goes on after the
-/// sandbox's part or the bench, whichever was finished. The benches' VMs
+/// parts finished, and the bench and the study resume where the frozen boot
+/// left them (each kept, and run again with the same options: only the
+/// cells not yet done are recorded). The benches' VMs
 /// go without vtrace's agent (VTRACE_LAB_AGENT=0): they measure the
 /// platforms as their users run them, and boot smaller guests. Each step's limit
 /// is a few times what it takes (the bench about 80 s, the study about
@@ -79,11 +81,15 @@ fn script() -> String {
          cp /var/log/messages syslog.log\n\
          finished sandbox; fi\n\
          if once bench; then\n\
+         resumes bench\n\
          step 300 bench.failed bench env VTRACE_LAB_AGENT=0 vtrace bench --platforms containerd-runc,kata --workload modules \
            --modules {MODULES} --loaders 1,{LOADERS} --repeat 1 --layers {LAYERS} -o bench > bench.out 2>&1\n\
          finished bench; fi\n\
+         if once study; then\n\
+         resumes study\n\
          step 450 study.failed study env VTRACE_LAB_AGENT=0 vtrace bench --study redis-sizes --sizes {SMALL},{LARGE} --requests {REDIS_REQUESTS} \
            --request-seconds 1 --repeat 1 --layers {LAYERS} -o study > study.out 2>&1\n\
+         finished study; fi\n\
          (ls /run/netns; ls /run/vtrace-lab; ps -o pid,comm,args) > after-down.out 2>&1\n\
          mark done\n",
     ));

@@ -443,11 +443,17 @@ step() {
 }
 once() { if grep -qxF "$1" "$OUT"/.done 2>/dev/null; then mark "$1: finished by a boot that froze later, kept"; return 1; fi; }
 finished() { echo "$1" >> "$OUT"/.done; ls -A "$OUT" > "$OUT"/.kept.new && mv "$OUT"/.kept.new "$OUT"/.kept; }
+resumes() { echo "$1" >> "$OUT"/.resumes; }
 "#;
 /// The parts of a script finished (`finished` in [`STEPS`]), and the files
 /// in the share when the last of them was.
 const DONE: &str = ".done";
 const KEPT: &str = ".kept";
+/// What unfinished parts resume (`resumes NAME` in [`STEPS`]): a `vtrace
+/// bench` run again with the same options records only the cells not yet
+/// done, so its output outlives a freeze, where starting over would redo
+/// minutes of cells.
+const RESUMES: &str = ".resumes";
 
 /// What a frozen guest's error begins with.
 pub const FROZE: &str = "the guest froze";
@@ -465,19 +471,25 @@ const BOOTS: u32 = 3;
 const HEARTBEAT: &str = ".heartbeat";
 
 /// Empties the share for boot `boot`: the first starts from nothing; a
-/// later one keeps what the parts finished before the freeze left.
+/// later one keeps what the parts finished before the freeze left, and
+/// what the unfinished ones resume.
 fn clear_for_boot(out: &Path, boot: u32) {
     let kept: Vec<String> = match boot {
         1 => Vec::new(),
-        _ => fs::read_to_string(out.join(KEPT))
-            .unwrap_or_default()
-            .lines()
-            .map(String::from)
+        _ => [KEPT, RESUMES]
+            .iter()
+            .flat_map(|list| {
+                fs::read_to_string(out.join(list))
+                    .unwrap_or_default()
+                    .lines()
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
             .collect(),
     };
     for e in fs::read_dir(out).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let bookkeeping = [KEPT, DONE, "steps.log"].contains(&name.as_str());
+        let bookkeeping = [KEPT, DONE, RESUMES, "steps.log"].contains(&name.as_str());
         if name != HEARTBEAT && ((boot > 1 && bookkeeping) || kept.contains(&name)) {
             continue;
         }
@@ -543,6 +555,27 @@ mod tests {
             "{steps}"
         );
         assert_eq!(fs::read_to_string(out.join(DONE)).unwrap(), "a\nb\n");
+        fs::remove_dir_all(&out).unwrap();
+    }
+
+    /// A part that resumes keeps its output over a freeze: the next boot's
+    /// run of it finds what the frozen one did (a bench's cells done),
+    /// where the rest of what the frozen boot wrote goes.
+    #[test]
+    fn a_part_that_resumes_keeps_its_output_over_a_freeze() {
+        let out = std::env::temp_dir().join(format!("vtrace-guest-resumes-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&out);
+        fs::create_dir_all(&out).unwrap();
+        let script = "if once a; then resumes cells; mkdir -p cells; echo $BOOT > other.out; \
+                      [ -e cells/1 ] && touch cells/2 || touch cells/1; [ $BOOT = 1 ] && exit 0; finished a; fi\n";
+        boot(&out, 1, &script.replace("$BOOT", "1"));
+        boot(&out, 2, &script.replace("$BOOT", "2"));
+        assert!(out.join("cells/1").exists() && out.join("cells/2").exists(), "resumed");
+        assert_eq!(
+            fs::read_to_string(out.join("other.out")).unwrap(),
+            "2\n",
+            "the rest written anew"
+        );
         fs::remove_dir_all(&out).unwrap();
     }
 }
