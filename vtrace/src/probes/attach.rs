@@ -32,7 +32,9 @@ pub struct ProbeStatus {
 }
 
 impl ProbeStatus {
-    fn new(spec: &ProbeSpec, used: Option<&Strategy>, skipped: Vec<String>) -> Self {
+    /// Attached with `used`, or unavailable; `skipped`: why each strategy
+    /// before it (or every one) was not used.
+    pub(crate) fn new(spec: &ProbeSpec, used: Option<&Strategy>, skipped: Vec<String>) -> Self {
         ProbeStatus {
             id: spec.id.to_string(),
             layer: spec.layer.to_string(),

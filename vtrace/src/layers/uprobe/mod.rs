@@ -42,14 +42,9 @@ impl Layer for UprobeLayer {
     fn catalog(&self) -> &'static [ProbeSpec] {
         probes::UPROBE
     }
-    /// The catalog's that can fire (see [`catalog_in_use`]) when the layer
-    /// was named, and every `--uprobe`.
+    /// The catalog's that can fire ([`catalog_in_use`]), and every `--uprobe`.
     fn probes(&self, setup: &Setup, _config: &Config) -> Result<Vec<ProbeSpec>> {
-        let mut specs = if setup.asked.names(self.name()) {
-            catalog_in_use(setup).0
-        } else {
-            Vec::new()
-        };
+        let mut specs = catalog_in_use(setup).0;
         for u in &setup.asked.switches.get::<UprobeOptions>().uprobes {
             specs.extend(user_uprobe(u).map_err(Error::BadArgument)?);
         }
@@ -66,14 +61,9 @@ impl Layer for UprobeLayer {
         summary::section(rec)
     }
     fn start(&self, ebpf: &mut Ebpf, setup: &Setup, _config: &Config) -> Result<Box<dyn Collector>> {
-        let left_out = if setup.asked.names(self.name()) {
-            catalog_in_use(setup).1
-        } else {
-            Vec::new()
-        };
         Ok(Box::new(UprobeRecorder {
             maps: UprobeCollector::new(ebpf)?,
-            left_out,
+            left_out: catalog_in_use(setup).1,
             last: Default::default(),
             last_at: setup.start_mono,
             start_mono: setup.start_mono,
@@ -83,36 +73,45 @@ impl Layer for UprobeLayer {
 }
 
 /// The catalog's uprobes this recording attaches, and those it leaves out
-/// with why. A uprobe's detach waits for a grace period under a lock every
-/// detach takes (about 0.1 s each here): the catalog's ten cost each
-/// recording a second at its end, also where nothing runs lwIP or QEMU. So
-/// the host's recording (no platform chosen) attaches one only where a
-/// process runs its binary at the start: an executable by /proc/PID/exe, a
-/// library by /proc/PID/maps. A platform's recording attaches them all:
+/// with why (none unless `--layers` names the layer). A uprobe's detach
+/// waits for a grace period under a lock every detach takes (about 0.1 s
+/// each here): the catalog's ten cost each recording a second at its end,
+/// also where nothing runs lwIP or QEMU. So the host's recording (no
+/// platform chosen) attaches one only where a process runs its binary at
+/// the start: an executable by /proc/PID/exe, a library by /proc/PID/maps.
+/// A platform's recording attaches them all:
 /// its command may start the platform.
 pub fn catalog_in_use(setup: &Setup) -> (Vec<ProbeSpec>, Vec<ProbeStatus>) {
     let mut used = Vec::new();
     let mut left_out = Vec::new();
+    if !setup.asked.names(UprobeLayer.name()) {
+        return (used, left_out);
+    }
     let on_host = setup.asked.platform == platforms::HOST;
+    // Each binary looked for once (lwIP's six uprobes share one library).
+    let mut looked: Vec<(&str, bool)> = Vec::new();
     for spec in probes::UPROBE {
         let binary = spec.strategies.iter().find_map(|s| match s {
             crate::probes::Strategy::UProbe { binary, .. } => Some(*binary),
             _ => None,
         });
+        let mut runs_now = |binary: &'static str| match looked.iter().find(|(b, _)| *b == binary) {
+            Some(&(_, r)) => r,
+            None => {
+                let r = runs(setup.system, binary);
+                looked.push((binary, r));
+                r
+            }
+        };
         match binary {
-            Some(binary) if on_host && !runs(setup.system, binary) => left_out.push(ProbeStatus {
-                id: spec.id.to_string(),
-                layer: spec.layer.to_string(),
-                method: None,
-                program: None,
-                available: false,
-                reason: Some(format!(
+            Some(binary) if on_host && !runs_now(binary) => left_out.push(ProbeStatus::new(
+                spec,
+                None,
+                vec![format!(
                     "not attached: no process ran {binary} at the start of this host recording \
                      (a recording of the platform that runs it, --platform NAME, attaches it)"
-                )),
-                caveat: None,
-                slot: None,
-            }),
+                )],
+            )),
             _ => used.push(*spec),
         }
     }
