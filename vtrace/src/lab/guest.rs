@@ -296,11 +296,9 @@ pub fn run_on(
         }
         let initrd = work.join("initrd.cpio");
         linuxvm::pack(&tree, &initrd, false)?;
-        // QEMU's TCG emulation of nested SVM has stopped the whole guest
-        // (halted with interrupts blocked, or held inside an L2 guest with
-        // its own timer never delivered) in about one boot of four with a
-        // nested VM running: that is the emulator, not what is tested, so a
-        // frozen guest is booted again, at most BOOTS times in all.
+        // A guest whose clock stops all the same (see Nudge for the one
+        // cause found, and nudged away) is booted again, at most BOOTS
+        // times in all: that is the emulator, not what is tested.
         // A boot after a freeze goes on after the parts of the script the
         // frozen one finished (STEPS' `once` and `finished`): their files
         // are kept, and everything written after them is removed.
@@ -310,6 +308,9 @@ pub fn run_on(
             let result: Result<GuestRun> = (|| {
                 let _ = fs::remove_file(out.join("script.rc"));
                 let console = work.join("console.log");
+                let monitor = work.join("monitor.sock");
+                let _ = fs::remove_file(&monitor);
+                let mut nudge = Nudge::new(monitor.clone());
                 let start = Instant::now();
                 let mut qemu = Command::new(&qemu_binary)
                     .env("QEMU_MODULE_DIR", module_dir(&qemu_binary))
@@ -324,7 +325,9 @@ pub fn run_on(
                         "local,path={},mount_tag=out,security_model=none",
                         out.display()
                     ))
-                    .args(["-display", "none", "-monitor", "none", "-no-reboot", "-nic", "none"])
+                    .args(["-display", "none", "-no-reboot", "-nic", "none"])
+                    .arg("-monitor")
+                    .arg(format!("unix:{},server=on,wait=off", monitor.display()))
                     .arg("-serial")
                     .arg(format!("file:{}", console.display()))
                     .stdin(Stdio::null())
@@ -348,6 +351,7 @@ pub fn run_on(
                         let _ = qemu.wait();
                         break Err(format!("the guest did not finish in {timeout:?}"));
                     }
+                    nudge.tick();
                     let beat = heartbeat(out);
                     let limit = if first_beat.is_some() {
                         FROZEN_AFTER
@@ -418,6 +422,64 @@ pub fn run_on(
     })();
     let _ = fs::remove_dir_all(&work);
     result
+}
+
+/// Wakes the guest's vCPU every [`NUDGE_EVERY`] with an interrupt of its
+/// own: a shift key pressed on its keyboard, through QEMU's monitor.
+///
+/// QEMU's TCG, running KVM inside the guest (nested SVM), now and then
+/// leaves an interrupt pending in the guest's local APIC with nothing
+/// asking the vCPU to take it: the guest stops until another interrupt
+/// comes. Its timer's is the one lost, so with no device busy none comes,
+/// and the guest's clock stops (what [`FROZE`] calls frozen). QEMU's
+/// monitor at 9 such freezes, each while Kata started its VM (QEMU 10.0 as
+/// the emulator), showed IRR 236 (the timer's vector), ISR empty, PPR 0x10
+/// and IF set: the vCPU halted in the idle loop (HLT=1) or spinning in a
+/// user process, an interrupt it could take waiting beside it. A key
+/// pressed then ended each freeze at once (5 of 5): QEMU looks at the APIC
+/// again for the new interrupt and delivers both. Nudged, a lost wake-up
+/// stalls the guest a second at most, where a freeze cost a boot.
+struct Nudge {
+    monitor: PathBuf,
+    connection: Option<std::os::unix::net::UnixStream>,
+    last: Instant,
+}
+
+/// How often [`Nudge`] presses the key: the longest a lost wake-up stalls
+/// the guest. Two keyboard interrupts a second are nothing beside its
+/// timer's 250.
+const NUDGE_EVERY: Duration = Duration::from_secs(1);
+
+impl Nudge {
+    fn new(monitor: PathBuf) -> Nudge {
+        Nudge {
+            monitor,
+            connection: None,
+            last: Instant::now(),
+        }
+    }
+
+    fn tick(&mut self) {
+        use std::io::{Read, Write};
+        if self.last.elapsed() < NUDGE_EVERY {
+            return;
+        }
+        self.last = Instant::now();
+        if self.connection.is_none() {
+            // Not there yet while QEMU starts: the next tick tries again.
+            self.connection = std::os::unix::net::UnixStream::connect(&self.monitor)
+                .and_then(|c| c.set_nonblocking(true).map(|()| c))
+                .ok();
+        }
+        let Some(c) = self.connection.as_mut() else { return };
+        // The monitor echoes what it is sent: read it away, so its socket
+        // never fills.
+        let mut echo = [0u8; 4096];
+        while matches!(c.read(&mut echo), Ok(n) if n > 0) {}
+        if c.write_all(b"sendkey shift\n").is_err() {
+            self.connection = None;
+        }
+    }
 }
 
 /// Shell functions for a script run here, put before it by the caller:
@@ -514,6 +576,38 @@ fn tail(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The nudge waits for QEMU's monitor to appear, then presses the key
+    /// once a period, reading away what the monitor says back.
+    #[test]
+    fn the_nudge_presses_a_key_through_the_monitor_once_a_period() {
+        use std::io::{Read, Write};
+        let dir = std::env::temp_dir().join(format!("vtrace-nudge-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("monitor.sock");
+        let mut nudge = Nudge::new(socket.clone());
+        nudge.last -= NUDGE_EVERY;
+        nudge.tick(); // no monitor yet: nothing sent, nothing fails
+        let monitor = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        nudge.last -= NUDGE_EVERY;
+        nudge.tick();
+        let (mut qemu, _) = monitor.accept().unwrap();
+        qemu.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // What QEMU says on connecting, more than the nudge reads at once.
+        qemu.write_all(&vec![b'x'; 10_000]).unwrap();
+        let mut got = [0u8; 14];
+        qemu.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"sendkey shift\n");
+        nudge.tick(); // within the period: nothing
+        nudge.last -= NUDGE_EVERY;
+        nudge.tick();
+        qemu.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"sendkey shift\n");
+        qemu.set_nonblocking(true).unwrap();
+        assert!(qemu.read(&mut got).is_err(), "one press a period");
+        let _ = fs::remove_dir_all(&dir);
+    }
 
     /// A boot's script, run here with the share at `out`.
     fn boot(out: &Path, n: u32, script: &str) {
