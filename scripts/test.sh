@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: set-up (idempotent), the gates, release build, then every
 # test, each integration test file timed (the times are printed at the end):
-# the stock-kernel guest's files first, with clippy beside them, then the rest.
+# the stock-kernel guest's files first, with the rest of the build and clippy
+# beside them, then the rest.
 # Kernel-touching tests run one at a time (--test-threads=1) as root.
 #   test.sh           the whole suite (what CI's .ci/run calls)
 #   test.sh --quick   host only, for the loop while developing (under 5
@@ -25,15 +26,23 @@ if [ $QUICK = 0 ]; then
   cargo fmt --all -- --check
   python3 scripts/check-layering.py
 fi
-# Everything the tests run, built once, test files included: each file
-# below is run from the workspace (no `-p`), so its dependencies' features
-# are this build's and no file's time is a compile.
-cargo build --release --all-targets
-set +e
-
 # Test files that boot the stock-kernel guest (minutes each), and tests
 # that boot the lab's TCG VM: left out of --quick.
 GUEST_FILES="stock_kernel vm_platforms kata sriov"
+# Everything the tests run is built once, test files included: each file
+# below is run from the workspace (no `-p`), so its dependencies' features
+# are this build's and no file's time is a compile. The whole suite builds
+# first what the guest files run (the binaries and their four test files);
+# the rest (the unit tests' build of the library, the other test files)
+# is built on the spare core beside them (see below).
+if [ $QUICK = 0 ]; then
+  guest_tests=()
+  for name in $GUEST_FILES; do guest_tests+=(--test "$name"); done
+  cargo build --release --bins "${guest_tests[@]}"
+else
+  cargo build --release --all-targets
+fi
+set +e
 GUEST_TESTS="qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap linuxvm_lab_instance \
   a_vm_up_killed_while_qemu_starts_is_undone"
 # Files left out of --quick that run without a guest: accuracy's long
@@ -61,26 +70,51 @@ run() {
 }
 
 lints_rc=0
+build_rc=0
 if [ $QUICK = 0 ]; then
   # The stock-kernel guest's files first: QEMU's TCG runs the guest on one
-  # core, and clippy takes the other (one job, its own target directory, so
-  # no cargo lock is shared): the lints cost no time of their own. No host
-  # test runs beside a guest (host tests measure the whole machine).
-  lints_log=$(mktemp)
-  lints_end=$(mktemp)
-  start=$(date +%s)
-  { cargo clippy --release --all-targets -j 1 --target-dir target/clippy -- -D warnings > "$lints_log" 2>&1
-    rc=$?; date +%s > "$lints_end"; exit $rc; } &
-  lints=$!
+  # core, and the other (one job) builds the rest of the tests, then runs
+  # clippy (its own target directory): neither costs time of its own. No
+  # host test runs beside a guest (host tests measure the whole machine).
+  # The build holds cargo's lock on target/, so the guest files' test
+  # binaries are run as cargo test would, from their package's directory.
+  exes=()
   for name in $GUEST_FILES; do
-    run "$name" --test "$name" -- --test-threads=1
+    exe=$(cargo test --release --no-run --test "$name" 2>&1 | sed -n 's/^ *Executable .*(\(.*\))$/\1/p')
+    exes+=("${exe:+$PWD/$exe}")
   done
-  wait $lints
-  lints_rc=$?
-  echo "clippy beside the guest files: exit $lints_rc after $(( $(cat "$lints_end") - start )) s; the guest files took $(( $(date +%s) - start )) s"
-  rm -f "$lints_end"
-  [ $lints_rc = 0 ] || cat "$lints_log"
-  rm -f "$lints_log"
+  beside_log=$(mktemp)
+  beside_times=$(mktemp)
+  start=$(date +%s)
+  # Each line: what ran beside, its exit status, when it ended.
+  { cargo build --release --all-targets -j 1 > "$beside_log" 2>&1
+    echo "build $? $(( $(date +%s) - start ))" > "$beside_times"
+    cargo clippy --release --all-targets -j 1 --target-dir target/clippy -- -D warnings >> "$beside_log" 2>&1
+    echo "clippy $? $(( $(date +%s) - start ))" >> "$beside_times"; } &
+  beside=$!
+  i=0
+  for name in $GUEST_FILES; do
+    exe=${exes[$i]}
+    i=$((i + 1))
+    gstart=$(date +%s)
+    if [ -f "$exe" ]; then
+      (cd tests && "$exe" --test-threads=1) 2>&1 | tee -a "$log"
+      rc=${PIPESTATUS[0]}
+    else
+      echo "test.sh: no test binary for $name" | tee -a "$log"
+      rc=1
+    fi
+    times+=("$(printf '%6d s  %s' $(( $(date +%s) - gstart )) "$name")")
+    [ "$rc" = 0 ] || failed+=("$name")
+  done
+  wait $beside
+  build_rc=$(awk '$1 == "build" {print $2}' "$beside_times")
+  lints_rc=$(awk '$1 == "clippy" {print $2}' "$beside_times")
+  echo "beside the guest files: $(awk '{printf "%s exit %s at %s s; ", $1, $2, $3}' "$beside_times")the guest files took $(( $(date +%s) - start )) s"
+  rm -f "$beside_times"
+  [ "$build_rc" = 0 ] && [ "$lints_rc" = 0 ] || cat "$beside_log"
+  rm -f "$beside_log"
+  [ "$build_rc" = 0 ] || { echo "the build of the other tests failed (its output above)"; exit 1; }
 fi
 run "unit tests" --lib --bins -- --test-threads=1
 run "doc tests" --doc
@@ -109,5 +143,5 @@ if [ ${#failed[@]} -gt 0 ]; then
   [ "$failures" -ge ${#failed[@]} ] || failures=${#failed[@]}
 fi
 echo "tests: $passed passed, $failures failed"
-[ $lints_rc = 0 ] || echo "gates: cargo clippy failed (its output above)"
-[ ${#failed[@]} = 0 ] && [ $lints_rc = 0 ]
+[ "$lints_rc" = 0 ] || echo "gates: cargo clippy failed (its output above)"
+[ ${#failed[@]} = 0 ] && [ "$lints_rc" = 0 ]
