@@ -58,15 +58,23 @@ export VTRACE_GUEST_RUNS=$(mktemp)
 trap 'rm -f "$log" "$VTRACE_GUEST_RUNS"' EXIT
 times=()
 failed=()
-# run NAME CARGO-TEST-ARGS...: one cargo test, timed, its output kept.
-run() {
+# timed NAME COMMAND...: one test command, timed, its output kept.
+timed() {
   local name=$1 start rc
   shift
   start=$(date +%s)
-  cargo test --release "$@" 2>&1 | tee -a "$log"
+  "$@" 2>&1 | tee -a "$log"
   rc=${PIPESTATUS[0]}
   times+=("$(printf '%6d s  %s' $(( $(date +%s) - start )) "$name")")
   [ "$rc" = 0 ] || failed+=("$name")
+}
+# run NAME CARGO-TEST-ARGS...: one cargo test, timed.
+run() { local name=$1; shift; timed "$name" cargo test --release "$@"; }
+# test_binary EXE: a test binary run as cargo test runs it, from its
+# package's directory (EXE empty: it was not built).
+test_binary() {
+  [ -n "$1" ] || { echo "test.sh: no test binary"; return 1; }
+  (cd tests && "$1" --test-threads=1)
 }
 
 lints_rc=0
@@ -94,18 +102,8 @@ if [ $QUICK = 0 ]; then
   beside=$!
   i=0
   for name in $GUEST_FILES; do
-    exe=${exes[$i]}
+    timed "$name" test_binary "${exes[$i]}"
     i=$((i + 1))
-    gstart=$(date +%s)
-    if [ -f "$exe" ]; then
-      (cd tests && "$exe" --test-threads=1) 2>&1 | tee -a "$log"
-      rc=${PIPESTATUS[0]}
-    else
-      echo "test.sh: no test binary for $name" | tee -a "$log"
-      rc=1
-    fi
-    times+=("$(printf '%6d s  %s' $(( $(date +%s) - gstart )) "$name")")
-    [ "$rc" = 0 ] || failed+=("$name")
   done
   wait $beside
   build_rc=$(awk '$1 == "build" {print $2}' "$beside_times")
