@@ -341,7 +341,11 @@ fn the_cpu_seconds_of_all_series_add_up_to_the_cpus_and_promtool_is_content() {
             "no {family} in:\n{exposition}"
         );
     }
-    assert!(!exposition.contains("pid="), "no pid labels by default");
+    // (An instance's info series has its root_pid: not a process's label.)
+    assert!(
+        !exposition.contains("{pid=") && !exposition.contains(",pid="),
+        "no pid labels by default"
+    );
 }
 
 /// The CPU time of the container's redis (role app), from Prometheus's
@@ -1014,7 +1018,7 @@ fn pid_labels_are_opt_in_and_a_processs_cpu_series_add_up_to_its_schedstat() {
         let (_plain, addr) = serve();
         let (_, body) = get(addr, "/metrics");
         assert!(
-            !body.lines().any(|l| l.contains("pid=\"")),
+            !body.lines().any(|l| l.contains("{pid=\"") || l.contains(",pid=\"")),
             "a series with a pid label without --pid-labels"
         );
     }
