@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: set-up (idempotent), the gates, release build, then every
 # test, each integration test file timed (the times are printed at the end):
-# the stock-kernel guest's files first, with the rest of the build and clippy
-# beside them, then the rest.
+# the stock-kernel guest's files, with the rest of the build, clippy and the
+# host tests beside them, then the few host tests that need the machine to
+# themselves.
 # Kernel-touching tests run one at a time (--test-threads=1) as root.
 #   test.sh           the whole suite (what CI's .ci/run calls)
 #   test.sh --quick   host only, for the loop while developing (under 5
@@ -34,7 +35,7 @@ GUEST_FILES="stock_kernel vm_platforms kata sriov"
 # are this build's and no file's time is a compile. The whole suite builds
 # first what the guest files run (the binaries and their four test files);
 # the rest (the unit tests' build of the library, the other test files)
-# is built on the spare core beside them (see below).
+# is built on the spare core beside them, then run there (see below).
 if [ $QUICK = 0 ]; then
   guest_tests=()
   for name in $GUEST_FILES; do guest_tests+=(--test "$name"); done
@@ -51,22 +52,40 @@ GUEST_TESTS="qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap linuxvm_lab_insta
 # lab's platforms brought up and down one by one.
 LONG_FILES="accuracy bench serve hostile_input lab"
 
-log=$(mktemp)
+# Host tests that need the machine to themselves, as FILE:TEST: in the
+# whole suite they run after the guest files, not beside them. A
+# differential flamegraph is of the whole machine's samples (the guest's
+# QEMU draws changes of its own); the uprobe catalog's test needs a machine
+# where no process runs QEMU.
+ALONE_TESTS="exports:differential_flamegraph_marks_what_b_adds \
+  network:the_host_recording_attaches_the_catalogs_uprobes_only_where_their_binary_runs"
+
 # Each stock-kernel guest's wall time, boots and steps (tests/src/lib.rs
 # run_guest), printed at the end.
 export VTRACE_GUEST_RUNS=$(mktemp)
-trap 'rm -f "$log" "$VTRACE_GUEST_RUNS"' EXIT
-times=()
-failed=()
-# timed NAME COMMAND...: one test command, timed, its output kept.
+# Every test command's output (one log per lane: two lanes run at once in
+# the whole suite), time and failure.
+log=$(mktemp)
+beside_log=$(mktemp)
+times=$(mktemp)
+failed=$(mktemp)
+trap 'rm -f "$log" "$beside_log" "$times" "$failed" "$VTRACE_GUEST_RUNS"' EXIT
+lane_log=$log
+# timed NAME COMMAND...: one test command, timed, its output kept in the
+# lane's log (and shown, in the foreground lane).
 timed() {
   local name=$1 start rc
   shift
   start=$(date +%s)
-  "$@" 2>&1 | tee -a "$log"
-  rc=${PIPESTATUS[0]}
-  times+=("$(printf '%6d s  %s' $(( $(date +%s) - start )) "$name")")
-  [ "$rc" = 0 ] || failed+=("$name")
+  if [ "$lane_log" = "$log" ]; then
+    "$@" 2>&1 | tee -a "$log"
+    rc=${PIPESTATUS[0]}
+  else
+    "$@" >> "$lane_log" 2>&1
+    rc=$?
+  fi
+  printf '%6d s  %s\n' $(( $(date +%s) - start )) "$name" >> "$times"
+  [ "$rc" = 0 ] || echo "$name" >> "$failed"
 }
 # run NAME CARGO-TEST-ARGS...: one cargo test, timed.
 run() { local name=$1; shift; timed "$name" cargo test --release "$@"; }
@@ -76,70 +95,92 @@ test_binary() {
   [ -n "$1" ] || { echo "test.sh: no test binary"; return 1; }
   (cd tests && "$1" --test-threads=1)
 }
+# The unit and doc tests, then every host test file (the guest files and,
+# in --quick, the long ones left out; in the whole suite, the tests that
+# run alone left out too).
+host_tests() {
+  run "unit tests" --lib --bins -- --test-threads=1
+  run "doc tests" --doc
+  local f name skip t
+  for f in tests/tests/*.rs; do
+    name=$(basename "$f" .rs)
+    if [[ " $GUEST_FILES " == *" $name "* ]] || { [ $QUICK = 1 ] && [[ " $LONG_FILES " == *" $name "* ]]; }; then
+      continue
+    fi
+    skip=()
+    if [ $QUICK = 1 ]; then
+      for t in $GUEST_TESTS; do skip+=(--skip "$t"); done
+    else
+      for t in $ALONE_TESTS; do [ "${t%%:*}" = "$name" ] && skip+=(--skip "${t#*:}"); done
+    fi
+    run "$name" --test "$name" -- --test-threads=1 "${skip[@]}"
+  done
+}
 
 lints_rc=0
-build_rc=0
 if [ $QUICK = 0 ]; then
   # The stock-kernel guest's files first: QEMU's TCG runs the guest on one
-  # core, and the other (one job) builds the rest of the tests, then runs
-  # clippy (its own target directory): neither costs time of its own. No
-  # host test runs beside a guest (host tests measure the whole machine).
-  # The build holds cargo's lock on target/, so the guest files' test
-  # binaries are run as cargo test would, from their package's directory.
+  # core. Beside them, on the other, one lane: the rest of the build (one
+  # job), clippy (its own target directory), then the host tests. The
+  # build holds cargo's lock on target/, so the guest files' test binaries
+  # are run as cargo test would, from their package's directory.
   exes=()
   for name in $GUEST_FILES; do
     exe=$(cargo test --release --no-run --test "$name" 2>&1 | sed -n 's/^ *Executable .*(\(.*\))$/\1/p')
     exes+=("${exe:+$PWD/$exe}")
   done
-  beside_log=$(mktemp)
-  beside_times=$(mktemp)
+  beside_steps=$(mktemp)
   start=$(date +%s)
-  # Each line: what ran beside, its exit status, when it ended.
-  { cargo build --release --all-targets -j 1 > "$beside_log" 2>&1
-    echo "build $? $(( $(date +%s) - start ))" > "$beside_times"
+  # Each line of beside_steps: a step of the lane, its exit status, when it ended.
+  ( lane_log=$beside_log
+    cargo build --release --all-targets -j 1 >> "$beside_log" 2>&1
+    rc=$?
+    echo "build $rc $(( $(date +%s) - start ))" >> "$beside_steps"
     cargo clippy --release --all-targets -j 1 --target-dir target/clippy -- -D warnings >> "$beside_log" 2>&1
-    echo "clippy $? $(( $(date +%s) - start ))" >> "$beside_times"; } &
+    echo "clippy $? $(( $(date +%s) - start ))" >> "$beside_steps"
+    if [ $rc = 0 ]; then
+      host_tests
+      echo "host-tests 0 $(( $(date +%s) - start ))" >> "$beside_steps"
+    else
+      echo "the build of the host tests failed: they did not run" >> "$beside_log"
+      echo "build" >> "$failed"
+    fi ) &
   beside=$!
   i=0
   for name in $GUEST_FILES; do
     timed "$name" test_binary "${exes[$i]}"
     i=$((i + 1))
   done
+  guests_end=$(( $(date +%s) - start ))
   wait $beside
-  build_rc=$(awk '$1 == "build" {print $2}' "$beside_times")
-  lints_rc=$(awk '$1 == "clippy" {print $2}' "$beside_times")
-  echo "beside the guest files: $(awk '{printf "%s exit %s at %s s; ", $1, $2, $3}' "$beside_times")the guest files took $(( $(date +%s) - start )) s"
-  rm -f "$beside_times"
-  [ "$build_rc" = 0 ] && [ "$lints_rc" = 0 ] || cat "$beside_log"
-  rm -f "$beside_log"
-  [ "$build_rc" = 0 ] || { echo "the build of the other tests failed (its output above)"; exit 1; }
+  lints_rc=$(awk '$1 == "clippy" {print $2}' "$beside_steps")
+  echo
+  echo "beside the guest files (all in $guests_end s), on the other core:"
+  cat "$beside_log"
+  echo "beside the guest files: $(awk '{printf "%s exit %s at %s s; ", $1, $2, $3}' "$beside_steps")"
+  rm -f "$beside_steps"
+  # Then the host tests that need the machine to themselves.
+  for t in $ALONE_TESTS; do
+    run "${t#*:} (alone)" --test "${t%%:*}" -- --exact "${t#*:}" --test-threads=1
+  done
+else
+  host_tests
 fi
-run "unit tests" --lib --bins -- --test-threads=1
-run "doc tests" --doc
-skip=()
-if [ $QUICK = 1 ]; then
-  for t in $GUEST_TESTS; do skip+=(--skip "$t"); done
-fi
-for f in tests/tests/*.rs; do
-  name=$(basename "$f" .rs)
-  if [[ " $GUEST_FILES " == *" $name "* ]] || { [ $QUICK = 1 ] && [[ " $LONG_FILES " == *" $name "* ]]; }; then
-    continue
-  fi
-  run "$name" --test "$name" -- --test-threads=1 "${skip[@]}"
-done
 
 echo
 echo "the stock-kernel guests:"
 cat "$VTRACE_GUEST_RUNS"
 echo "time per test file:"
-printf '%s\n' "${times[@]}"
-read -r passed failures < <(sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log" \
+cat "$times"
+read -r passed failures < <(cat "$log" "$beside_log" \
+  | sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' \
   | awk '{p += $1; f += $2} END {print p + 0, f + 0}')
-if [ ${#failed[@]} -gt 0 ]; then
-  echo "failed: ${failed[*]}"
+nfailed=$(wc -l < "$failed")
+if [ "$nfailed" -gt 0 ]; then
+  echo "failed: $(tr '\n' ' ' < "$failed")"
   # A test binary that crashed or did not build counts no failed test itself.
-  [ "$failures" -ge ${#failed[@]} ] || failures=${#failed[@]}
+  [ "$failures" -ge "$nfailed" ] || failures=$nfailed
 fi
 echo "tests: $passed passed, $failures failed"
 [ "$lints_rc" = 0 ] || echo "gates: cargo clippy failed (its output above)"
-[ ${#failed[@]} = 0 ] && [ "$lints_rc" = 0 ]
+[ "$nfailed" = 0 ] && [ "$lints_rc" = 0 ]
