@@ -48,13 +48,23 @@ impl<'a> ThreadIndex<'a> {
             }
         }
         // A cgroup is named after a process in it: one a platform instance
-        // claims first, then the lowest pid (stable across reports).
+        // claims first, then the lowest pid (stable across reports). One
+        // whose processes sit in different instances (or some in none) is
+        // no instance's: a VM started from a shell shares the shell's
+        // cgroup with every other process of the session.
         let mut by_cgroup: HashMap<u64, &'a ThreadRow> = HashMap::new();
+        let mut shared: Vec<u64> = Vec::new();
         for t in by_pid.values().filter(|t| t.cgroup_id != 0) {
             let e = by_cgroup.entry(t.cgroup_id).or_insert(t);
+            if e.owner.instance != t.owner.instance {
+                shared.push(t.cgroup_id);
+            }
             if (t.owner.instance.is_empty(), t.owner.pid) < (e.owner.instance.is_empty(), e.owner.pid) {
                 *e = t;
             }
+        }
+        for id in shared {
+            by_cgroup.remove(&id);
         }
         ThreadIndex {
             by_tid: threads.iter().map(|t| (t.tid, t)).collect(),
@@ -98,11 +108,15 @@ impl<'a> ThreadIndex<'a> {
         place(self.process(pid), pid, self.process_comm(pid))
     }
 
-    /// Who a cgroup's rows belong to: process `pid` by name, placed where
-    /// the process that names the cgroup sits (work the kernel charges to
-    /// the cgroup, done on behalf of whichever of its tasks).
+    /// Who a cgroup's rows belong to: process `pid`'s own where it is
+    /// recorded in that cgroup (it did the work itself); else process `pid`
+    /// by name, placed where the process that names the cgroup sits (work
+    /// the kernel charges to the cgroup, done on behalf of its tasks).
     pub fn cgroup_owner(&self, id: u64, pid: u32) -> Owner {
-        place(self.cgroup(id), pid, self.process_comm(pid))
+        match self.process(pid) {
+            Some(p) if p.cgroup_id == id => self.process_owner(pid),
+            _ => place(self.cgroup(id), pid, self.process_comm(pid)),
+        }
     }
 
     /// The process that names cgroup `id` (see [`ThreadIndex`]).
@@ -170,6 +184,8 @@ mod tests {
             thread(31, 30, 7, "runc:30"),
             thread(20, 20, 8, ""),
             thread(5, 5, 0, ""),
+            thread(41, 41, 6, "runc:40"),
+            thread(40, 40, 6, "runc:40"),
         ];
         let index = ThreadIndex::new(&threads);
         assert_eq!(index.thread(31).map(|t| t.tid), Some(31));
@@ -178,9 +194,19 @@ mod tests {
             Some(10),
             "the main thread names a process"
         );
-        // A claimed process names the cgroup before a lower, unclaimed pid.
-        assert_eq!(index.cgroup(7).map(|t| t.owner.pid), Some(30));
+        // A claimed process names its cgroup before a lower pid of the
+        // same instance; a cgroup of an instance's and the host's processes
+        // (a VM started from a shell) is no one's.
+        assert_eq!(index.cgroup(6).map(|t| t.owner.pid), Some(40));
         assert_eq!(index.cgroup(8).map(|t| t.owner.pid), Some(20));
-        assert!(index.cgroup(0).is_none() && index.cgroup(9).is_none());
+        assert!(index.cgroup(7).is_none() && index.cgroup(0).is_none() && index.cgroup(9).is_none());
+        // A recorded process's own work is its own, whatever else shares
+        // its cgroup; work charged to a cgroup by a process not recorded
+        // is the cgroup's instance's, where it has one.
+        assert_eq!(index.cgroup_owner(7, 10).instance, "");
+        assert_eq!(index.cgroup_owner(7, 30).instance, "runc:30");
+        assert_eq!(index.cgroup_owner(7, 99).instance, "");
+        assert_eq!(index.cgroup_owner(6, 99).instance, "runc:40");
+        assert_eq!(index.cgroup_owner(6, 99).pid, 99);
     }
 }
