@@ -266,16 +266,18 @@ mod tests {
     #[test]
     fn a_redirected_skb_continues_its_journey_on_the_other_device() {
         let j = journeys_of(&[
-            // Redirected 300 µs after it was received (nested emulation): one packet.
+            // Redirected 3 ms after it was received (its vCPU preempted
+            // mid-softirq): one packet.
             ev(0, 0xa00, ETH, hop::RECEIVE),
-            redirected(ev(300_000, 0xa00, LO, hop::QUEUE)),
-            ev(310_000, 0xa00, LO, hop::START_XMIT),
+            redirected(ev(3_000_000, 0xa00, LO, hop::QUEUE)),
+            ev(3_010_000, 0xa00, LO, hop::START_XMIT),
             // The same gap without the mark: delivered, the address reused.
             ev(5_000_000, 0xb00, ETH, hop::RECEIVE),
             ev(5_300_000, 0xb00, LO, hop::QUEUE),
-            // Marked, but 2 ms on: past what tc takes, a new packet.
+            // Marked, but 200 ms on: past what tc takes even with its
+            // vCPU preempted, a new packet.
             ev(10_000_000, 0xc00, ETH, hop::RECEIVE),
-            redirected(ev(12_000_000, 0xc00, LO, hop::QUEUE)),
+            redirected(ev(210_000_000, 0xc00, LO, hop::QUEUE)),
         ]);
         assert_eq!(j["packets"], 5, "{j}");
         assert_eq!(j["multi_hop"], 1, "{j}");
