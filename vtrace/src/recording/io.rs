@@ -178,6 +178,9 @@ impl Drop for OutputSlot {
     }
 }
 
+/// Bytes per write of a table and per read of its checksum.
+const IO_CHUNK: usize = 1 << 20;
+
 fn write_table(dir: &Path, table: &dyn StoredTable) -> Result<()> {
     let path = dir.join(format!("{}.parquet", table.name()));
     let failed = |e: &dyn std::fmt::Display| Error::Table {
@@ -187,8 +190,9 @@ fn write_table(dir: &Path, table: &dyn StoredTable) -> Result<()> {
     let mut df = table.frame().map_err(|e| failed(&e))?;
     let file = File::create(&path).map_err(crate::error::io(format!("create {}", path.display())))?;
     // Buffered: the writer writes a byte or two at a time (24 000 write
-    // calls for a short recording's tables, each costly in an emulated guest).
-    let mut out = std::io::BufWriter::new(file);
+    // calls for a short recording's tables, each costly in an emulated
+    // guest), and largely: over 9p each write is a round trip to the host.
+    let mut out = std::io::BufWriter::with_capacity(IO_CHUNK, file);
     ParquetWriter::new(&mut out).finish(&mut df).map_err(|e| failed(&e))?;
     std::io::Write::flush(&mut out).map_err(crate::error::io(format!("write {}", path.display())))?;
     Ok(())
@@ -274,7 +278,7 @@ pub fn checksum(path: &Path) -> Result<String> {
     use std::io::Read;
     let mut file = File::open(path).map_err(crate::error::io(format!("open {}", path.display())))?;
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut buf = vec![0u8; 1 << 16];
+    let mut buf = vec![0u8; IO_CHUNK];
     loop {
         let n = file
             .read(&mut buf)
