@@ -131,7 +131,8 @@ if [ $QUICK = 0 ]; then
   done
   beside_steps=$(mktemp)
   start=$(date +%s)
-  # Each line of beside_steps: a step of the lane, its exit status, when it ended.
+  # Each line of beside_steps: a step of the lane, its exit status (the
+  # host tests: how many files failed), when it ended.
   ( lane_log=$beside_log
     cargo build --release --all-targets -j 1 >> "$beside_log" 2>&1
     rc=$?
@@ -139,8 +140,9 @@ if [ $QUICK = 0 ]; then
     cargo clippy --release --all-targets -j 1 --target-dir target/clippy -- -D warnings >> "$beside_log" 2>&1
     echo "clippy $? $(( $(date +%s) - start ))" >> "$beside_steps"
     if [ $rc = 0 ]; then
+      failed_before=$(wc -l < "$failed")
       host_tests
-      echo "host-tests 0 $(( $(date +%s) - start ))" >> "$beside_steps"
+      echo "host-tests $(( $(wc -l < "$failed") - failed_before )) $(( $(date +%s) - start ))" >> "$beside_steps"
     else
       echo "the build of the host tests failed: they did not run" >> "$beside_log"
       echo "build" >> "$failed"

@@ -341,11 +341,7 @@ fn the_cpu_seconds_of_all_series_add_up_to_the_cpus_and_promtool_is_content() {
             "no {family} in:\n{exposition}"
         );
     }
-    // (An instance's info series has its root_pid: not a process's label.)
-    assert!(
-        !exposition.contains("{pid=") && !exposition.contains(",pid="),
-        "no pid labels by default"
-    );
+    assert!(!has_pid_label(&exposition), "no pid labels by default");
 }
 
 /// The CPU time of the container's redis (role app), from Prometheus's
@@ -747,6 +743,12 @@ fn block_and_file_io_of_thousands_of_processes_leaves_room_for_the_next() {
     );
 }
 
+/// Whether a series in a scrape's text has a `pid` label (an instance's
+/// info series has `root_pid`: not a process's label).
+fn has_pid_label(body: &str) -> bool {
+    body.contains("{pid=\"") || body.contains(",pid=\"")
+}
+
 /// The sum of `name`'s samples whose labels include every one of `with`
 /// (`key="value"`), in a scrape's text.
 fn sum_of(body: &str, name: &str, with: &[&str]) -> f64 {
@@ -1017,10 +1019,7 @@ fn pid_labels_are_opt_in_and_a_processs_cpu_series_add_up_to_its_schedstat() {
     {
         let (_plain, addr) = serve();
         let (_, body) = get(addr, "/metrics");
-        assert!(
-            !body.lines().any(|l| l.contains("{pid=\"") || l.contains(",pid=\"")),
-            "a series with a pid label without --pid-labels"
-        );
+        assert!(!has_pid_label(&body), "a series with a pid label without --pid-labels");
     }
     let (_serve, addr) = serve_with(&["--pid-labels", "--layers", "cpu,runq"]);
     get(addr, "/metrics");
