@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The test command: set-up (idempotent), the gates, release build, then every
 # test, each integration test file timed (the times are printed at the end):
-# the stock-kernel guest's files, with the rest of the build, clippy and the
-# host tests beside them, then the few host tests that need the machine to
-# themselves.
+# the stock-kernel guest's files, with the rest of the build and clippy
+# beside them, then the host test files.
 # Kernel-touching tests run one at a time (--test-threads=1) as root.
 #   test.sh           the whole suite (what CI's .ci/run calls)
 #   test.sh --quick   host only, for the loop while developing (under 5
@@ -52,38 +51,23 @@ GUEST_TESTS="qemu_guest_traffic_is_seen_at_the_vmm_and_the_tap linuxvm_lab_insta
 # lab's platforms brought up and down one by one.
 LONG_FILES="accuracy bench serve hostile_input lab"
 
-# Host tests that need the machine to themselves, as FILE:TEST: in the
-# whole suite they run after the guest files, not beside them. A
-# differential flamegraph is of the whole machine's samples (the guest's
-# QEMU draws changes of its own); the uprobe catalog's test needs a machine
-# where no process runs QEMU.
-ALONE_TESTS="exports:differential_flamegraph_marks_what_b_adds \
-  network:the_host_recording_attaches_the_catalogs_uprobes_only_where_their_binary_runs"
-
 # Each stock-kernel guest's wall time, boots and steps (tests/src/lib.rs
 # run_guest), printed at the end.
 export VTRACE_GUEST_RUNS=$(mktemp)
-# Every test command's output (one log per lane: two lanes run at once in
-# the whole suite), time and failure.
+# Every test command's output (the build and clippy beside the guest files
+# keep a log of their own), time and failure.
 log=$(mktemp)
 beside_log=$(mktemp)
 times=$(mktemp)
 failed=$(mktemp)
 trap 'rm -f "$log" "$beside_log" "$times" "$failed" "$VTRACE_GUEST_RUNS"' EXIT
-lane_log=$log
-# timed NAME COMMAND...: one test command, timed, its output kept in the
-# lane's log (and shown, in the foreground lane).
+# timed NAME COMMAND...: one test command, timed, its output shown and kept.
 timed() {
   local name=$1 start rc
   shift
   start=$(date +%s)
-  if [ "$lane_log" = "$log" ]; then
-    "$@" 2>&1 | tee -a "$log"
-    rc=${PIPESTATUS[0]}
-  else
-    "$@" >> "$lane_log" 2>&1
-    rc=$?
-  fi
+  "$@" 2>&1 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
   printf '%6d s  %s\n' $(( $(date +%s) - start )) "$name" >> "$times"
   [ "$rc" = 0 ] || echo "$name" >> "$failed"
 }
@@ -96,8 +80,7 @@ test_binary() {
   (cd tests && "$1" --test-threads=1)
 }
 # The unit and doc tests, then every host test file (the guest files and,
-# in --quick, the long ones left out; in the whole suite, the tests that
-# run alone left out too).
+# in --quick, the long ones left out).
 host_tests() {
   run "unit tests" --lib --bins -- --test-threads=1
   run "doc tests" --doc
@@ -110,8 +93,6 @@ host_tests() {
     skip=()
     if [ $QUICK = 1 ]; then
       for t in $GUEST_TESTS; do skip+=(--skip "$t"); done
-    else
-      for t in $ALONE_TESTS; do [ "${t%%:*}" = "$name" ] && skip+=(--skip "${t#*:}"); done
     fi
     run "$name" --test "$name" -- --test-threads=1 "${skip[@]}"
   done
@@ -120,8 +101,10 @@ host_tests() {
 lints_rc=0
 if [ $QUICK = 0 ]; then
   # The stock-kernel guest's files first: QEMU's TCG runs the guest on one
-  # core. Beside them, on the other, one lane: the rest of the build (one
-  # job), clippy (its own target directory), then the host tests. The
+  # core. Beside them, on the other: the rest of the build (one job), then
+  # clippy (its own target directory). No test runs beside a guest: on CI's
+  # machine, host tests beside them slowed the guests by as much as they
+  # saved (the Kata file went from about 600 s to past its 900 s). The
   # build holds cargo's lock on target/, so the guest files' test binaries
   # are run as cargo test would, from their package's directory.
   exes=()
@@ -131,22 +114,11 @@ if [ $QUICK = 0 ]; then
   done
   beside_steps=$(mktemp)
   start=$(date +%s)
-  # Each line of beside_steps: a step of the lane, its exit status (the
-  # host tests: how many files failed), when it ended.
-  ( lane_log=$beside_log
-    cargo build --release --all-targets -j 1 >> "$beside_log" 2>&1
-    rc=$?
-    echo "build $rc $(( $(date +%s) - start ))" >> "$beside_steps"
+  # Each line of beside_steps: a step of the lane, its exit status, when it ended.
+  ( cargo build --release --all-targets -j 1 >> "$beside_log" 2>&1
+    echo "build $? $(( $(date +%s) - start ))" >> "$beside_steps"
     cargo clippy --release --all-targets -j 1 --target-dir target/clippy -- -D warnings >> "$beside_log" 2>&1
-    echo "clippy $? $(( $(date +%s) - start ))" >> "$beside_steps"
-    if [ $rc = 0 ]; then
-      failed_before=$(wc -l < "$failed")
-      host_tests
-      echo "host-tests $(( $(wc -l < "$failed") - failed_before )) $(( $(date +%s) - start ))" >> "$beside_steps"
-    else
-      echo "the build of the host tests failed: they did not run" >> "$beside_log"
-      echo "build" >> "$failed"
-    fi ) &
+    echo "clippy $? $(( $(date +%s) - start ))" >> "$beside_steps" ) &
   beside=$!
   i=0
   for name in $GUEST_FILES; do
@@ -156,15 +128,17 @@ if [ $QUICK = 0 ]; then
   guests_end=$(( $(date +%s) - start ))
   wait $beside
   lints_rc=$(awk '$1 == "clippy" {print $2}' "$beside_steps")
-  echo
-  echo "beside the guest files (all in $guests_end s), on the other core:"
-  cat "$beside_log"
-  echo "beside the guest files: $(awk '{printf "%s exit %s at %s s; ", $1, $2, $3}' "$beside_steps")"
+  build_rc=$(awk '$1 == "build" {print $2}' "$beside_steps")
+  # The build's and clippy's output only when they failed.
+  [ "$build_rc" = 0 ] && [ "$lints_rc" = 0 ] || cat "$beside_log"
+  echo "beside the guest files (all in $guests_end s): $(awk '{printf "%s exit %s at %s s; ", $1, $2, $3}' "$beside_steps")"
   rm -f "$beside_steps"
-  # Then the host tests that need the machine to themselves.
-  for t in $ALONE_TESTS; do
-    run "${t#*:} (alone)" --test "${t%%:*}" -- --exact "${t#*:}" --test-threads=1
-  done
+  if [ "$build_rc" = 0 ]; then
+    host_tests
+  else
+    echo "the build of the host tests failed (its output above): they did not run"
+    echo "build" >> "$failed"
+  fi
 else
   host_tests
 fi
@@ -174,7 +148,7 @@ echo "the stock-kernel guests:"
 cat "$VTRACE_GUEST_RUNS"
 echo "time per test file:"
 cat "$times"
-read -r passed failures < <(cat "$log" "$beside_log" \
+read -r passed failures < <(cat "$log" \
   | sed -n 's/^test result: [A-Za-z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' \
   | awk '{p += $1; f += $2} END {print p + 0, f + 0}')
 nfailed=$(wc -l < "$failed")
