@@ -311,6 +311,10 @@ pub mod path_loss {
 /// Processes x stages the path layer keeps latencies for.
 pub const MAX_PATH_STATS: u32 = 256;
 
+/// Words of [`PathConfig::virtio_rx_irqs`]: a bit for each of the
+/// `IRQ_DEVICE_SLOTS` device IRQs.
+pub const VIRTIO_RX_IRQ_WORDS: usize = crate::IRQ_DEVICE_SLOTS as usize / 32;
+
 /// The path layer's offsets and switch; the KVM and tun offsets its programs read it resolves itself, so it runs without those layers.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -354,6 +358,12 @@ pub struct PathConfig {
     pub virtnet_poll_hi: u32,
     pub napi_poll: u32,
     pub skb_queue_mapping: u32,
+    /// Inside a guest: the IRQs of virtio-net's receive queues (their own
+    /// MSI-X vectors, `virtioN-input.M` in /proc/interrupts), a bit per
+    /// IRQ below `IRQ_DEVICE_SLOTS`: where vring_interrupt and virtnet_poll
+    /// cannot be hooked (no kprobes), such an IRQ's handler is the receive
+    /// interrupt and the NET_RX softirq after it the poll's start.
+    pub virtio_rx_irqs: [u32; VIRTIO_RX_IRQ_WORDS],
     /// The eventfd a kick signals (`struct _ioeventfd`'s `dev`, which
     /// ioeventfd_write gets, and its `eventfd`) and the one a read reads
     /// (`kiocb.ki_filp`, `file.private_data`): a VMM's transmit queue is

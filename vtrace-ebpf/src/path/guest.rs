@@ -7,7 +7,9 @@
 //! [guest_tx_notify].
 //!
 //! Frames are counted at tracepoints (net_dev_start_xmit, napi_poll),
-//! times taken at kprobes on virtio_ring and virtio_net (modules). A
+//! times taken at kprobes on virtio_ring and virtio_net (modules); without
+//! kprobes, rx's at tracepoints too (a receive queue's own MSI-X IRQ, the
+//! NET_RX softirq). A
 //! kprobe cannot fire while another kprobe's program runs on its CPU: an
 //! interrupt, and the softirq after it, that comes during one (a vsock
 //! kick's in a kworker) finds its kprobes skipped, and kernels before 6.7
@@ -57,17 +59,24 @@ fn named(vq: u64, prefix: &[u8; 6]) -> bool {
 // vring_interrupt(int irq, void *vq): a virtqueue's interrupt.
 kfunc_programs!(kprobe_path_vring_interrupt, fentry_path_vring_interrupt, "vring_interrupt", counted "path_vring_interrupt", [_irq, vq] => {
     if named(vq, b"input.") {
-        if let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) {
-            let rx = unsafe { &mut *rx };
-            if rx.irq_ns == 0 {
-                rx.irq_ns = account::now();
-            }
-        }
+        rx_interrupt();
     }
 });
 
-// virtnet_poll(struct napi_struct *napi, int budget): a receive queue's poll.
-kfunc_programs!(kprobe_path_virtnet_poll, fentry_path_virtnet_poll, "virtnet_poll", counted "path_virtnet_poll", [] => {
+/// A receive queue's interrupt on this CPU (the first, until its poll).
+#[inline(always)]
+fn rx_interrupt() {
+    if let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) {
+        let rx = unsafe { &mut *rx };
+        if rx.irq_ns == 0 {
+            rx.irq_ns = account::now();
+        }
+    }
+}
+
+/// A receive poll starts on this CPU: the interrupt's wait for it ends.
+#[inline(always)]
+fn rx_poll_starts() {
     if let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) {
         let rx = unsafe { &mut *rx };
         let now = account::now();
@@ -78,7 +87,50 @@ kfunc_programs!(kprobe_path_virtnet_poll, fentry_path_virtnet_poll, "virtnet_pol
         rx.irq_ns = 0;
         rx.poll_ns = now;
     }
+}
+
+// virtnet_poll(struct napi_struct *napi, int budget): a receive queue's poll.
+kfunc_programs!(kprobe_path_virtnet_poll, fentry_path_virtnet_poll, "virtnet_poll", counted "path_virtnet_poll", [] => {
+    rx_poll_starts();
 });
+
+/// Whether device IRQ `irq` is a virtio-net receive queue's own (the
+/// configuration's bitmap, from /proc/interrupts).
+#[inline(always)]
+fn virtio_rx_irq(irq: u32) -> bool {
+    let Some(word) = crate::config::CONFIG.path.virtio_rx_irqs.get((irq / 32) as usize) else {
+        return false;
+    };
+    (crate::config::read(word) >> (irq % 32)) & 1 != 0
+}
+
+// Without kprobes (the fallbacks of vring_interrupt and virtnet_poll):
+// irq_handler_entry(irq, action) of a receive queue's own MSI-X vector is
+// its interrupt, and the NET_RX softirq that follows on that CPU starts
+// its poll (the stack's time then holds any other device's poll before
+// virtio-net's in that softirq).
+hook_programs! {
+    "irq_handler_entry", "irq", counted "path_virtio_rx_irq";
+    raw raw_path_virtio_rx_irq(ctx) => {
+        let irq: u64 = ctx.arg(0);
+        if virtio_rx_irq(irq as u32) {
+            rx_interrupt();
+        }
+    }
+}
+
+/// softirq_entry's vector of the network receive softirq.
+const NET_RX_SOFTIRQ: u64 = 3;
+
+hook_programs! {
+    "softirq_entry", "irq", counted "path_net_rx_softirq";
+    raw raw_path_net_rx_softirq(ctx) => {
+        let vec: u64 = ctx.arg(0);
+        if vec as u32 as u64 == NET_RX_SOFTIRQ {
+            rx_poll_starts();
+        }
+    }
+}
 
 /// A NAPI poll returned `work` frames: virtio-net's receive poll's are
 /// its frames through the guest's stack, untimed where its start's kprobe

@@ -181,6 +181,29 @@ macro_rules! kfunc_probe {
             ],
         }
     };
+    // Then, where neither attaches, a raw tracepoint's program.
+    ($id:literal, $layer:expr, $what:literal, $function:literal, $fentry:literal, $kprobe:literal,
+     raw_tp $tracepoint:literal => $raw:literal) => {
+        $crate::probes::catalog::ProbeSpec {
+            id: $id,
+            layer: $layer,
+            what: $what,
+            strategies: &[
+                $crate::probes::catalog::Strategy::FEntry {
+                    program: $fentry,
+                    function: $function,
+                },
+                $crate::probes::catalog::Strategy::KProbe {
+                    program: $kprobe,
+                    function: $function,
+                },
+                $crate::probes::catalog::Strategy::RawTracepoint {
+                    program: $raw,
+                    tracepoint: $tracepoint,
+                },
+            ],
+        }
+    };
 }
 pub(crate) use kfunc_probe;
 

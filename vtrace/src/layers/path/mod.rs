@@ -47,6 +47,25 @@ use crate::{
 
 pub struct PathLayer;
 
+/// The IRQs of virtio-net's receive queues that have one of their own
+/// (MSI-X: `virtioN-input.M` in /proc/interrupts, where virtioN's driver
+/// is virtio_net; a shared vector, `virtioN-virtqueues`, tells no queue).
+pub fn virtio_net_rx_irqs() -> Vec<u32> {
+    let Ok(text) = std::fs::read_to_string("/proc/interrupts") else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let (irq, rest) = line.trim_start().split_once(':')?;
+            let irq: u32 = irq.parse().ok()?;
+            let (device, queue) = rest.split_whitespace().last()?.split_once("-input.")?;
+            queue.parse::<u32>().ok()?;
+            let driver = std::fs::read_link(format!("/sys/bus/virtio/devices/{device}/driver")).ok()?;
+            (driver.file_name()? == "virtio_net").then_some(irq)
+        })
+        .collect()
+}
+
 impl Layer for PathLayer {
     fn name(&self) -> &'static str {
         "path"
@@ -55,15 +74,17 @@ impl Layer for PathLayer {
     fn on_by_default(&self) -> bool {
         false
     }
-    /// Every stage starts or ends at a tun/vhost-net function (kprobes):
-    /// without them nothing is timed.
+    /// Every host stage starts or ends at a tun/vhost-net function
+    /// (kprobes); without them only a guest's receive side is timed, where
+    /// a virtio-net receive queue has an interrupt of its own.
     fn can_run(&self, setup: &Setup) -> Result<(), String> {
-        if setup.caps.kprobe_pmu {
+        if setup.caps.kprobe_pmu || !virtio_net_rx_irqs().is_empty() {
             Ok(())
         } else {
             Err(
                 "kprobes unavailable (no kprobe PMU: kernel built without CONFIG_KPROBES): every stage of the \
-                 virtio data path starts or ends at a tun/vhost-net kernel function"
+                 virtio data path on a host starts or ends at a tun/vhost-net kernel function, and no virtio-net \
+                 receive queue here has an interrupt of its own (MSI-X) to time a guest's side at tracepoints"
                     .into(),
             )
         }
@@ -142,19 +163,27 @@ impl Layer for PathLayer {
     fn probes(&self, _setup: &Setup, config: &Config) -> Result<Vec<ProbeSpec>> {
         let c = &config.path;
         let known = |lo: u32, hi: u32| vtrace_common::address(lo, hi) != 0;
-        let virtio_net = known(c.virtnet_netdev_lo, c.virtnet_netdev_hi) && known(c.virtnet_poll_lo, c.virtnet_poll_hi);
+        let virtio_rx = known(c.virtnet_poll_lo, c.virtnet_poll_hi);
+        let virtio_tx = known(c.virtnet_netdev_lo, c.virtnet_netdev_hi);
         let tun = config.net_device.tells_tun();
         Ok(probes::PATH
             .iter()
             .filter(|p| match p.id {
-                probes::START_XMIT => virtio_net || tun,
-                id => virtio_net || !probes::VIRTIO_NET_COUNTS.contains(&id),
+                probes::START_XMIT => virtio_tx || tun,
+                id if probes::VIRTIO_NET_RX.contains(&id) => virtio_rx,
+                id if probes::VIRTIO_NET_TX.contains(&id) => virtio_tx,
+                _ => true,
             })
             .copied()
             .collect())
     }
     fn configure(&self, setup: &Setup, config: &mut Config) {
         config.path.path_packets_on = setup.asked.switches.get::<super::CommonSwitches>().events as u32;
+        for irq in virtio_net_rx_irqs() {
+            if let Some(word) = config.path.virtio_rx_irqs.get_mut(irq as usize / 32) {
+                *word |= 1 << (irq % 32);
+            }
+        }
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

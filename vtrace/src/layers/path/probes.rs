@@ -21,10 +21,15 @@ macro_rules! path_kvm_tracepoint {
     };
 }
 
-/// The tracepoints that count a guest's virtio-net frames (attached where
-/// virtio-net is loaded), and the one that also starts a tap's frames
+/// A guest's virtio-net receive side: its probes and the tracepoint that
+/// counts its frames, attached where virtio-net's poll function is known
+/// (elsewhere the tracepoint and the fallbacks would run for nothing).
+pub const VIRTIO_NET_RX: &[&str] = &["path:napi_poll", "path:vring_interrupt", "path:virtnet_poll"];
+/// The tracepoint that counts its transmitted frames, where its device
+/// operations are known (a data symbol: kallsyms has it with
+/// CONFIG_KALLSYMS_ALL), and the one that also starts a tap's frames
 /// (where tun or virtio-net is).
-pub const VIRTIO_NET_COUNTS: &[&str] = &["path:napi_poll", "path:net_dev_xmit"];
+pub const VIRTIO_NET_TX: &[&str] = &["path:net_dev_xmit"];
 pub const START_XMIT: &str = "path:net_dev_start_xmit";
 
 /// In attach order.
@@ -228,21 +233,25 @@ pub const PATH: &[ProbeSpec] = &[
     // Inside a guest: virtio-net's side (virtio_ring and virtio_net are
     // modules on common kernels). On a host without virtio-net devices
     // these find no function, or never fire for a queue of virtio-net's.
+    // Without kprobes, at tracepoints: a receive queue's own MSI-X IRQ
+    // (configured from /proc/interrupts), then the NET_RX softirq.
     kfunc_probe!(
         "path:vring_interrupt",
         "path",
         "guest rx: a virtio-net receive queue's interrupt",
         "vring_interrupt",
         "fentry_path_vring_interrupt",
-        "kprobe_path_vring_interrupt"
+        "kprobe_path_vring_interrupt",
+        raw_tp "irq_handler_entry" => "raw_path_virtio_rx_irq"
     ),
     kfunc_probe!(
         "path:virtnet_poll",
         "path",
-        "guest rx: virtio-net's NAPI poll starts",
+        "guest rx: virtio-net's NAPI poll starts (without kprobes: the NET_RX softirq after its interrupt)",
         "virtnet_poll",
         "fentry_path_virtnet_poll",
-        "kprobe_path_virtnet_poll"
+        "kprobe_path_virtnet_poll",
+        raw_tp "softirq_entry" => "raw_path_net_rx_softirq"
     ),
     ProbeSpec {
         id: "path:napi_poll",
