@@ -194,15 +194,7 @@ fn the_path_layer_runs_or_says_why_it_cannot() {
     assert!(vtrace_tests::is_root(), "run as root");
     let dir = TempDir::new("kvm-path");
     let rec = dir.join("path.vtrace");
-    let o = vtrace(&[
-        "record",
-        "--layers",
-        "cpu,path",
-        "-o",
-        rec.to_str().unwrap(),
-        "--",
-        "true",
-    ]);
+    let o = record_path(&rec, &["true"]);
     assert!(o.status.success(), "record failed: {}", stderr(&o));
     let r = report_json(&rec);
     let notes: Vec<&str> = r["notes"]
@@ -295,20 +287,7 @@ fn a_virtio_net_devices_receive_side_is_timed_against_its_counters() {
     let dir = TempDir::new("kvm-guest-rx");
     let rec = dir.join("rx.vtrace");
     let (rx_before, drop_before, irq_before) = (counter("rx_packets"), counter("rx_dropped"), interrupts());
-    let o = vtrace(&[
-        "record",
-        "--layers",
-        "cpu,path",
-        "-o",
-        rec.to_str().unwrap(),
-        "--",
-        "ping",
-        "-c",
-        "50",
-        "-i",
-        "0.05",
-        &gateway,
-    ]);
+    let o = record_path(&rec, &["ping", "-c", "50", "-i", "0.05", &gateway]);
     let (rx, dropped, irq) = (
         counter("rx_packets") - rx_before,
         counter("rx_dropped") - drop_before,
@@ -347,6 +326,13 @@ fn a_virtio_net_devices_receive_side_is_timed_against_its_counters() {
     let caps = vtrace::probes::Capabilities::detect();
     let method = rows_named(&r["probes"], "path:vring_interrupt");
     assert_eq!(method.contains("\"raw_tp\""), !caps.kprobe_pmu, "{method}");
+}
+
+/// `vtrace record --layers cpu,path -o rec -- command...`.
+fn record_path(rec: &std::path::Path, command: &[&str]) -> std::process::Output {
+    let mut args = vec!["record", "--layers", "cpu,path", "-o", rec.to_str().unwrap(), "--"];
+    args.extend_from_slice(command);
+    vtrace(&args)
 }
 
 /// The report's row of probe `id`, as JSON text.

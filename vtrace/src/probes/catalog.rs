@@ -164,7 +164,9 @@ pub(crate) use uprobe_probe;
 
 /// A kernel function probed by fentry, else kprobe.
 macro_rules! kfunc_probe {
-    ($id:literal, $layer:expr, $what:literal, $function:literal, $fentry:literal, $kprobe:literal) => {
+    // Then, with `raw_tp`, where neither attaches, a raw tracepoint's program.
+    ($id:literal, $layer:expr, $what:literal, $function:literal, $fentry:literal, $kprobe:literal
+     $(, raw_tp $tracepoint:literal => $raw:literal)?) => {
         $crate::probes::catalog::ProbeSpec {
             id: $id,
             layer: $layer,
@@ -178,29 +180,10 @@ macro_rules! kfunc_probe {
                     program: $kprobe,
                     function: $function,
                 },
-            ],
-        }
-    };
-    // Then, where neither attaches, a raw tracepoint's program.
-    ($id:literal, $layer:expr, $what:literal, $function:literal, $fentry:literal, $kprobe:literal,
-     raw_tp $tracepoint:literal => $raw:literal) => {
-        $crate::probes::catalog::ProbeSpec {
-            id: $id,
-            layer: $layer,
-            what: $what,
-            strategies: &[
-                $crate::probes::catalog::Strategy::FEntry {
-                    program: $fentry,
-                    function: $function,
-                },
-                $crate::probes::catalog::Strategy::KProbe {
-                    program: $kprobe,
-                    function: $function,
-                },
-                $crate::probes::catalog::Strategy::RawTracepoint {
+                $($crate::probes::catalog::Strategy::RawTracepoint {
                     program: $raw,
                     tracepoint: $tracepoint,
-                },
+                },)?
             ],
         }
     };
