@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap as StdHashMap, HashSet};
 
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, MapData, PerCpuArray},
+    maps::{HashMap, MapData, PerCpuArray},
 };
 use vtrace_common::{
     CpuState, IRQ_DEVICE_SLOTS, IRQ_NAME_LEN, IRQ_SLOTS, IrqStat, NO_SOFTIRQ, OVERFLOW_TID, THREAD_SLOTS, ThreadSlot,
@@ -20,7 +20,10 @@ use vtrace_common::{
 };
 
 use super::ticks::{cpu_user_system_ticks, split_by_ticks, split_cpus_by_ticks};
-use crate::{Error, Result, collectors::maps::take};
+use crate::{
+    Error, Result,
+    collectors::{batch::BatchReader, maps::take},
+};
 
 /// Everything the kernel side holds, at one instant.
 #[derive(Clone, Debug, Default)]
@@ -65,9 +68,13 @@ pub struct CpuCollector {
     threads: HashMap<MapData, u32, ThreadTimes>,
     /// Per-CPU thread slots (`--cpu-split ticks`), summed into the threads.
     thread_slots: PerCpuArray<MapData, ThreadSlot>,
+    /// The two read whole at each snapshot: a few system calls, not one
+    /// per slot and two per thread.
+    threads_whole: BatchReader<u32, ThreadTimes>,
+    slots_whole: BatchReader<u32, ThreadSlot>,
+    irqs_whole: BatchReader<u32, IrqStat>,
+    irq_names_whole: BatchReader<u32, [u8; IRQ_NAME_LEN]>,
     cpu_state: PerCpuArray<MapData, CpuState>,
-    irqs: PerCpuArray<MapData, IrqStat>,
-    irq_names: Array<MapData, [u8; IRQ_NAME_LEN]>,
     /// Totals of exited threads removed from the kernel map to keep it small.
     retired: Vec<(u32, ThreadTimes)>,
     /// Exited threads seen in the previous snapshot: removed at the next one,
@@ -85,6 +92,8 @@ fn map_err(e: impl std::fmt::Display) -> Error {
 impl CpuCollector {
     /// Takes the engine's maps out of the loaded object (before programs attach).
     pub fn new(ebpf: &mut Ebpf, split: CpuSplit) -> Result<Self> {
+        let threads_whole = BatchReader::of(ebpf, "THREADS")?;
+        let slots_whole = BatchReader::of(ebpf, "THREAD_SLOT_TIMES")?;
         let mut threads: HashMap<MapData, u32, ThreadTimes> = take(ebpf, "THREADS")?;
         // The bucket for threads that find the map full must exist up front.
         threads
@@ -92,10 +101,12 @@ impl CpuCollector {
             .map_err(map_err)?;
         Ok(CpuCollector {
             threads,
+            threads_whole,
+            slots_whole,
+            irqs_whole: BatchReader::of(ebpf, "IRQS")?,
+            irq_names_whole: BatchReader::of(ebpf, "IRQ_NAMES")?,
             thread_slots: take(ebpf, "THREAD_SLOT_TIMES")?,
             cpu_state: take(ebpf, "CPU_STATE")?,
-            irqs: take(ebpf, "IRQS")?,
-            irq_names: take(ebpf, "IRQ_NAMES")?,
             retired: Vec::new(),
             exited_last_time: HashSet::new(),
             split,
@@ -114,9 +125,8 @@ impl CpuCollector {
     pub fn snapshot(&mut self, now_ns: u64, gc: bool) -> Result<CpuSnapshot> {
         let per_cpu = self.cpu_state.get(&0, 0).map_err(map_err)?;
         let mut live: BTreeMap<u32, ThreadTimes> = BTreeMap::new();
-        for entry in self.threads.iter() {
-            let (tid, t) = entry.map_err(map_err)?;
-            live.insert(tid, t);
+        for (tid, t) in self.threads_whole.read()? {
+            live.insert(tid, t[0]);
         }
         if gc {
             let mut exited_now = HashSet::new();
@@ -176,19 +186,21 @@ impl CpuCollector {
             split_cpus_by_ticks(&mut cpus, &self.cpu_ticks_at_start, &cpu_user_system_ticks());
         }
         let mut irqs = vec![Vec::with_capacity(IRQ_SLOTS as usize); cpus.len()];
-        for slot in 0..IRQ_SLOTS {
-            let values = self.irqs.get(&slot, 0).map_err(map_err)?;
-            for (cpu, v) in values.iter().enumerate() {
+        for (_, values) in self.irqs_whole.read()? {
+            for (cpu, v) in values.into_iter().enumerate() {
                 if let Some(row) = irqs.get_mut(cpu) {
-                    row.push(*v);
+                    row.push(v);
                 }
             }
         }
-        let irq_names = (0..IRQ_DEVICE_SLOTS)
-            .filter_map(|slot| {
-                let raw = self.irq_names.get(&slot, 0).ok()?;
+        let irq_names = self
+            .irq_names_whole
+            .read()?
+            .into_iter()
+            .filter_map(|(slot, raw)| {
+                let raw = raw[0];
                 let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-                (end > 0).then(|| (slot, String::from_utf8_lossy(&raw[..end]).into_owned()))
+                (slot < IRQ_DEVICE_SLOTS && end > 0).then(|| (slot, String::from_utf8_lossy(&raw[..end]).into_owned()))
             })
             .collect();
         let mut threads: Vec<(u32, ThreadTimes)> = self.retired.clone();
@@ -240,11 +252,10 @@ impl CpuCollector {
     /// The per-CPU thread slots, per CPU (index: the slot).
     fn read_slots(&self) -> Result<Vec<Vec<ThreadSlot>>> {
         let mut per_cpu: Vec<Vec<ThreadSlot>> = Vec::new();
-        for index in 0..THREAD_SLOTS {
-            let values = self.thread_slots.get(&index, 0).map_err(map_err)?;
+        for (_, values) in self.slots_whole.read()? {
             per_cpu.resize_with(values.len(), || Vec::with_capacity(THREAD_SLOTS as usize));
-            for (cpu, slot) in values.iter().enumerate() {
-                per_cpu[cpu].push(*slot);
+            for (cpu, slot) in values.into_iter().enumerate() {
+                per_cpu[cpu].push(slot);
             }
         }
         Ok(per_cpu)

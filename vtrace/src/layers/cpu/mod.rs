@@ -223,7 +223,7 @@ impl Collector for CpuRecorder {
     fn close(&mut self, end_mono: u64) -> Result<()> {
         let snap = self.engine.snapshot(end_mono, false)?;
         self.series.push(&snap, self.start_mono);
-        self.guest.sample();
+        self.guest.sample_every_task();
         self.last = Some(snap);
         Ok(())
     }

@@ -13,7 +13,10 @@ use vtrace_common::{DEV_SLOTS, DevKey, DevSlot, DevStats, DropKey, HopEdge, HopL
 
 use crate::{
     Error, Result,
-    collectors::maps::{Counters, delta, sum_per_cpu, take},
+    collectors::{
+        batch::BatchReader,
+        maps::{Counters, delta, sum_per_cpu, take},
+    },
 };
 
 fn map_err(e: impl std::fmt::Display) -> Error {
@@ -47,6 +50,8 @@ impl NetSnapshot {
 
 pub struct NetCollector {
     slots: PerCpuArray<MapData, DevSlot>,
+    /// The slots read whole at each snapshot (a few calls, not one a slot).
+    slots_whole: BatchReader<u32, DevSlot>,
     devices: PerCpuHashMap<MapData, DevKey, DevStats>,
     softirq: PerCpuHashMap<MapData, u64, u64>,
     drops: PerCpuHashMap<MapData, DropKey, u64>,
@@ -58,6 +63,7 @@ pub struct NetCollector {
 impl NetCollector {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
         Ok(NetCollector {
+            slots_whole: BatchReader::of(ebpf, "DEV_SLOT_STATS")?,
             slots: take(ebpf, "DEV_SLOT_STATS")?,
             devices: take(ebpf, "NET_DEVICES")?,
             softirq: take(ebpf, "NET_SOFTIRQ")?,
@@ -132,8 +138,8 @@ impl NetCollector {
             drops: sum_per_cpu(&self.drops)?,
         };
         // Each CPU's slots, merged with the hash map's entries by device and hop.
-        for i in 0..DEV_SLOTS {
-            for slot in self.slots.get(&i, 0).map_err(map_err)?.iter() {
+        for (_, values) in self.slots_whole.read()? {
+            for slot in &values {
                 if slot.dev != 0 {
                     snap.devices.entry(slot.key).or_default().add(&slot.stats);
                     if slot.softirq_ns > 0 {

@@ -11,8 +11,8 @@ use vtrace_common::{FINE_BUCKETS, RunqStats, fine_bucket_range};
 
 use super::tables::{RunqHistRow, RunqRow};
 use crate::{
-    Error, Result,
-    collectors::maps::take,
+    Result,
+    collectors::{batch::BatchReader, maps::take},
     layers::cpu::{ThreadIndex, ThreadRow},
 };
 
@@ -25,12 +25,15 @@ pub struct RunqSnapshot {
 
 pub struct RunqMaps {
     stats: HashMap<MapData, u32, RunqStats>,
+    /// The same, read whole at each snapshot (a few calls, not two a thread).
+    stats_whole: BatchReader<u32, RunqStats>,
     drops: PerCpuArray<MapData, u64>,
 }
 
 impl RunqMaps {
     pub fn new(ebpf: &mut Ebpf) -> Result<Self> {
         Ok(RunqMaps {
+            stats_whole: BatchReader::of(ebpf, "RUNQ_STATS")?,
             stats: take(ebpf, "RUNQ_STATS")?,
             drops: take(ebpf, "RUNQ_DROPS")?,
         })
@@ -38,9 +41,8 @@ impl RunqMaps {
 
     pub fn snapshot(&self) -> Result<RunqSnapshot> {
         let mut snap = RunqSnapshot::default();
-        for entry in self.stats.iter() {
-            let (tid, s) = entry.map_err(|e| Error::Ebpf(format!("RUNQ_STATS: {e}")))?;
-            snap.threads.insert(tid, s);
+        for (tid, s) in self.stats_whole.read()? {
+            snap.threads.insert(tid, s[0]);
         }
         snap.drops = self.drops.get(&0, 0).map(|v| v.iter().sum()).unwrap_or(0);
         Ok(snap)
