@@ -120,13 +120,13 @@ hook_programs! {
 }
 
 /// softirq_entry's vector of the network receive softirq.
-const NET_RX_SOFTIRQ: u64 = 3;
+const NET_RX_SOFTIRQ: u32 = 3;
 
 hook_programs! {
     "softirq_entry", "irq", counted "path_net_rx_softirq";
     raw raw_path_net_rx_softirq(ctx) => {
         let vec: u64 = ctx.arg(0);
-        if vec as u32 as u64 == NET_RX_SOFTIRQ {
+        if vec as u32 == NET_RX_SOFTIRQ {
             rx_poll_starts();
         }
     }

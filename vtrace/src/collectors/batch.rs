@@ -137,6 +137,21 @@ impl<K: Pod, V: Pod> BatchReader<K, V> {
     }
 }
 
+impl<V: Pod> BatchReader<u32, V> {
+    /// A per-CPU array read whole, by CPU: each CPU's values in index order.
+    pub fn per_cpu(&self) -> Result<Vec<Vec<V>>> {
+        let mut by_cpu: Vec<Vec<V>> = (0..self.copies)
+            .map(|_| Vec::with_capacity(self.max_entries as usize))
+            .collect();
+        for (_, values) in self.read()? {
+            for (cpu, v) in values.into_iter().enumerate() {
+                by_cpu[cpu].push(v);
+            }
+        }
+        Ok(by_cpu)
+    }
+}
+
 /// Entries a read asks for at once: its buffers stay small (a hash map of
 /// 32768 threads would need 5 MiB at once), its calls few.
 const CHUNK: usize = 256;

@@ -15,8 +15,8 @@ use aya::{
     maps::{HashMap, MapData, PerCpuArray},
 };
 use vtrace_common::{
-    CpuState, IRQ_DEVICE_SLOTS, IRQ_NAME_LEN, IRQ_SLOTS, IrqStat, NO_SOFTIRQ, OVERFLOW_TID, THREAD_SLOTS, ThreadSlot,
-    ThreadTimes, state, thread_flag, thread_slot,
+    CpuState, IRQ_DEVICE_SLOTS, IRQ_NAME_LEN, IrqStat, NO_SOFTIRQ, OVERFLOW_TID, ThreadSlot, ThreadTimes, state,
+    thread_flag, thread_slot,
 };
 
 use super::ticks::{cpu_user_system_ticks, split_by_ticks, split_cpus_by_ticks};
@@ -68,8 +68,8 @@ pub struct CpuCollector {
     threads: HashMap<MapData, u32, ThreadTimes>,
     /// Per-CPU thread slots (`--cpu-split ticks`), summed into the threads.
     thread_slots: PerCpuArray<MapData, ThreadSlot>,
-    /// The two read whole at each snapshot: a few system calls, not one
-    /// per slot and two per thread.
+    /// Maps read whole at each snapshot (collectors/batch.rs): a few
+    /// system calls, not one per slot and two per thread.
     threads_whole: BatchReader<u32, ThreadTimes>,
     slots_whole: BatchReader<u32, ThreadSlot>,
     irqs_whole: BatchReader<u32, IrqStat>,
@@ -185,14 +185,8 @@ impl CpuCollector {
         if self.split == CpuSplit::Ticks {
             split_cpus_by_ticks(&mut cpus, &self.cpu_ticks_at_start, &cpu_user_system_ticks());
         }
-        let mut irqs = vec![Vec::with_capacity(IRQ_SLOTS as usize); cpus.len()];
-        for (_, values) in self.irqs_whole.read()? {
-            for (cpu, v) in values.into_iter().enumerate() {
-                if let Some(row) = irqs.get_mut(cpu) {
-                    row.push(v);
-                }
-            }
-        }
+        let mut irqs = self.irqs_whole.per_cpu()?;
+        irqs.resize_with(cpus.len(), Vec::new);
         let irq_names = self
             .irq_names_whole
             .read()?
@@ -251,14 +245,7 @@ impl CpuCollector {
 
     /// The per-CPU thread slots, per CPU (index: the slot).
     fn read_slots(&self) -> Result<Vec<Vec<ThreadSlot>>> {
-        let mut per_cpu: Vec<Vec<ThreadSlot>> = Vec::new();
-        for (_, values) in self.slots_whole.read()? {
-            per_cpu.resize_with(values.len(), || Vec::with_capacity(THREAD_SLOTS as usize));
-            for (cpu, slot) in values.into_iter().enumerate() {
-                per_cpu[cpu].push(slot);
-            }
-        }
-        Ok(per_cpu)
+        self.slots_whole.per_cpu()
     }
 }
 
@@ -377,6 +364,7 @@ pub fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vtrace_common::THREAD_SLOTS;
 
     #[test]
     fn slots_add_up_with_the_hash_entry_of_their_thread() {
