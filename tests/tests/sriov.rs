@@ -70,10 +70,11 @@ kill $qemu; wait $qemu
 exit 0
 "#;
 
-/// The VF guest up, pinged inside a recording (ground truth read around
-/// the pings), reported, down; then seed 003's bench: virtio (qemu-kvm,
-/// vhost-net) against SR-IOV under ping with 0 and 2 busy loops, each
-/// platform brought up and down by the bench. A boot after a freeze goes on
+/// The VF guest up, pinged inside a recording with its agent (ground
+/// truth read around the pings), reported, down; then seed 003's bench:
+/// virtio (qemu-kvm, vhost-net) against SR-IOV under ping with 0 and 2
+/// busy loops, each platform brought up and down by the bench, its VMs
+/// without agents (VTRACE_LAB_AGENT=0: as their users run them). A boot after a freeze goes on
 /// after the VF guest's part or the bench, whichever was finished.
 fn script() -> String {
     format!(
@@ -81,16 +82,18 @@ fn script() -> String {
          if once sriov; then\n\
          if step 150 sriov.failed 'up sriov' vtrace lab up sriov > up.out 2>&1; then\n\
            ip link show >> up.out 2>&1\n\
-           step 150 sriov.failed 'record pings' vtrace record --platform sriov --layers {LAYERS} --events -o sriov.vtrace \
+           step 150 sriov.failed 'record pings' vtrace record --platform sriov --layers {LAYERS} --events \
+             --guest auto --guest-layers cpu,net -o sriov.vtrace \
              -- sh -c '. /tmp/truth.sh; arp_settled {ADDR}; truth before; ping -c {PINGS} -i 0.05 {ADDR}; rc=$?; truth after; exit $rc' \
              > record.out 2>&1\n\
+           cp -r sriov.vtrace/guests/*-* sriov-inner.vtrace\n\
            step 90 sriov.failed 'report' vtrace report sriov.vtrace --format json -o sriov.json\n\
            step 90 sriov.failed 'text report' vtrace report sriov.vtrace > sriov.txt 2>&1\n\
          else cat /var/lib/vtrace-lab/run/sriov/console.log >> up.out; fi\n\
          step 60 sriov.failed 'down sriov' vtrace lab down sriov >> up.out 2>&1\n\
          finished sriov; fi\n\
          if once bench; then\n\
-         step 400 bench.failed 'bench' vtrace bench --platforms qemu-kvm,sriov --workload ping --pings {BENCH_PINGS} \
+         step 400 bench.failed 'bench' env VTRACE_LAB_AGENT=0 vtrace bench --platforms qemu-kvm,sriov --workload ping --pings {BENCH_PINGS} \
            --stress {BENCH_STRESS} --repeat 1 --layers cpu,net,kvm,path,runq -o bench > bench.out 2>&1\n\
          step 90 bench.failed 'report bench' vtrace report bench --format json -o bench.json\n\
          step 90 bench.failed 'text report bench' vtrace report bench > bench.txt 2>&1\n\
@@ -323,6 +326,52 @@ fn vfio_interrupts_are_counted_named_and_owned_and_their_injections_are_kvms() {
         inj["kvm"], inj["vtrace"], inj["vtrace_source"]
     );
     assert_eq!(inj["kvm"], inj["vtrace"], "{inj}");
+}
+
+/// The VF guest runs `vtrace agent` as the lab's other Linux guests (its
+/// /init, from the lab's share), which `record --guest auto` finds by the
+/// guest-cid on QEMU's command line and reaches over vsock: the guest's
+/// recording comes whole, its clock is mapped with every exchange in
+/// causal order within the stated bound, its CPU sits beside the host's
+/// vCPU thread, and the frames its eth0 (the VF, igbvf's) sent and
+/// received as its programs saw them equal eth0's own counters, the
+/// pings' among them.
+#[test]
+fn the_vf_guests_agent_is_reached_over_vsock_and_its_vf_frames_equal_its_counters() {
+    let g = guest();
+    let r = g.out.report("sriov", "up.out");
+    let guests = rows(&r, "guests");
+    assert_eq!(guests.len(), 1, "{guests:?}\n{}", g.out.text("record.out"));
+    let guest = &guests[0];
+    let mut shown = guest.clone();
+    shown["threads"] = Value::from(guest["threads"].as_array().map_or(0, |t| t.len()));
+    eprintln!("the VF guest: {shown}");
+    assert_eq!(guest["state"], "complete", "{shown}");
+    assert!(guest["address"].as_str().unwrap().starts_with("cid:127:"), "{shown}");
+    let clock = &guest["clock"];
+    let exchanges = n(&clock["exchanges"]);
+    assert!(exchanges >= 16, "{clock}");
+    assert_eq!(
+        n(&clock["causal"]),
+        exchanges,
+        "every exchange in causal order: {clock}"
+    );
+    let bound = clock["bound_ns"].as_f64().unwrap();
+    assert!(
+        bound > 0.0 && bound <= n(&clock["min_round_trip_ns"]) as f64 / 2.0 + 1.0,
+        "{clock}"
+    );
+    let cpu = &rows(guest, "cpus")[0];
+    assert!(
+        cpu["host_tid"].is_u64() && n(&cpu["host_guest_ns"]) > 0,
+        "the vCPU thread beside guest CPU 0: {cpu}"
+    );
+    let inner = g.out.report("sriov-inner", "up.out");
+    let (sent, received) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, "sriov");
+    assert!(
+        sent >= PINGS && received >= PINGS,
+        "the pings' replies and requests: {sent} {received}"
+    );
 }
 
 #[test]

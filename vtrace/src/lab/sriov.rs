@@ -3,7 +3,8 @@
 //! (a PF: any `/sys/class/net/*/device/sriov_totalvfs`), `up` creates a VF
 //! where none exists, gives it the instance's MAC, binds it to vfio-pci and
 //! starts QEMU/KVM with it (linuxvm.rs's Linux guest, whose initramfs loads
-//! igbvf); the host reaches the guest through the PF, which gets the host's
+//! igbvf, and vtrace's agent on vsock as the lab's other Linux guests);
+//! the host reaches the guest through the PF, which gets the host's
 //! address (the NIC switches frames between its PF and its VFs). `down`
 //! puts back the VF count and the VF driver probing it found.
 //!
@@ -166,7 +167,8 @@ impl Runtime for Sriov {
         let append = format!("console=ttyS0 quiet panic=-1 {}", linuxvm::address_arg(&guest_addr));
         let mut qemu = Command::new("qemu-system-x86_64");
         qemu.args(["-name", &format!("vtrace-{},debug-threads=on", p.name)])
-            .args(["-accel", "kvm", "-cpu", "host", "-smp", "1", "-m", "256"])
+            // As the lab's other Linux guests: room for the agent beside the kernel.
+            .args(["-accel", "kvm", "-cpu", "host", "-smp", "1", "-m", "512"])
             .arg("-kernel")
             .arg(&vmlinuz)
             .arg("-initrd")
@@ -174,8 +176,10 @@ impl Runtime for Sriov {
             .args(["-append", &append])
             .args(["-device", &format!("vfio-pci,host={vf}")])
             .arg("-nodefaults");
+        let agent = vms::agent_devices(&mut qemu, &guest_addr);
         linuxvm::start_daemon(qemu, &run, ledger).map_err(unavailable)?;
-        ledger.note = format!("QEMU/KVM with VF {vf} of {pf} (MAC {mac}) passed through by vfio-pci; Linux guest");
+        ledger.note =
+            format!("QEMU/KVM with VF {vf} of {pf} (MAC {mac}) passed through by vfio-pci; Linux guest; {agent}");
         Ok(())
     }
 

@@ -363,7 +363,7 @@ const AGENT_PORT: u32 = 1025;
 /// it (its /init starts `vtrace agent`: `record --guest auto` finds it by the
 /// guest-cid): its context id is 100 + the third part of its address, one
 /// per lab platform. What it did, in words.
-fn agent_devices(qemu: &mut Command, guest_addr: &str) -> String {
+pub(super) fn agent_devices(qemu: &mut Command, guest_addr: &str) -> String {
     let exe = match agent_binary() {
         Ok(exe) => exe,
         Err(why) => return why,
