@@ -202,6 +202,9 @@ pub struct CpuState {
     pub in_runtime: u64,
     pub in_utime: u64,
     pub in_stime: u64,
+    /// A switch-out's figures parked while its thread's entry is found
+    /// (see vtrace-ebpf's `account::flush_thread`): [`flush_parked`] slots.
+    pub flush_parked: [u64; flush_parked::SLOTS],
     /// Current thread on this CPU.
     pub tid: u32,
     /// Base state of the current thread: USER, SYSTEM, GUEST, IDLE or UNRESOLVED.
@@ -220,6 +223,20 @@ pub struct CpuState {
     /// Which of `in_runtime` and `in_utime`/`in_stime` hold the current
     /// thread's readings ([`clocks_in`]).
     pub in_clocks: u32,
+}
+
+/// Slots of [`CpuState::flush_parked`].
+pub mod flush_parked {
+    /// The scheduler-clock adjustment (an i64's bits).
+    pub const ADJUST: usize = 0;
+    pub const UNBOUNDED: usize = 1;
+    pub const USER_TICKS: usize = 2;
+    pub const SYSTEM_TICKS: usize = 3;
+    /// 1 where the slice's ticks were measured.
+    pub const HAS_TICKS: usize = 4;
+    /// The thread flags to set.
+    pub const FLAGS: usize = 5;
+    pub const SLOTS: usize = 6;
 }
 
 /// Bits of [`CpuState::in_clocks`].

@@ -25,7 +25,7 @@ use aya_ebpf::{
 };
 use vtrace_common::{
     CpuState, IRQ_SLOTS, IrqStat, LastSwitchOut, MAX_THREADS, NO_SOFTIRQ, OVERFLOW_TID, SOFTIRQ_VECTORS, THREAD_SLOTS,
-    ThreadSlot, ThreadTimes, state, thread_flag, thread_slot,
+    ThreadSlot, ThreadTimes, flush_parked, state, thread_flag, thread_slot,
 };
 
 pub use interrupts::{NET_DEV_PENDING, irq_done, net_softirq_switch};
