@@ -150,7 +150,54 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// `v[field]` as a number; a missing or non-numeric field fails the test, naming it.
+/// The one guest a host recording's report has (its `guests` table),
+/// reached at an address starting `reached_by`: its recording whole, its
+/// clock mapped with every exchange (at least `min_exchanges`) in causal
+/// order within the stated bound (half the fastest round trip), and its
+/// CPU 0 beside the host thread that ran that vCPU. `context` is shown
+/// with a failure (a console log). The guest's row.
+pub fn assert_one_guest_reached<'a>(
+    report: &'a serde_json::Value,
+    label: &str,
+    reached_by: &str,
+    min_exchanges: u64,
+    context: &str,
+) -> &'a serde_json::Value {
+    let rows = |v: &'a serde_json::Value, table: &str| v[table].as_array().map_or(&[][..], |a| a.as_slice());
+    let guests = rows(report, "guests");
+    assert_eq!(guests.len(), 1, "{label}: {guests:?}\n{context}");
+    let guest = &guests[0];
+    let mut shown = guest.clone();
+    shown["threads"] = serde_json::Value::from(rows(guest, "threads").len());
+    eprintln!("{label}'s guest: {shown}");
+    assert_eq!(guest["state"], "complete", "{label}: {shown}\n{context}");
+    assert!(
+        guest["address"].as_str().is_some_and(|a| a.starts_with(reached_by)),
+        "{label}: {shown}"
+    );
+    let clock = &guest["clock"];
+    let exchanges = num(clock, "exchanges");
+    assert!(exchanges >= min_exchanges, "{label}: {clock}");
+    assert_eq!(
+        num(clock, "causal"),
+        exchanges,
+        "{label}: every exchange in causal order after mapping: {clock}"
+    );
+    let bound = clock["bound_ns"].as_f64().unwrap_or(0.0);
+    assert!(
+        bound > 0.0 && bound <= num(clock, "min_round_trip_ns") as f64 / 2.0 + 1.0,
+        "{label}: {clock}"
+    );
+    let cpu = rows(guest, "cpus")
+        .first()
+        .unwrap_or_else(|| panic!("{label}: no guest CPU: {shown}"));
+    assert!(
+        cpu["host_tid"].is_u64() && num(cpu, "host_guest_ns") + num(cpu, "host_exits_ns") > 0,
+        "{label}: the vCPU thread beside guest CPU 0: {cpu}"
+    );
+    guest
+}
+
 /// A guest's own recording (its report): the frames its programs saw
 /// eth0 send and receive equal eth0's own counters over the same window,
 /// both ways. The frames sent, and received.
@@ -184,6 +231,7 @@ pub fn assert_guest_eth0_matches_its_counters(inner: &serde_json::Value, label: 
     (seen("xmit"), seen("receive"))
 }
 
+/// `v[field]` as a number; a missing or non-numeric field fails the test, naming it.
 pub fn num(v: &serde_json::Value, field: &str) -> u64 {
     v[field]
         .as_u64()

@@ -688,32 +688,7 @@ fn at_16_kib_get_unikrafts_frames_never_exceed_a_full_frame_and_firecrackers_and
 fn the_sandboxs_guest_is_recorded_by_an_agent_beside_kata_agent() {
     let g = guest();
     let r = g.report("hops");
-    let guests = rows(&r, "guests");
-    assert_eq!(guests.len(), 1, "{guests:?}");
-    let guest = &guests[0];
-    let mut shown = guest.clone();
-    shown["threads"] = Value::from(guest["threads"].as_array().map_or(0, |t| t.len()));
-    eprintln!("kata's guest: {shown}");
-    assert_eq!(guest["state"], "complete", "{shown}");
-    assert!(guest["address"].as_str().unwrap().starts_with("cid:"), "{shown}");
-    let clock = &guest["clock"];
-    let exchanges = n(&clock["exchanges"]);
-    assert!(exchanges >= 4, "{clock}");
-    assert_eq!(
-        n(&clock["causal"]),
-        exchanges,
-        "every exchange in causal order: {clock}"
-    );
-    let bound = clock["bound_ns"].as_f64().unwrap();
-    assert!(
-        bound > 0.0 && bound <= n(&clock["min_round_trip_ns"]) as f64 / 2.0 + 1.0,
-        "{clock}"
-    );
-    let cpu = &rows(guest, "cpus")[0];
-    assert!(
-        cpu["host_tid"].is_u64() && n(&cpu["host_guest_ns"]) + n(&cpu["host_exits_ns"]) > 0,
-        "the vCPU thread beside guest CPU 0: {cpu}"
-    );
+    let guest = vtrace_tests::assert_one_guest_reached(&r, "kata", "cid:", 4, "");
     assert!(
         rows(guest, "threads").iter().any(|t| t["comm"] == "kata-agent"),
         "kata-agent among the guest's threads"

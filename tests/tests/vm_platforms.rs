@@ -990,13 +990,7 @@ fn check_agent(platform: &str) {
     let (_, reached_by) = AGENT_PLATFORMS.iter().find(|(p, _)| *p == platform).unwrap();
     let r = g.report(platform);
     let console = || g.out.files.get(&format!("{platform}-console.log")).map_or("", |s| s);
-    let guests = rows(&r, "guests");
-    assert_eq!(guests.len(), 1, "{guests:?}\n{}", console());
-    let guest = &guests[0];
-    let mut shown = guest.clone();
-    shown["threads"] = Value::from(guest["threads"].as_array().map_or(0, |t| t.len()));
-    eprintln!("{platform}'s guest: {shown}");
-    assert_eq!(guest["state"], "complete", "{shown}\n{}", console());
+    let guest = vtrace_tests::assert_one_guest_reached(&r, platform, reached_by, 16, console());
     // The set-up (the agent attaching: seconds) is an interval of its own,
     // closed once the agent attached: the workload's first one (1 s) does
     // not hold it.
@@ -1013,25 +1007,7 @@ fn check_agent(platform: &str) {
         first_end_s >= attached_s && first_end_s < attached_s + 1.0,
         "the first interval ends at {first_end_s:.3} s, the agent attached at {attached_s:.3} s"
     );
-    assert!(guest["address"].as_str().unwrap().starts_with(reached_by), "{shown}");
-    let clock = &guest["clock"];
-    let exchanges = n(&clock["exchanges"]);
-    let bound = clock["bound_ns"].as_f64().unwrap();
-    assert!(exchanges >= 16, "{clock}");
-    assert_eq!(
-        n(&clock["causal"]),
-        exchanges,
-        "every exchange in causal order after mapping: {clock}"
-    );
-    assert!(
-        bound > 0.0 && bound <= n(&clock["min_round_trip_ns"]) as f64 / 2.0 + 1.0,
-        "{clock}"
-    );
     let cpu = &rows(guest, "cpus")[0];
-    assert!(
-        cpu["host_tid"].is_u64() && n(&cpu["host_guest_ns"]) > 0,
-        "the vCPU thread beside guest CPU 0: {cpu}"
-    );
     assert!(
         rows(guest, "threads").iter().any(|t| t["comm"] == "redis-server"),
         "the guest's redis-server among its threads"
@@ -1042,7 +1018,7 @@ fn check_agent(platform: &str) {
     let vcpu = &guest["vcpu"];
     let parts = vcpu["parts"]
         .as_array()
-        .unwrap_or_else(|| panic!("no vCPU split: {shown}"));
+        .unwrap_or_else(|| panic!("no vCPU split: {}", guest["vcpu"]));
     eprintln!("{platform}'s vCPU by the guest's parts: {vcpu}");
     let guest_mode = n(&vcpu["guest_mode_ns"]);
     let sum: u64 = parts.iter().map(|p| n(&p[2])).sum();
