@@ -114,19 +114,18 @@ if [ $QUICK = 0 ]; then
   # clippy (one job, on the build's own artifacts: its build scripts and
   # proc macros are shared), then the VM platforms' and stock kernel's
   # files. Side by side, each guest runs about a quarter slower than alone
-  # here (Kata's file 640 s against 500 s), and the guest files end about
-  # 150 s sooner than one after the other. Each guest is a machine of its own: the host kernel
-  # is touched by no guest file, so two guests side by side are not two
-  # kernel-touching tests at once. No host test runs beside a guest: on
+  # here (Kata's file 615 s against 500 s), and the guest files end about
+  # 150 s sooner than one after the other. Each guest is a machine of its
+  # own: no guest file touches the host kernel, so two guests side by side
+  # are not two kernel-touching tests at once. No host test runs beside a guest: on
   # CI's machine, host tests (several busy threads) beside them slowed the
   # guests by as much as they saved (the Kata file went from about 600 s
   # to past its 900 s). The build holds cargo's lock on target/, so the
   # guest files' test binaries are run as cargo test would, from their
   # package's directory.
-  exe_of() { cargo test --release --no-run --test "$1" 2>&1 | sed -n 's/^ *Executable .*(\(.*\))$/\1/p'; }
   declare -A exes
   for name in $GUEST_FILES; do
-    exe=$(exe_of "$name")
+    exe=$(cargo test --release --no-run --test "$name" 2>&1 | sed -n 's/^ *Executable .*(\(.*\))$/\1/p')
     exes[$name]=${exe:+$PWD/$exe}
   done
   beside_steps=$(mktemp)

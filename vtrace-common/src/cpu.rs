@@ -232,11 +232,9 @@ pub mod flush_parked {
     pub const UNBOUNDED: usize = 1;
     pub const USER_TICKS: usize = 2;
     pub const SYSTEM_TICKS: usize = 3;
-    /// 1 where the slice's ticks were measured.
-    pub const HAS_TICKS: usize = 4;
     /// The thread flags to set.
-    pub const FLAGS: usize = 5;
-    pub const SLOTS: usize = 6;
+    pub const FLAGS: usize = 4;
+    pub const SLOTS: usize = 5;
 }
 
 /// Bits of [`CpuState::in_clocks`].

@@ -59,22 +59,19 @@ pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: Sli
         Some(ns) => (match_scheduler(st, ns), 0),
         None => (0, st.acc.iter().sum::<u64>()),
     };
-    let (user, system, has_ticks) = match slice.ticks {
-        Some((user, system)) => (user, system, 1),
-        None => (0, 0, 0),
-    };
+    // No ticks measured adds nothing: as adding none.
+    let (user, system) = slice.ticks.unwrap_or((0, 0));
     // Parked in the CPU's state, map memory whose values the verifier does
     // not carry, and read back once the entry is found: otherwise each way
     // the entry is found (a slot, taken or held; the hash map, found or
     // made) is verified again for each way the slice was measured and each
     // set of flags. btf_sched_switch with --cpu-split ticks: a 6.1 kernel's
-    // verifier walked 161 000 instructions (1-2 s under TCG), 12 000 so
-    // (6.18's: 20 000, 8 600).
+    // verifier walked 161 000 instructions (1-2 s under TCG), 11 000 so
+    // (6.18's: 20 000, 8 300).
     park(st, flush_parked::ADJUST, adjust as u64);
     park(st, flush_parked::UNBOUNDED, unbounded);
     park(st, flush_parked::USER_TICKS, user);
     park(st, flush_parked::SYSTEM_TICKS, system);
-    park(st, flush_parked::HAS_TICKS, has_ticks);
     park(st, flush_parked::FLAGS, flags_set as u64);
     let Some((t, fresh, in_slot)) = thread_entry(who) else {
         st.thread_map_overflows += 1;
@@ -92,10 +89,8 @@ pub fn flush_thread(st: &mut CpuState, who: Outgoing, flags_set: u32, slice: Sli
     };
     t.sched_adjust_ns += adjust;
     t.unbounded_ns += parked(st, flush_parked::UNBOUNDED);
-    if parked(st, flush_parked::HAS_TICKS) != 0 {
-        t.user_tick_ns += parked(st, flush_parked::USER_TICKS);
-        t.system_tick_ns += parked(st, flush_parked::SYSTEM_TICKS);
-    }
+    t.user_tick_ns += parked(st, flush_parked::USER_TICKS);
+    t.system_tick_ns += parked(st, flush_parked::SYSTEM_TICKS);
     add_times(t, st);
     t.switches += 1;
     // comm[0] == 0: created at fork, in the parent's context.
