@@ -83,7 +83,7 @@ fn script() -> String {
          if step 150 sriov.failed 'up sriov' vtrace lab up sriov > up.out 2>&1; then\n\
            ip link show >> up.out 2>&1\n\
            step 150 sriov.failed 'record pings' vtrace record --platform sriov --layers {LAYERS} --events \
-             --guest auto --guest-layers cpu,net -o sriov.vtrace \
+             --guest auto --guest-layers cpu,net,path -o sriov.vtrace \
              -- sh -c '. /tmp/truth.sh; arp_settled {ADDR}; truth before; ping -c {PINGS} -i 0.05 {ADDR}; rc=$?; truth after; exit $rc' \
              > record.out 2>&1\n\
            cp -r sriov.vtrace/guests/*-* sriov-inner.vtrace\n\
@@ -349,6 +349,75 @@ fn the_vf_guests_agent_is_reached_over_vsock_and_its_vf_frames_equal_its_counter
         sent >= PINGS && received >= PINGS,
         "the pings' replies and requests: {sent} {received}"
     );
+}
+
+/// Each stage's (count, frames, sum_ns) over a report's path rows.
+fn stages(r: &Value) -> HashMap<String, (u64, u64, u64)> {
+    let mut out = HashMap::new();
+    for row in rows(r, "path") {
+        let e = out
+            .entry(row["stage"].as_str().unwrap().to_string())
+            .or_insert((0, 0, 0));
+        e.0 += n(&row["count"]);
+        e.1 += n(&row["frames"]);
+        e.2 += n(&row["sum_ns"]);
+    }
+    out
+}
+
+/// The VF's side inside its guest (the agent's path layer, tracepoints
+/// only): every frame its polls received and every frame its driver sent
+/// equal the guest's eth0 counters; each receive interrupt is timed to its
+/// poll and through the stack, each transmit with its doorbell; no more
+/// receive interrupts than the host's vfio interrupts delivered; and those
+/// deliveries (a vCPU's entry after each VF interrupt) are joined to the
+/// guest's receive interrupts on one clock, every pair in causal order.
+#[test]
+fn the_vfs_stages_inside_its_guest_equal_its_counters_and_join_the_hosts_interrupts() {
+    let g = guest();
+    let inner = g.out.report("sriov-inner", "up.out");
+    let eth0 = rows(&inner, "device_counters")
+        .iter()
+        .find(|d| d["name"] == "eth0")
+        .expect("the guest's eth0");
+    let st = stages(&inner);
+    eprintln!("the VF guest's path stages (count, frames, sum_ns): {st:?}; its eth0: {eth0}");
+    let stage = |name: &str| st.get(name).copied().unwrap_or_default();
+    assert_eq!(
+        stage("guest_rx_stack").1,
+        n(&eth0["rx_packets"]),
+        "frames the VF's polls received"
+    );
+    assert_eq!(
+        stage("guest_tx_xmit").1,
+        n(&eth0["tx_packets"]),
+        "frames the VF's driver sent"
+    );
+    assert_eq!(
+        stage("guest_tx_xmit").0,
+        stage("guest_tx_xmit").1,
+        "each transmit timed"
+    );
+    for name in ["guest_rx_poll", "guest_rx_stack", "guest_tx_xmit"] {
+        let (count, _, sum_ns) = stage(name);
+        assert!(count > 0 && sum_ns > 0, "{name} timed in the guest: {st:?}");
+    }
+    assert!(stage("guest_rx_poll").0 >= PINGS, "each request's interrupt: {st:?}");
+    let r = g.out.report("sriov", "up.out");
+    let host = stages(&r);
+    assert!(
+        stage("guest_rx_poll").0 <= host.get("pt_entry").map_or(0, |s| s.0),
+        "the guest's receive interrupts were delivered by the host's: {host:?}"
+    );
+    let b = rows(&r, "boundary")
+        .first()
+        .unwrap_or_else(|| panic!("no boundary section: {}", g.out.text("record.out")));
+    eprintln!("the VF guest across the boundary: {b}");
+    assert!(b["unjoined"].is_null(), "{b}");
+    let clock = &b["clock"];
+    let pairs = n(&clock["rx_pairs"]);
+    assert!(pairs >= PINGS, "each request's delivery joined to its interrupt: {b}");
+    assert_eq!(n(&clock["causal"]), pairs, "every pair in causal order: {clock}");
 }
 
 #[test]

@@ -90,7 +90,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 98] = [
+pub const COUNTED_HOOKS: [&str; 99] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exec",
@@ -180,6 +180,7 @@ pub const COUNTED_HOOKS: [&str; 98] = [
     "path_virtnet_poll",
     "path_virtio_rx_irq",
     "path_net_rx_softirq",
+    "path_vf_rx_softirq",
     "path_napi_poll",
     "path_net_dev_start_xmit",
     "path_net_dev_xmit",

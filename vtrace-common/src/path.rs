@@ -47,17 +47,18 @@ pub mod path_stage {
     /// The VF's host hardirq itself (irq_handler_entry -> _exit), beside
     /// the chain above (PT_SIGNAL ends inside it).
     pub const PT_HARDIRQ: u32 = 10;
-    /// Inside a guest (`vtrace agent`), virtio-net's side of the path. A
-    /// receive queue's interrupt (vring_interrupt of an `input.N`
-    /// virtqueue) -> its NAPI poll starts (virtnet_poll): the guest's
-    /// softirq getting to it. Per interrupt.
+    /// Inside a guest (`vtrace agent`), virtio-net's or a passed-through
+    /// VF's side of the path. A receive queue's interrupt (vring_interrupt
+    /// of an `input.N` virtqueue; a VF driver's receive IRQ, its handler's
+    /// entry) -> its NAPI poll starts (virtnet_poll; a VF's, the NET_RX
+    /// softirq's entry): the guest's softirq getting to it. Per interrupt.
     pub const GUEST_RX_POLL: u32 = 11;
-    /// That poll (virtnet_poll's entry -> its napi_poll tracepoint): the
-    /// driver takes the frames and the guest's stack runs them (GRO is
-    /// flushed before it returns: IP, TCP or ICMP, the socket, a reply the
-    /// stack sends inline). Per poll; `frames`: the frames it received,
-    /// counted at the tracepoint, those of a poll whose start's kprobe was
-    /// missed included, untimed.
+    /// That poll (its start -> its napi_poll tracepoint): the driver takes
+    /// the frames and the guest's stack runs them (GRO is flushed before it
+    /// returns: IP, TCP or ICMP, the socket, a reply the stack sends
+    /// inline). Per poll; `frames`: the frames it received, counted at the
+    /// tracepoint, those of a poll whose start's kprobe was missed
+    /// included, untimed.
     pub const GUEST_RX_STACK: u32 = 12;
     /// The first frame virtio-net starts to transmit on a queue
     /// (net_dev_start_xmit) and not announced yet -> the driver's kick of
@@ -72,7 +73,13 @@ pub mod path_stage {
     /// write traps to the host (a VM exit, taken by an ioeventfd or the
     /// VMM) until the guest runs again.
     pub const GUEST_TX_NOTIFY: u32 = 14;
-    pub const COUNT: usize = 15;
+    /// Inside a guest, a passed-through VF's transmit: its driver's
+    /// ndo_start_xmit (net_dev_start_xmit -> net_dev_xmit of the VF's
+    /// device), its doorbell write included. The doorbell is a plain
+    /// write to the VF's own memory, which the host never sees: the
+    /// frame's next stop is the NIC. Per frame sent.
+    pub const GUEST_TX_XMIT: u32 = 15;
+    pub const COUNT: usize = 16;
     pub const NAMES: [&str; COUNT] = [
         "rx_tap_queue",
         "rx_signal",
@@ -89,13 +96,14 @@ pub mod path_stage {
         "guest_rx_stack",
         "guest_tx_kick",
         "guest_tx_notify",
+        "guest_tx_xmit",
     ];
     /// Each stage's direction: rx (host -> guest), tx (guest -> host), or
     /// passthrough (a VF's interrupt into its guest: `pt` in sequence,
     /// `pt_irq` the hardirq beside them), and a guest's own rx and tx.
     pub const DIRECTIONS: [&str; COUNT] = [
         "rx", "rx", "rx", "rx", "tx", "tx", "tx", "pt", "pt", "pt", "pt_irq", "guest_rx", "guest_rx", "guest_tx",
-        "guest_tx",
+        "guest_tx", "guest_tx",
     ];
 }
 
@@ -228,8 +236,8 @@ pub mod path_dir {
     /// injection, the guest entry, 0.
     pub const PASSTHROUGH: u32 = 2;
     /// Inside a guest, a receive interrupt: ts are the interrupt
-    /// (vring_interrupt), its poll's start and return, 0, 0; `frames`: the
-    /// frames the poll received.
+    /// (vring_interrupt, or a VF's receive IRQ), its poll's start and
+    /// return, 0, 0; `frames`: the frames the poll received.
     pub const GUEST_RX: u32 = 3;
     /// Inside a guest, a kick: ts are its first frame added, the notify's
     /// start and return, 0, 0; `frames`: the frames it announced.
@@ -311,9 +319,13 @@ pub mod path_loss {
 /// Processes x stages the path layer keeps latencies for.
 pub const MAX_PATH_STATS: u32 = 256;
 
-/// Words of [`PathConfig::virtio_rx_irqs`]: a bit for each of the
-/// `IRQ_DEVICE_SLOTS` device IRQs.
-pub const VIRTIO_RX_IRQ_WORDS: usize = crate::IRQ_DEVICE_SLOTS as usize / 32;
+/// Words of [`PathConfig::virtio_rx_irqs`] and `vf_rx_irqs`: a bit for
+/// each of the `IRQ_DEVICE_SLOTS` device IRQs.
+pub const RX_IRQ_WORDS: usize = crate::IRQ_DEVICE_SLOTS as usize / 32;
+
+/// Passed-through VF network devices a guest's path layer times
+/// ([`PathConfig::vf_ifindexes`]).
+pub const MAX_VF_NICS: usize = 4;
 
 /// The path layer's offsets and switch; the KVM and tun offsets its programs read it resolves itself, so it runs without those layers.
 #[repr(C)]
@@ -363,7 +375,22 @@ pub struct PathConfig {
     /// IRQ below `IRQ_DEVICE_SLOTS`: where vring_interrupt and virtnet_poll
     /// cannot be hooked (no kprobes), such an IRQ's handler is the receive
     /// interrupt and the NET_RX softirq after it the poll's start.
-    pub virtio_rx_irqs: [u32; VIRTIO_RX_IRQ_WORDS],
+    pub virtio_rx_irqs: [u32; RX_IRQ_WORDS],
+    /// Inside a guest: the receive IRQs of its passed-through VFs (their
+    /// drivers' own vectors: igbvf's `ethN-rx-M`, ixgbevf's `ethN-TxRx-M`,
+    /// iavf's `iavf-ethN-TxRx-M`), a bit per IRQ as above; the interrupt's
+    /// handler is the receive interrupt, whatever kprobes allow.
+    pub vf_rx_irqs: [u32; RX_IRQ_WORDS],
+    /// Those VFs' network devices (ifindex; 0: no slot): their NAPI polls'
+    /// frames are the guest's received ones, and their transmits are
+    /// timed ([`path_stage::GUEST_TX_XMIT`]).
+    pub vf_ifindexes: [u32; MAX_VF_NICS],
+    /// `offsetof(struct napi_struct, dev)`: a VF's poll is told by its device.
+    pub napi_dev: u32,
+    /// Non-zero: the NET_RX softirq's entry starts a VF's poll. Zero where
+    /// virtio-net's receive side is itself timed at that entry (no kprobes:
+    /// its fallback), which starts every device's poll once.
+    pub vf_starts_poll: u32,
     /// The eventfd a kick signals (`struct _ioeventfd`'s `dev`, which
     /// ioeventfd_write gets, and its `eventfd`) and the one a read reads
     /// (`kiocb.ki_filp`, `file.private_data`): a VMM's transmit queue is
@@ -389,7 +416,7 @@ pub struct PathKickTarget {
     pub eventfd: u64,
 }
 
-/// Inside a guest, per CPU: virtio-net's receive side.
+/// Inside a guest, per CPU: virtio-net's or a VF's receive side.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathGuestRx {
@@ -411,7 +438,8 @@ pub struct PathGuestTx {
 
 /// Inside a guest, per CPU: the virtio-net transmit running (its queue:
 /// the device's address plus the queue's index; 0: none), the transmit
-/// virtqueue its kick decision is for (0: none), and when that kick began.
+/// virtqueue its kick decision is for (0: none), and when that kick
+/// began; or a VF's transmit running.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PathGuestKick {
@@ -421,4 +449,6 @@ pub struct PathGuestKick {
     /// The kick's first frame added, and the frames it announces.
     pub first_ns: u64,
     pub frames: u64,
+    /// A VF's transmit running on this CPU began (0: none).
+    pub vf_xmit_ns: u64,
 }

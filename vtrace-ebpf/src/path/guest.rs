@@ -6,6 +6,12 @@
 //! [guest_tx_kick] -> the kick's write back from the host
 //! [guest_tx_notify].
 //!
+//! A passed-through VF (SR-IOV) the same way, at tracepoints only: its
+//! driver's receive IRQ -> the NET_RX softirq's entry [guest_rx_poll] ->
+//! its device's napi_poll [guest_rx_stack]; each frame's transmit, the
+//! driver's doorbell write included [guest_tx_xmit]. The VF's IRQs and
+//! devices come from userspace (/proc/interrupts, sysfs).
+//!
 //! Frames are counted at tracepoints (net_dev_start_xmit, napi_poll),
 //! times taken at kprobes on virtio_ring and virtio_net (modules); without
 //! kprobes, rx's at tracepoints too (a receive queue's own MSI-X IRQ, the
@@ -94,14 +100,43 @@ kfunc_programs!(kprobe_path_virtnet_poll, fentry_path_virtnet_poll, "virtnet_pol
     rx_poll_starts();
 });
 
-/// Whether device IRQ `irq` is a virtio-net receive queue's own (the
-/// configuration's bitmap, from /proc/interrupts).
+/// Whether device IRQ `irq` is set in `bitmap`, one of the
+/// configuration's (from /proc/interrupts).
 #[inline(always)]
-fn virtio_rx_irq(irq: u32) -> bool {
-    let Some(word) = crate::config::CONFIG.path.virtio_rx_irqs.get((irq / 32) as usize) else {
+fn irq_in(bitmap: &[u32; RX_IRQ_WORDS], irq: u32) -> bool {
+    let Some(word) = bitmap.get((irq / 32) as usize) else {
         return false;
     };
     (crate::config::read(word) >> (irq % 32)) & 1 != 0
+}
+
+/// Whether device IRQ `irq` is a virtio-net receive queue's own.
+#[inline(always)]
+fn virtio_rx_irq(irq: u32) -> bool {
+    irq_in(&crate::config::CONFIG.path.virtio_rx_irqs, irq)
+}
+
+/// A device IRQ's handler starts (path:irq_handler_entry): a VF's
+/// receive IRQ is the guest's receive interrupt.
+#[inline(always)]
+pub(super) fn device_irq(irq: u32) {
+    if irq_in(&crate::config::CONFIG.path.vf_rx_irqs, irq) {
+        rx_interrupt();
+    }
+}
+
+/// Whether network device `dev` is one of the guest's VFs (by ifindex).
+#[inline(always)]
+pub(super) fn is_vf(dev: u64) -> bool {
+    let slots = &crate::config::CONFIG.path.vf_ifindexes;
+    // No VF: no read on every other device's frame.
+    let first = crate::config::read(&slots[0]);
+    let at = conf!(net_device.dev_ifindex);
+    if first == 0 || at == 0 || dev == 0 {
+        return false;
+    }
+    let ifindex: u32 = read_or_zero(dev, at);
+    ifindex != 0 && slots.iter().any(|s| crate::config::read(s) == ifindex)
 }
 
 // Without kprobes (the fallbacks of vring_interrupt and virtnet_poll):
@@ -122,6 +157,18 @@ hook_programs! {
 /// softirq_entry's vector of the network receive softirq.
 const NET_RX_SOFTIRQ: u32 = 3;
 
+// A VF's poll starts at the NET_RX softirq's entry, as virtio-net's
+// fallback above (which, where it runs, starts it: `vf_starts_poll` 0).
+hook_programs! {
+    "softirq_entry", "irq", counted "path_vf_rx_softirq";
+    raw raw_path_vf_rx_softirq(ctx) => {
+        let vec: u64 = ctx.arg(0);
+        if vec as u32 == NET_RX_SOFTIRQ && conf!(path.vf_starts_poll) != 0 {
+            rx_poll_starts();
+        }
+    }
+}
+
 hook_programs! {
     "softirq_entry", "irq", counted "path_net_rx_softirq";
     raw raw_path_net_rx_softirq(ctx) => {
@@ -132,14 +179,25 @@ hook_programs! {
     }
 }
 
-/// A NAPI poll returned `work` frames: virtio-net's receive poll's are
-/// its frames through the guest's stack, untimed where its start's kprobe
-/// was missed.
+/// Whether `napi` is virtio-net's receive poll (by its function) or a
+/// VF's (by its device).
 #[inline(always)]
-fn on_napi_poll(napi: u64, work: u64) {
+fn guest_rx_napi(napi: u64) -> bool {
     let poll = address(conf!(path.virtnet_poll_lo), conf!(path.virtnet_poll_hi));
     let at = conf!(path.napi_poll);
-    if poll == 0 || at == 0 || read_or_zero::<u64>(napi, at) != poll {
+    if poll != 0 && at != 0 && read_or_zero::<u64>(napi, at) == poll {
+        return true;
+    }
+    let dev_at = conf!(path.napi_dev);
+    dev_at != 0 && is_vf(read_or_zero(napi, dev_at))
+}
+
+/// A NAPI poll returned `work` frames: virtio-net's or a VF's receive
+/// poll's are its frames through the guest's stack, untimed where its
+/// start's kprobe was missed.
+#[inline(always)]
+fn on_napi_poll(napi: u64, work: u64) {
+    if !guest_rx_napi(napi) {
         return;
     }
     let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) else {
@@ -209,14 +267,34 @@ pub(super) fn virtio_start_xmit(skb: u64, dev: u64) {
     }
 }
 
-/// The transmit ended: a frame the driver refused (`rc` non-zero, to be
-/// requeued) is no longer on its queue.
+/// A VF starts to transmit a frame on this CPU.
+#[inline(always)]
+pub(super) fn vf_start_xmit() {
+    if let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) {
+        unsafe { (*k).vf_xmit_ns = account::now() };
+    }
+}
+
+/// The transmit ended: a VF's is timed, if the driver took the frame; a
+/// frame virtio-net's driver refused (`rc` non-zero, to be requeued) is
+/// no longer on its queue.
 #[inline(always)]
 fn on_xmit(rc: i32) {
     let Some(k) = PATH_GUEST_KICK.get_ptr_mut(0) else {
         return;
     };
     let k = unsafe { &mut *k };
+    if k.vf_xmit_ns != 0 {
+        if rc == 0 {
+            add(
+                path_stage::GUEST_TX_XMIT,
+                account::now().saturating_sub(k.vf_xmit_ns),
+                1,
+            );
+        }
+        k.vf_xmit_ns = 0;
+        return;
+    }
     let txq = k.txq;
     k.txq = 0;
     if txq == 0 || rc == 0 {

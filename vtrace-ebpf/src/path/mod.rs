@@ -44,8 +44,8 @@ use aya_ebpf::{
 };
 use vtrace_common::{
     IRQ_DEVICE_SLOTS, MAX_PATH_STATS, PATH_READS_KEPT, PathKey, PathKick, PathKickTarget, PathPacket, PathPtIrq,
-    PathReads, PathRxBatch, PathRxPending, PathStats, PathTxFrame, PathVectorKey, TUN_MSG_PTR, TUN_XDP_FLAG, path_dir,
-    path_loss, path_stage,
+    PathReads, PathRxBatch, PathRxPending, PathStats, PathTxFrame, PathVectorKey, RX_IRQ_WORDS, TUN_MSG_PTR,
+    TUN_XDP_FLAG, path_dir, path_loss, path_stage,
 };
 
 use crate::{
@@ -121,7 +121,8 @@ fn stats(stage: u32, irq: u32) -> Option<&'static mut PathStats> {
 
 /// net_dev_start_xmit(skb, dev): a device starts to transmit a frame. A
 /// tap's queues it for its user (rx_tap_queue starts); virtio-net's,
-/// inside a guest, puts it on a transmit queue (guest_tx_kick starts).
+/// inside a guest, puts it on a transmit queue (guest_tx_kick starts); a
+/// VF's, inside a guest, starts its transmit (guest_tx_xmit starts).
 /// Told by the device's `netdev_ops`; a tracepoint, so never missed the
 /// way a kprobe inside another kprobe's interrupted program is.
 #[inline(always)]
@@ -134,6 +135,8 @@ fn on_start_xmit(skb: u64, dev: u64) {
         rx::queued(skb);
     } else if ops == address(conf!(path.virtnet_netdev_lo), conf!(path.virtnet_netdev_hi)) {
         guest::virtio_start_xmit(skb, dev);
+    } else if guest::is_vf(dev) {
+        guest::vf_start_xmit();
     }
 }
 

@@ -152,10 +152,12 @@ pub(super) fn vf_entered() {
 }
 
 // irq_handler_entry(irq, action): the name from the record's __data_loc
-// word, or the action's (the cpu layer's offsets).
+// word, or the action's (the cpu layer's offsets). Inside a guest, a VF's
+// receive interrupt too.
 hook_programs! {
     "irq_handler_entry", "irq", counted "path_irq_handler_entry";
     raw raw_path_irq_handler_entry(ctx) => {
+        guest::device_irq(ctx.arg::<u64>(0) as u32);
         let at = conf!(cpu.irqaction_name);
         if at != 0 {
             let action: u64 = ctx.arg(1);
@@ -164,9 +166,10 @@ hook_programs! {
         }
     }
     tp tp_path_irq_handler_entry(ctx) => {
+        let irq: i32 = tp_field(&ctx, conf!(cpu.tp_irq_irq));
+        guest::device_irq(irq as u32);
         let at = conf!(cpu.tp_irq_name);
         if at != 0 {
-            let irq: i32 = tp_field(&ctx, conf!(cpu.tp_irq_irq));
             let loc: u32 = tp_field(&ctx, at);
             let name = unsafe { (aya_ebpf::EbpfContext::as_ptr(&ctx) as *const u8).add((loc & 0xffff) as usize) };
             vf_irq_entry(irq as u32, name);

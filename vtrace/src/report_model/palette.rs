@@ -96,6 +96,7 @@ pub(crate) const STAGE_COLORS: [(&str, RGBColor); vtrace_common::path_stage::COU
     ("guest_rx_stack", RGBColor(0xff, 0x98, 0x96)),
     ("guest_tx_kick", RGBColor(0xae, 0xc7, 0xe8)),
     ("guest_tx_notify", RGBColor(0x9e, 0xda, 0xe5)),
+    ("guest_tx_xmit", RGBColor(0xc7, 0xc7, 0xc7)),
 ];
 
 /// The parts of a round trip across the boundary that are no path stage

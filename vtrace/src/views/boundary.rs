@@ -217,17 +217,61 @@ fn anchor(
     (anchored, a)
 }
 
-/// `guest`'s VM among the host's followed packets: the key of the rx
-/// packets its VMM's vCPUs ended, else the only VM there is.
+/// `guest`'s VM among the host's followed packets: the key of the rx (or
+/// passthrough) packets its VMM's vCPUs ended, else the only VM there is.
 fn vm_of(host: &[PathPacketRow], link: &GuestLinkRow) -> Option<u64> {
     let by_vmm = host
         .iter()
-        .find(|p| p.dir == "rx" && p.vm != 0 && link.vmm_pid != 0 && p.owner.pid == link.vmm_pid)
+        .find(|p| (p.dir == "rx" || p.dir == "pt") && p.vm != 0 && link.vmm_pid != 0 && p.owner.pid == link.vmm_pid)
         .map(|p| p.vm);
     by_vmm.or_else(|| {
         let vms: std::collections::BTreeSet<u64> = host.iter().filter(|p| p.vm != 0).map(|p| p.vm).collect();
         (vms.len() == 1).then(|| *vms.first().unwrap())
     })
+}
+
+/// The vCPU entry that delivered a followed packet's interrupt to its
+/// guest: virtio's (rx) or a VF's (pt).
+fn delivered(p: &PathPacketRow) -> Option<u64> {
+    let entry = match p.dir.as_str() {
+        "rx" => p.t4_ns,
+        "pt" => p.t3_ns,
+        _ => 0,
+    };
+    (entry != 0).then_some(entry)
+}
+
+/// A VF's receive vector's deliveries, where its VM's followed
+/// passthrough packets come from several host IRQs (a VF's receive,
+/// transmit and other vectors, each delivered by a vCPU entry, and the
+/// host cannot tell which is which): those of the IRQ whose deliveries the
+/// guest's receive interrupts (`irqs`, on the host's timeline) follow
+/// closest, by the median gap of their pairs. A transmit vector's
+/// deliveries pair too, each with the next request's interrupt, tens of
+/// milliseconds on. None where one IRQ or none delivered them (virtio).
+fn receive_vector_entries(host: &[PathPacketRow], vm: u64, irqs: &[f64], slack: f64) -> Option<Vec<u64>> {
+    let mut by_irq: std::collections::BTreeMap<u32, Vec<u64>> = std::collections::BTreeMap::new();
+    for p in host.iter().filter(|p| p.vm == vm && p.dir == "pt") {
+        if let Some(entry) = delivered(p) {
+            by_irq.entry(p.irq).or_default().push(entry);
+        }
+    }
+    if by_irq.len() < 2 {
+        return None;
+    }
+    by_irq
+        .into_values()
+        .filter_map(|mut entries| {
+            entries.sort_unstable();
+            let mut gaps: Vec<f64> = pair_rx(&entries, irqs, slack)
+                .into_iter()
+                .map(|(h, g)| (irqs[g] - entries[h] as f64).abs())
+                .collect();
+            gaps.sort_by(f64::total_cmp);
+            Some((*gaps.get(gaps.len() / 2)?, entries))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, entries)| entries)
 }
 
 /// One guest joined to its VM; None when the recording has no followed
@@ -282,8 +326,8 @@ fn join(rec: &Recording, link: &GuestLinkRow) -> Option<Boundary> {
     b.trips = trips.len();
     let mut entries: Vec<u64> = host_packets
         .iter()
-        .filter(|p| p.vm == vm && p.dir == "rx" && p.t4_ns != 0)
-        .map(|p| p.t4_ns)
+        .filter(|p| p.vm == vm)
+        .filter_map(delivered)
         .collect();
     entries.sort_unstable();
     let mut kicks: Vec<u64> = host_packets
@@ -316,15 +360,14 @@ fn join(rec: &Recording, link: &GuestLinkRow) -> Option<Boundary> {
     // Guest times (ns since the guest's start) on the host's timeline (ns
     // since the host's start), by a mapping.
     let on_host = |m: &ClockMap, t: u64| m.to_host(t + guest_start) - host_start as f64;
-    let pairs = |m: &ClockMap| {
-        let irqs: Vec<f64> = guest_rx.iter().map(|p| on_host(m, p.t0_ns)).collect();
-        let notifies: Vec<f64> = guest_tx.iter().map(|p| on_host(m, p.t1_ns)).collect();
-        (
-            pair_rx(&entries, &irqs, m.bound_ns),
-            pair_tx(&kicks, &notifies, m.bound_ns),
-        )
-    };
-    let (rx_pairs, tx_pairs) = pairs(&map);
+    let irqs: Vec<f64> = guest_rx.iter().map(|p| on_host(&map, p.t0_ns)).collect();
+    if let Some(receive) = receive_vector_entries(host_packets, vm, &irqs, map.bound_ns) {
+        entries = receive;
+        b.rx.host = entries.len();
+    }
+    let notifies: Vec<f64> = guest_tx.iter().map(|p| on_host(&map, p.t1_ns)).collect();
+    let rx_pairs = pair_rx(&entries, &irqs, map.bound_ns);
+    let tx_pairs = pair_tx(&kicks, &notifies, map.bound_ns);
     let rx_abs: Vec<(u64, u64)> = rx_pairs
         .iter()
         .map(|&(h, g)| (entries[h] + host_start, guest_rx[g].t0_ns + guest_start))

@@ -66,6 +66,68 @@ pub fn virtio_net_rx_irqs() -> Vec<u32> {
         .collect()
 }
 
+/// A passed-through VF inside a guest: its network device and its
+/// driver's receive IRQs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VfNic {
+    pub name: String,
+    pub ifindex: u32,
+    pub rx_irqs: Vec<u32>,
+}
+
+/// The VF drivers whose receive IRQs are told by name (`/proc/interrupts`):
+/// igbvf's `ethN-rx-M`, ixgbevf's `ethN-TxRx-M`, iavf's `iavf-ethN-TxRx-M`.
+const VF_DRIVERS: &[&str] = &["igbvf", "ixgbevf", "iavf"];
+
+/// This machine's network devices a VF driver runs, each with its receive
+/// IRQs (none found: the device's receive side is not timed, its
+/// transmits still are).
+pub fn vf_nics() -> Vec<VfNic> {
+    let interrupts = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    let Ok(devices) = std::fs::read_dir("/sys/class/net") else {
+        return Vec::new();
+    };
+    let mut nics: Vec<VfNic> = devices
+        .flatten()
+        .filter_map(|d| {
+            let name = d.file_name().to_string_lossy().into_owned();
+            let driver = std::fs::read_link(d.path().join("device/driver")).ok()?;
+            if !VF_DRIVERS.iter().any(|v| driver.file_name().is_some_and(|f| f == *v)) {
+                return None;
+            }
+            let ifindex = std::fs::read_to_string(d.path().join("ifindex"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let rx_irqs = vf_rx_irqs(&interrupts, &name);
+            Some(VfNic { name, ifindex, rx_irqs })
+        })
+        .collect();
+    nics.sort_by_key(|n| n.ifindex);
+    nics
+}
+
+/// Device `name`'s receive IRQs in `interrupts` (/proc/interrupts' text),
+/// by the VF drivers' names for them.
+fn vf_rx_irqs(interrupts: &str, name: &str) -> Vec<u32> {
+    interrupts
+        .lines()
+        .filter_map(|line| {
+            let (irq, rest) = line.trim_start().split_once(':')?;
+            let irq: u32 = irq.parse().ok()?;
+            let action = rest.split_whitespace().last()?;
+            let action = action.strip_prefix("iavf-").unwrap_or(action);
+            let queue = action
+                .strip_prefix(name)?
+                .strip_prefix("-rx-")
+                .or_else(|| action.strip_prefix(name)?.strip_prefix("-TxRx-"))?;
+            queue.parse::<u32>().ok()?;
+            Some(irq)
+        })
+        .collect()
+}
+
 impl Layer for PathLayer {
     fn name(&self) -> &'static str {
         "path"
@@ -75,16 +137,18 @@ impl Layer for PathLayer {
         false
     }
     /// Every host stage starts or ends at a tun/vhost-net function
-    /// (kprobes); without them only a guest's receive side is timed, where
-    /// a virtio-net receive queue has an interrupt of its own.
+    /// (kprobes); without them only a guest's side is timed: virtio-net's
+    /// receive side, where a receive queue has an interrupt of its own, and
+    /// a passed-through VF's (tracepoints only).
     fn can_run(&self, setup: &Setup) -> Result<(), String> {
-        if setup.caps.kprobe_pmu || !virtio_net_rx_irqs().is_empty() {
+        if setup.caps.kprobe_pmu || !virtio_net_rx_irqs().is_empty() || !vf_nics().is_empty() {
             Ok(())
         } else {
             Err(
                 "kprobes unavailable (no kprobe PMU: kernel built without CONFIG_KPROBES): every stage of the \
                  virtio data path on a host starts or ends at a tun/vhost-net kernel function, and no virtio-net \
-                 receive queue here has an interrupt of its own (MSI-X) to time a guest's side at tracepoints"
+                 receive queue here has an interrupt of its own (MSI-X), nor is a VF's driver here, to time a \
+                 guest's side at tracepoints"
                     .into(),
             )
         }
@@ -155,6 +219,7 @@ impl Layer for PathLayer {
             .find_map(|btf| offsets::member_offset(&btf, "virtqueue", "name"))
             .unwrap_or_else(|| k.member("virtqueue", "name"));
         o.path.napi_poll = k.member("napi_struct", "poll");
+        o.path.napi_dev = k.member("napi_struct", "dev");
         o.path.skb_queue_mapping = k.member("sk_buff", "queue_mapping");
     }
     /// The tracepoints that count frames only where the devices they are
@@ -166,12 +231,15 @@ impl Layer for PathLayer {
         let virtio_rx = known(c.virtnet_poll_lo, c.virtnet_poll_hi);
         let virtio_tx = known(c.virtnet_netdev_lo, c.virtnet_netdev_hi);
         let tun = config.net_device.tells_tun();
+        let vf = c.vf_ifindexes[0] != 0;
         Ok(probes::PATH
             .iter()
             .filter(|p| match p.id {
-                probes::START_XMIT => virtio_tx || tun,
+                probes::START_XMIT => virtio_tx || tun || vf,
+                probes::NAPI_POLL => virtio_rx || vf,
+                probes::VF_RX_SOFTIRQ => vf,
                 id if probes::VIRTIO_NET_RX.contains(&id) => virtio_rx,
-                id if probes::VIRTIO_NET_TX.contains(&id) => virtio_tx,
+                id if probes::VIRTIO_NET_TX.contains(&id) => virtio_tx || vf,
                 _ => true,
             })
             .copied()
@@ -179,11 +247,28 @@ impl Layer for PathLayer {
     }
     fn configure(&self, setup: &Setup, config: &mut Config) {
         config.path.path_packets_on = setup.asked.switches.get::<super::CommonSwitches>().events as u32;
-        for irq in virtio_net_rx_irqs() {
-            if let Some(word) = config.path.virtio_rx_irqs.get_mut(irq as usize / 32) {
+        let set = |bitmap: &mut [u32], irq: u32| {
+            if let Some(word) = bitmap.get_mut(irq as usize / 32) {
                 *word |= 1 << (irq % 32);
             }
+        };
+        let virtio_rx_irqs = virtio_net_rx_irqs();
+        for &irq in &virtio_rx_irqs {
+            set(&mut config.path.virtio_rx_irqs, irq);
         }
+        for (slot, nic) in config.path.vf_ifindexes.iter_mut().zip(vf_nics()) {
+            *slot = nic.ifindex;
+            for irq in nic.rx_irqs {
+                set(&mut config.path.vf_rx_irqs, irq);
+            }
+        }
+        // Without kprobes virtio-net's poll starts at the NET_RX softirq
+        // (its fallback), which then starts a VF's too. (Where fentry
+        // attached and kprobes could not, a VF's polls go untimed, their
+        // frames still counted.)
+        let virtio_poll_known = vtrace_common::address(config.path.virtnet_poll_lo, config.path.virtnet_poll_hi) != 0;
+        config.path.vf_starts_poll =
+            !(virtio_poll_known && !setup.caps.kprobe_pmu && !virtio_rx_irqs.is_empty()) as u32;
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![
@@ -550,4 +635,31 @@ fn notes(rows: &[PathRow]) -> Vec<String> {
         );
     }
     notes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::vf_rx_irqs;
+
+    /// /proc/interrupts as a guest with an igbvf VF shows it (the stock
+    /// kernel, one level down), with an ixgbevf's and an iavf's lines and
+    /// look-alikes of another device beside it.
+    const INTERRUPTS: &str = "           CPU0
+  24:        511   PCI-MSIX-0000:00:03.0   0-edge      eth0-tx-0
+  25:        987   PCI-MSIX-0000:00:03.0   1-edge      eth0-rx-0
+  26:          2   PCI-MSIX-0000:00:03.0   2-edge      eth0
+  27:         40   PCI-MSIX-0000:00:04.0   0-edge      eth10-rx-0
+  28:         17   PCI-MSIX-0000:00:05.0   0-edge      eth1-TxRx-0
+  29:         12   PCI-MSIX-0000:00:05.0   1-edge      eth1-TxRx-1
+  30:          9   PCI-MSIX-0000:00:06.0   1-edge      iavf-eth2-TxRx-0
+ NMI:          0   Non-maskable interrupts
+";
+
+    #[test]
+    fn a_vfs_receive_irqs_are_told_by_its_drivers_names_and_no_other_devices() {
+        assert_eq!(vf_rx_irqs(INTERRUPTS, "eth0"), vec![25]);
+        assert_eq!(vf_rx_irqs(INTERRUPTS, "eth1"), vec![28, 29]);
+        assert_eq!(vf_rx_irqs(INTERRUPTS, "eth2"), vec![30]);
+        assert_eq!(vf_rx_irqs(INTERRUPTS, "eth3"), Vec::<u32>::new());
+    }
 }

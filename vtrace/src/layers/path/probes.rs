@@ -21,10 +21,14 @@ macro_rules! path_kvm_tracepoint {
     };
 }
 
-/// A guest's virtio-net receive side: its probes and the tracepoint that
-/// counts its frames, attached where virtio-net's poll function is known
-/// (elsewhere the tracepoint and the fallbacks would run for nothing).
-pub const VIRTIO_NET_RX: &[&str] = &["path:napi_poll", "path:vring_interrupt", "path:virtnet_poll"];
+/// A guest's virtio-net receive side, attached where virtio-net's poll
+/// function is known (elsewhere they and their fallbacks would run for
+/// nothing).
+pub const VIRTIO_NET_RX: &[&str] = &["path:vring_interrupt", "path:virtnet_poll"];
+/// The tracepoint that counts virtio-net's or a VF's received frames.
+pub const NAPI_POLL: &str = "path:napi_poll";
+/// A VF's poll starting (where one is in the guest).
+pub const VF_RX_SOFTIRQ: &str = "path:vf_rx_softirq";
 /// The tracepoint that counts its transmitted frames, where its device
 /// operations are known (a data symbol: kallsyms has it with
 /// CONFIG_KALLSYMS_ALL), and the one that also starts a tap's frames
@@ -37,7 +41,8 @@ pub const PATH: &[ProbeSpec] = &[
     ProbeSpec {
         id: "path:net_dev_start_xmit",
         layer: "path",
-        what: "rx: a frame queued to a tap (its queue time starts); guest tx: virtio-net puts a frame on a transmit queue",
+        what: "rx: a frame queued to a tap (its queue time starts); guest tx: virtio-net puts a frame on a transmit queue, \
+               or a VF's driver starts to send one",
         strategies: &[
             Strategy::BtfTracepoint {
                 program: "btf_path_net_dev_start_xmit",
@@ -126,7 +131,8 @@ pub const PATH: &[ProbeSpec] = &[
     ProbeSpec {
         id: "path:irq_handler_entry",
         layer: "path",
-        what: "passthrough: the host takes a VF's interrupt (a vfio-* IRQ's handler starts)",
+        what: "passthrough: the host takes a VF's interrupt (a vfio-* IRQ's handler starts); inside a guest, a VF's \
+               receive interrupt",
         strategies: &[
             Strategy::RawTracepoint {
                 program: "raw_path_irq_handler_entry",
@@ -254,9 +260,18 @@ pub const PATH: &[ProbeSpec] = &[
         raw_tp "softirq_entry" => "raw_path_net_rx_softirq"
     ),
     ProbeSpec {
+        id: "path:vf_rx_softirq",
+        layer: "path",
+        what: "guest rx: a VF's NAPI poll starts (the NET_RX softirq after its receive interrupt)",
+        strategies: &[Strategy::RawTracepoint {
+            program: "raw_path_vf_rx_softirq",
+            tracepoint: "softirq_entry",
+        }],
+    },
+    ProbeSpec {
         id: "path:napi_poll",
         layer: "path",
-        what: "guest rx: a virtio-net poll returns the frames it received, through the guest's stack",
+        what: "guest rx: a virtio-net or VF poll returns the frames it received, through the guest's stack",
         strategies: &[
             Strategy::BtfTracepoint {
                 program: "btf_path_napi_poll",
@@ -271,7 +286,7 @@ pub const PATH: &[ProbeSpec] = &[
     ProbeSpec {
         id: "path:net_dev_xmit",
         layer: "path",
-        what: "guest tx: that transmit ends (a frame the driver refused leaves its queue)",
+        what: "guest tx: that transmit ends (a frame the driver refused leaves its queue; a VF's is timed)",
         strategies: &[
             Strategy::BtfTracepoint {
                 program: "btf_path_net_dev_xmit",
