@@ -115,7 +115,10 @@ impl Session<'_> {
             ..Default::default()
         };
         window.checkpoints.count(&mut overhead);
-        overhead.vtrace_setup_ns = usage_total.vtrace_cpu_ns().saturating_sub(overhead.vtrace_cpu_ns());
+        overhead.vtrace_setup_ns = at_start
+            .vtrace_cpu_ns()
+            .saturating_sub(self.usage_at_preflight.vtrace_cpu_ns());
+        overhead.setup_steps_ns = self.steps.clone();
         let parts = Emit {
             asked: &self.asked,
             caps: &self.caps,

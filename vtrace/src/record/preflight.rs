@@ -17,6 +17,12 @@ pub struct Prepared {
     pub(super) profiles: Vec<Profile>,
     pub(super) system: SystemSnapshot,
     pub(super) instances: Vec<Instance>,
+    /// vtrace's own CPU when preflight began: its set-up is counted from
+    /// here (a process that records again and again, a bench, counts each
+    /// recording's own).
+    pub(super) usage_at_preflight: crate::recording::Overhead,
+    /// When preflight began: the first of the set-up's steps.
+    pub(super) started: std::time::Instant,
 }
 
 /// The selected platform's instances in `system` (none for `host`).
@@ -39,6 +45,8 @@ pub(super) fn platform_instances(
 
 /// Checks everything that can be checked before the workload starts.
 pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
+    let usage_at_preflight = super::emit::self_usage();
+    let started = std::time::Instant::now();
     opts.check_layers()?;
     opts.check_selectors()?;
     let profiles = platforms::profiles(opts.platform_file.as_deref())?;
@@ -68,5 +76,7 @@ pub fn preflight(opts: &RecordOptions) -> Result<Prepared> {
         profiles,
         system,
         instances,
+        usage_at_preflight,
+        started,
     })
 }

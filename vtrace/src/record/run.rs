@@ -44,6 +44,7 @@ pub(super) async fn run(opts: &RecordOptions, prepared: Prepared, mut control: C
     let mut live = rec.load(running)?;
     let mut stats = rec.stats_window();
     rec.attach(&mut live, &mut control)?;
+    rec.step("attach");
     let mut window = rec.start_workload(&live);
     let stop = rec.until_stop(&mut live, &mut stats, &mut window, &mut control).await?;
     if opts.live {
@@ -57,7 +58,9 @@ pub(super) async fn run(opts: &RecordOptions, prepared: Prepared, mut control: C
     }
     let bpf_stats_coverage = stats.finish();
     let exit_code = rec.finish_workload(&mut window, &stop, &mut control).await;
+    rec.step_ended = std::time::Instant::now();
     let end = rec.read_end(live, &window, bpf_stats_coverage).await?;
+    rec.step("read_end");
     let attribution = rec.attribute(&window, &end);
     let recording = rec.emit(&window, &end, &attribution, control.own_threads, &stop)?;
     let outcome = rec.write(recording, exit_code);
@@ -75,6 +78,12 @@ pub(super) struct Session<'o> {
     pub(super) system: SystemSnapshot,
     pub(super) instances_at_start: Vec<Instance>,
     pub(super) notes: Vec<String>,
+    /// vtrace's own CPU when this recording's preflight began.
+    pub(super) usage_at_preflight: Overhead,
+    /// vtrace's own steps so far (`Overhead::setup_steps_ns`), and when
+    /// the last one ended.
+    pub(super) steps: Vec<(String, u64)>,
+    pub(super) step_ended: std::time::Instant,
 }
 
 /// The eBPF side while it runs: the object, the layers and their collectors.
@@ -127,17 +136,36 @@ impl<'o> Session<'o> {
             profiles,
             system,
             instances,
+            usage_at_preflight,
+            started,
         } = prepared;
+        let caps_from = std::time::Instant::now();
+        let caps = Capabilities::detect();
+        let steps = vec![
+            ("preflight".to_string(), (caps_from - started).as_nanos() as u64),
+            ("kernel".to_string(), caps_from.elapsed().as_nanos() as u64),
+        ];
         Session {
             opts,
             asked: opts.request(),
-            caps: Capabilities::detect(),
+            caps,
             slot,
             profiles,
             system,
             instances_at_start: instances,
             notes: Vec::new(),
+            usage_at_preflight,
+            steps,
+            step_ended: std::time::Instant::now(),
         }
+    }
+
+    /// Step `name` of vtrace's own (`Overhead::setup_steps_ns`) ended now.
+    pub(super) fn step(&mut self, name: &str) {
+        let now = std::time::Instant::now();
+        self.steps
+            .push((name.to_string(), (now - self.step_ended).as_nanos() as u64));
+        self.step_ended = now;
     }
 
     /// What the layers see while the recording is set up.

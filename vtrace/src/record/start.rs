@@ -40,6 +40,7 @@ impl Session<'_> {
         for layer in &running {
             specs.extend(layer.probes(&self.setup(0), &config)?);
         }
+        self.step("configure");
         let mut ebpf = crate::ebpf::load(&config)?;
         let mut calibration = Calibration::default();
         if self.opts.self_stats != SelfStats::Off {
@@ -50,6 +51,7 @@ impl Session<'_> {
                 )),
             }
         }
+        self.step("load");
         let start_unix = unix_ns();
         let start_mono = monotonic_ns();
         let mut collectors = Vec::new();

@@ -93,11 +93,25 @@ pub struct Overhead {
     /// the whole process's, set-up included.
     pub vtrace_user_ns: u64,
     pub vtrace_system_ns: u64,
-    /// CPU time of the vtrace process before that window: loading,
-    /// verifying and attaching the programs, calibrating (building the
-    /// tables and writing the recording come after and are in neither).
+    /// CPU time of the vtrace process from this recording's preflight to
+    /// that window: finding the platform, reading the kernel's BTF,
+    /// loading, verifying and attaching the programs, calibrating (building
+    /// the tables and writing the recording come after and are in
+    /// neither). Recordings before 2026-11-29 counted it from the process's
+    /// start: in a bench, every earlier cell's too.
     #[serde(default)]
     pub vtrace_setup_ns: u64,
+    /// Wall time of each step of vtrace's own start, in order, and of its
+    /// last readings: `preflight` (options, the platform's instances),
+    /// `kernel` (its BTF parsed, what it offers), `configure` (offsets
+    /// resolved, each layer's configuration and probes), `load` (the
+    /// object's maps made, the statistics' floor measured), `attach`
+    /// (the collectors started, a guest's agent reached among them; every
+    /// program verified and attached, baselines taken), and
+    /// `read_end` (the last readings, programs detaching). Empty in
+    /// recordings before 2026-11-29.
+    #[serde(default)]
+    pub setup_steps_ns: Vec<(String, u64)>,
     pub vtrace_peak_rss_kib: u64,
     /// (eBPF run time + vtrace's CPU while the workload ran) / capacity:
     /// the tracing cost as a share of the machine.

@@ -246,10 +246,18 @@ pub fn overhead(rec: &Recording) -> Section {
         s.lines([format!(
             "  ns/event: as the kernel's statistics measured it, less the {floor:.0} ns they add to every run \
              themselves (an empty program's measured run time), plus the {:.0} ns an empty program really costs a \
-             hook, dispatch included (docs/overhead.md); vtrace's set-up and wrap-up outside the window: {} s",
+             hook, dispatch included (docs/overhead.md); vtrace's set-up before the window: {} s of CPU",
             ov.bpf_hook_ns,
             secs(ov.vtrace_setup_ns)
         )]);
+    }
+    if !ov.setup_steps_ns.is_empty() {
+        let steps: Vec<String> = ov
+            .setup_steps_ns
+            .iter()
+            .map(|(step, ns)| format!("{step} {:.2}", *ns as f64 / 1e9))
+            .collect();
+        s.lines([format!("  vtrace's own steps (wall s): {}", steps.join(", "))]);
     }
     // Programs that ran only while the sampled statistics were off have no
     // ns per run: their cost is unknown, not zero.
