@@ -49,6 +49,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
     std::fs::create_dir_all(&args.dir).with_context(|| format!("create {}", args.dir.display()))?;
     let listener = listen.bind().with_context(|| format!("listen on {}", args.listen))?;
     eprintln!("vtrace agent: waiting for the host on {}", listener.local());
+    // The kernel's BTF parsed while the host has not asked yet.
+    std::thread::spawn(vtrace::probes::capabilities::warm);
     let output = args.dir.join("guest.vtrace");
     let start = |asked: &Asked| -> Result<Box<dyn GuestRecording>, String> {
         let mut opts = RecordOptions {

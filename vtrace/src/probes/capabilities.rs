@@ -18,6 +18,38 @@ pub const TRACEFS_PATHS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/
 /// to exercise fallback strategies on a kernel that has the preferred ones.
 pub const SKIP_METHODS_ENV: &str = "VTRACE_SKIP_METHODS";
 
+/// The running kernel's BTF (vmlinux), parsed once a process: a process
+/// that records again and again (a bench's cells, an agent's recordings)
+/// parses it once, and an agent parses it while it waits for the host
+/// ([`warm`]). It cannot change while the kernel runs (modules' BTF are
+/// files of their own, read where needed).
+fn vmlinux_btf() -> &'static Result<Arc<btf_rs::Btf>, String> {
+    static BTF: OnceLock<Result<Arc<btf_rs::Btf>, String>> = OnceLock::new();
+    BTF.get_or_init(|| {
+        if !Path::new(BTF_PATH).exists() {
+            return Err(format!(
+                "{BTF_PATH} missing (kernel built without CONFIG_DEBUG_INFO_BTF)"
+            ));
+        }
+        // Read whole, then parsed: btf-rs's file reader seeks before each
+        // read, 126 000 syscalls for vmlinux's BTF (seconds in an emulated
+        // guest).
+        fs::read(BTF_PATH)
+            .map_err(|e| format!("cannot read {BTF_PATH}: {e}"))
+            .and_then(|bytes| btf_rs::Btf::from_bytes(&bytes).map_err(|e| format!("cannot parse {BTF_PATH}: {e}")))
+            .map(Arc::new)
+    })
+}
+
+/// Parses the kernel's BTF now, both ways a recording needs it (btf-rs
+/// for offsets, aya's for loading BTF-typed programs), ahead of the first
+/// recording: a recording that starts meanwhile waits for this one parse.
+/// Six seconds of an agent's start in a guest under nested emulation.
+pub fn warm() {
+    let _ = vmlinux_btf();
+    let _ = crate::ebpf::kernel_btf();
+}
+
 pub struct Capabilities {
     pub kernel_release: String,
     /// Parsed vmlinux BTF, or why it is missing.
@@ -39,19 +71,7 @@ pub struct Capabilities {
 
 impl Capabilities {
     pub fn detect() -> Self {
-        let btf = if Path::new(BTF_PATH).exists() {
-            // Read whole, then parsed: btf-rs's file reader seeks before
-            // each read, 126 000 syscalls for vmlinux's BTF (seconds in an
-            // emulated guest).
-            fs::read(BTF_PATH)
-                .map_err(|e| format!("cannot read {BTF_PATH}: {e}"))
-                .and_then(|bytes| btf_rs::Btf::from_bytes(&bytes).map_err(|e| format!("cannot parse {BTF_PATH}: {e}")))
-                .map(Arc::new)
-        } else {
-            Err(format!(
-                "{BTF_PATH} missing (kernel built without CONFIG_DEBUG_INFO_BTF)"
-            ))
-        };
+        let btf = vmlinux_btf().clone();
         let tracefs = find_tracefs()
             .ok_or_else(|| "tracefs is not mounted (mount -t tracefs nodev /sys/kernel/tracing)".to_string());
         Capabilities {
