@@ -166,13 +166,16 @@ hook_programs! {
         }
     }
     tp tp_path_irq_handler_entry(ctx) => {
-        let irq: i32 = tp_field(&ctx, conf!(cpu.tp_irq_irq));
-        guest::device_irq(irq as u32);
+        // The record's `int irq`, read as the u32 it is (never negative):
+        // widened from an i32, its bound check was on a copy the verifier
+        // does not tie to the index.
+        let irq: u32 = tp_field(&ctx, conf!(cpu.tp_irq_irq));
+        guest::device_irq(irq);
         let at = conf!(cpu.tp_irq_name);
         if at != 0 {
             let loc: u32 = tp_field(&ctx, at);
             let name = unsafe { (aya_ebpf::EbpfContext::as_ptr(&ctx) as *const u8).add((loc & 0xffff) as usize) };
-            vf_irq_entry(irq as u32, name);
+            vf_irq_entry(irq, name);
         }
     }
 }
