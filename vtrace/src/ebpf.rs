@@ -23,6 +23,13 @@ pub fn kernel_btf() -> std::result::Result<&'static aya::Btf, String> {
 /// Loads the object (maps created, programs not yet loaded into the kernel)
 /// with `config` written into its one `CONFIG` global.
 pub fn load(config: &Config) -> Result<Ebpf> {
+    if OBJECT.is_empty() {
+        return Err(Error::Ebpf(
+            "this vtrace was built without its eBPF object (AYA_BUILD_SKIP=1, for lints only): build it again \
+             without AYA_BUILD_SKIP"
+                .into(),
+        ));
+    }
     raise_memlock_limit();
     let small = std::env::var("VTRACE_MAP_ENTRIES").unwrap_or_default();
     let mut loader = EbpfLoader::new();
