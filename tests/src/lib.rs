@@ -231,6 +231,21 @@ pub fn assert_guest_eth0_matches_its_counters(inner: &serde_json::Value, label: 
     (seen("xmit"), seen("receive"))
 }
 
+/// Each path stage's (count, frames, sum_ns) over a report's `path` rows
+/// (every process that ended it).
+pub fn path_stages(report: &serde_json::Value) -> std::collections::BTreeMap<String, (u64, u64, u64)> {
+    let mut out = std::collections::BTreeMap::new();
+    for row in report["path"].as_array().map_or(&[][..], |a| a.as_slice()) {
+        let e = out
+            .entry(row["stage"].as_str().unwrap_or_default().to_string())
+            .or_insert((0, 0, 0));
+        e.0 += num(row, "count");
+        e.1 += num(row, "frames");
+        e.2 += num(row, "sum_ns");
+    }
+    out
+}
+
 /// `v[field]` as a number; a missing or non-numeric field fails the test, naming it.
 pub fn num(v: &serde_json::Value, field: &str) -> u64 {
     v[field]

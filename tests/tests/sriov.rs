@@ -14,7 +14,9 @@ use std::{collections::HashMap, path::PathBuf, sync::OnceLock, time::Duration};
 
 use serde_json::Value;
 use vtrace::lab::guest::Board;
-use vtrace_tests::{GUEST_STEPS, GuestRun, TempDir, USER_VM_TRUTH, bin, check_user_vm, run_guest, system_tool};
+use vtrace_tests::{
+    GUEST_STEPS, GuestRun, TempDir, USER_VM_TRUTH, bin, check_user_vm, path_stages, run_guest, system_tool,
+};
 
 /// The lab's address of the SR-IOV guest.
 const ADDR: &str = "10.99.27.2";
@@ -351,20 +353,6 @@ fn the_vf_guests_agent_is_reached_over_vsock_and_its_vf_frames_equal_its_counter
     );
 }
 
-/// Each stage's (count, frames, sum_ns) over a report's path rows.
-fn stages(r: &Value) -> HashMap<String, (u64, u64, u64)> {
-    let mut out = HashMap::new();
-    for row in rows(r, "path") {
-        let e = out
-            .entry(row["stage"].as_str().unwrap().to_string())
-            .or_insert((0, 0, 0));
-        e.0 += n(&row["count"]);
-        e.1 += n(&row["frames"]);
-        e.2 += n(&row["sum_ns"]);
-    }
-    out
-}
-
 /// The VF's side inside its guest (the agent's path layer, tracepoints
 /// only): every frame its polls received and every frame its driver sent
 /// equal the guest's eth0 counters; each receive interrupt is timed to its
@@ -381,7 +369,7 @@ fn the_vfs_stages_inside_its_guest_equal_its_counters_and_join_the_hosts_interru
         .iter()
         .find(|d| d["name"] == "eth0")
         .expect("the guest's eth0");
-    let st = stages(&inner);
+    let st = path_stages(&inner);
     eprintln!("the VF guest's path stages (count, frames, sum_ns): {st:?}; its eth0: {eth0}");
     let stage = |name: &str| st.get(name).copied().unwrap_or_default();
     assert_eq!(
@@ -404,7 +392,7 @@ fn the_vfs_stages_inside_its_guest_equal_its_counters_and_join_the_hosts_interru
         assert!(count > 0 && sum_ns > 0, "{name} timed in the guest: {st:?}");
     }
     let r = g.out.report("sriov", "up.out");
-    let host = stages(&r);
+    let host = path_stages(&r);
     assert!(
         stage("guest_rx_poll").0 <= host.get("pt_entry").map_or(0, |s| s.0),
         "the guest's receive interrupts were delivered by the host's: {host:?}"

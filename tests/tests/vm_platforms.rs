@@ -15,7 +15,7 @@ use std::{collections::HashMap, path::PathBuf, sync::OnceLock, time::Duration};
 use serde_json::Value;
 use vtrace::lab::guest::Board;
 use vtrace_tests::{
-    GUEST_STEPS, GuestFiles, TempDir, USER_VM_TRUTH, bin, check_user_vm, run_guest, system_tool, vmm_dir,
+    GUEST_STEPS, GuestFiles, TempDir, USER_VM_TRUTH, bin, check_user_vm, path_stages, run_guest, system_tool, vmm_dir,
 };
 
 /// redis-benchmark requests per test (GET and SET) against the Linux guests.
@@ -588,26 +588,12 @@ fn a_vm_a_user_starts_has_its_roles_from_what_its_threads_do() {
     }
 }
 
-/// The stage rows of the path layer for `platform`'s instance.
-fn stages(r: &Value) -> std::collections::BTreeMap<String, (u64, u64, u64)> {
-    let mut out = std::collections::BTreeMap::new();
-    for row in rows(r, "path") {
-        let e = out
-            .entry(row["stage"].as_str().unwrap().to_string())
-            .or_insert((0, 0, 0));
-        e.0 += n(&row["count"]);
-        e.1 += n(&row["frames"]);
-        e.2 += n(&row["sum_ns"]);
-    }
-    out
-}
-
 #[test]
 fn every_frame_to_the_vm_has_its_tap_queue_time_and_the_path_its_stages() {
     let g = guest();
     for (p, _) in PLATFORMS {
         let r = g.report(p);
-        let st = stages(&r);
+        let st = path_stages(&r);
         let tap = rows(&r, "device_counters").iter().find(|d| d["kind"] == "tap").unwrap();
         eprintln!(
             "{p}: tap tx {} rx {}; stages {st:?}",
@@ -708,7 +694,7 @@ fn pings_are_followed_through_every_stage_and_their_round_trips_fit_in_pings_own
     for p in PING_PLATFORMS {
         g.report(p);
         let r: Value = serde_json::from_str(g.text(&format!("{p}-ping.json"))).unwrap();
-        let st = stages(&r);
+        let st = path_stages(&r);
         let tap = rows(&r, "device_counters").iter().find(|d| d["kind"] == "tap").unwrap();
         eprintln!(
             "{p} ping: tap tx {} rx {}; stages {st:?}",
@@ -1078,7 +1064,7 @@ fn check_agent(platform: &str) {
     // virtio-net's side of the path, timed in the guest: every frame its
     // polls received, and every frame announced by a kick or handed over
     // without one, against the same counters.
-    let guest_stages = stages(&inner);
+    let guest_stages = path_stages(&inner);
     let losses = &inner["overhead"]["losses"];
     let unannounced = n(&losses["path.guest_unannounced"]);
     let (at_start, at_end) = (
