@@ -131,6 +131,10 @@ fn virtio_rx_irq(irq: u32) -> bool {
 /// receive IRQ is the guest's receive interrupt.
 #[inline(always)]
 pub(super) fn device_irq(irq: u32) {
+    // No VF (every host): one read per device IRQ, not the bitmap's eight.
+    if crate::config::read(&crate::config::CONFIG.path.vf_ifindexes[0]) == 0 {
+        return;
+    }
     if irq_in(&crate::config::CONFIG.path.vf_rx_irqs, irq) {
         rx_interrupt();
     }
