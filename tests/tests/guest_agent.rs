@@ -134,6 +134,9 @@ fn the_guests_recording_comes_whole_on_one_clock_and_its_threads_match_their_sch
             "netns",
             "exec",
             NS,
+            "taskset",
+            "-c",
+            "1",
             bin("cpu-mix").to_str().unwrap(),
             "--seconds",
             "1.5",
@@ -150,10 +153,34 @@ fn the_guests_recording_comes_whole_on_one_clock_and_its_threads_match_their_sch
     // The guest's own recording holds the workload's threads, each within
     // 2 % of its own schedstat.
     assert_threads_match_schedstat(guest, &truth, "guest");
+    let truth_json: Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
+    // And per CPU (an agent records `thread_cpus`, for each vCPU's split):
+    // the workload ran pinned to CPU 1, so each of its threads' time is
+    // there, within 2 % of its schedstat, and none is on CPU 0.
+    let per_cpu = thread_cpus(&out);
+    for t in truth_json["threads"].as_array().unwrap() {
+        let tid = t["tid"].as_u64().unwrap() as u32;
+        let on = |cpu: u32| {
+            per_cpu
+                .iter()
+                .filter(|r| r.0 == tid && r.1 == cpu)
+                .map(|r| r.2)
+                .sum::<u64>()
+        };
+        let expected = t["schedstat_ns"].as_u64().unwrap();
+        let err = (on(1) as f64 - expected as f64).abs() / expected as f64;
+        eprintln!(
+            "guest {} on CPU 1: {} ns, CPU 0: {} ns, schedstat {expected} ns ({:.2} %)",
+            t["name"],
+            on(1),
+            on(0),
+            err * 100.0
+        );
+        assert!(err <= 0.02 && on(0) == 0, "{}: {per_cpu:?}", t["name"]);
+    }
     // The guest's CPU by part (what `bench --guest` sets per request): each
     // of the workload's programs, its states summed, within 2 % of its
     // threads' own schedstat.
-    let truth_json: Value = serde_json::from_slice(&std::fs::read(&truth).unwrap()).unwrap();
     let mut by_part: std::collections::BTreeMap<String, u64> = Default::default();
     for t in truth_json["threads"].as_array().unwrap() {
         let comm = guest["threads"]
@@ -203,6 +230,45 @@ fn the_guests_recording_comes_whole_on_one_clock_and_its_threads_match_their_sch
     );
     let text = String::from_utf8_lossy(&vtrace(&["report", out.to_str().unwrap()]).stdout).into_owned();
     assert!(text.contains("the agent's recording cost the guest"), "{text}");
+}
+
+/// The guest's `thread_cpus` rows, as (tid, CPU, busy ns): its recording
+/// is the one the host's holds under guests/.
+fn thread_cpus(out: &Path) -> Vec<(u32, u32, u64)> {
+    let guests = out.join("guests");
+    let inner = std::fs::read_dir(&guests)
+        .unwrap_or_else(|e| panic!("{}: {e}", guests.display()))
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .expect("the guest's recording");
+    let o = vtrace(&[
+        "report",
+        inner.to_str().unwrap(),
+        "--format",
+        "csv",
+        "--table",
+        "thread_cpus",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    let at = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("{name} in {header:?}"))
+    };
+    let (tid, cpu) = (at("tid"), at("cpu"));
+    let busy = ["user_ns", "system_ns", "softirq_ns", "hardirq_ns"].map(at);
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let n = |i: usize| f[i].parse::<u64>().unwrap_or_else(|_| panic!("{l}"));
+            (n(tid) as u32, n(cpu) as u32, busy.iter().map(|&i| n(i)).sum())
+        })
+        .collect()
 }
 
 /// An agent killed mid-recording: the host's recording is whole, the

@@ -41,6 +41,10 @@ const AGENT_PLATFORM: &str = "qemu-kvm";
 /// QEMU's vhost-vsock by context id, Firecracker's hybrid vsock by its
 /// Unix socket.
 const AGENT_PLATFORMS: &[(&str, &str)] = &[("qemu-kvm", "cid:120:"), ("firecracker", "uds:")];
+/// The agent platform whose guest has two vCPUs (VTRACE_LAB_VCPUS=2; its
+/// /init pins redis-server to the last): each vCPU's guest time is split
+/// by the guest's threads that ran on it.
+const TWO_VCPUS: &str = "firecracker";
 /// The platforms whose path is followed packet by packet under ping, with
 /// and without the hog: vhost-net, and the VMM's own thread.
 const PING_PLATFORMS: &[&str] = &["qemu-kvm", "qemu-kvm-novhost"];
@@ -140,6 +144,7 @@ fn script() -> String {
             w = format!("sh -c '{w}; sleep 1'");
         }
         let fail = format!("{p}.failed");
+        let vcpus = if *p == TWO_VCPUS { 2 } else { 1 };
         // The guest too, through the agent its /init started: its own
         // recording is kept beside the host's for its report.
         // Stacks sampled on both sides, so the flamegraph puts the
@@ -156,7 +161,7 @@ fn script() -> String {
         };
         s.push_str(&format!(
             "if once {p}; then\n\
-             if step {LAB_LIMIT} {fail} 'up {p}' vtrace lab up {p} > up-{p}.out 2>&1; then\n\
+             if step {LAB_LIMIT} {fail} 'up {p}' env VTRACE_LAB_VCPUS={vcpus} vtrace lab up {p} > up-{p}.out 2>&1; then\n\
                step {RECORD_LIMIT} {fail} 'record {p}' vtrace record --platform {p}{guest} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1\n\
                {inner}\
              else cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n"
@@ -993,7 +998,8 @@ fn check_agent(platform: &str) {
         first_end_s >= attached_s && first_end_s < attached_s + 1.0,
         "the first interval ends at {first_end_s:.3} s, the agent attached at {attached_s:.3} s"
     );
-    let cpu = &rows(guest, "cpus")[0];
+    let cpus = rows(guest, "cpus");
+    assert_eq!(cpus.len(), if platform == TWO_VCPUS { 2 } else { 1 }, "{cpus:?}");
     assert!(
         rows(guest, "threads").iter().any(|t| t["comm"] == "redis-server"),
         "the guest's redis-server among its threads"
@@ -1012,10 +1018,39 @@ fn check_agent(platform: &str) {
         guest_mode > 0 && sum.abs_diff(guest_mode) <= parts.len() as u64,
         "the parts sum to the guest-mode time: {vcpu}"
     );
+    let host_guest_ns: u64 = cpus.iter().map(|c| n(&c["host_guest_ns"])).sum();
     assert!(
-        guest_mode.abs_diff(n(&cpu["host_guest_ns"])) <= 2,
-        "the vCPU thread's own: {vcpu} {cpu}"
+        guest_mode.abs_diff(host_guest_ns) <= 2 * cpus.len() as u64,
+        "the vCPU threads' own: {vcpu} {cpus:?}"
     );
+    // Each vCPU's own, by the guest's parts that ran on its CPU: they sum
+    // to its thread's guest-mode time; with two, redis-server (pinned to
+    // the guest's CPU 1) is all under vCPU 1.
+    let per_vcpu = rows(guest, "vcpus");
+    assert_eq!(per_vcpu.len(), cpus.len(), "{per_vcpu:?}");
+    for (v, c) in per_vcpu.iter().zip(cpus) {
+        eprintln!("{platform}'s vCPU {} by the guest's parts on its CPU: {v}", v["cpu"]);
+        let mode = n(&v["guest_mode_ns"]);
+        let parts = v["parts"].as_array().unwrap();
+        let sum: u64 = parts.iter().map(|p| n(&p[2])).sum();
+        assert!(
+            (&v["cpu"], &v["host_tid"]) == (&c["cpu"], &c["host_tid"])
+                && mode > 0
+                && sum.abs_diff(mode) <= parts.len() as u64
+                && mode.abs_diff(n(&c["host_guest_ns"])) <= 2,
+            "{v} {c}"
+        );
+        let redis: u64 = parts.iter().filter(|p| p[0] == "redis-server").map(|p| n(&p[2])).sum();
+        if platform == TWO_VCPUS && v["cpu"] == 0 {
+            assert_eq!(redis, 0, "redis-server runs on the guest's CPU 1 alone: {v}");
+        } else {
+            let first = parts
+                .iter()
+                .find(|p| p[0] != vtrace::layers::guest::summary::AGENT_PART)
+                .unwrap();
+            assert_eq!(first[0], "redis-server", "{v}");
+        }
+    }
     let first = parts
         .iter()
         .find(|p| p[0] != vtrace::layers::guest::summary::AGENT_PART)

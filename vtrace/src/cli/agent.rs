@@ -6,11 +6,11 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use vtrace::{
-    layers::CommonSwitches,
     layers::guest::{
         agent::{self, Asked, GuestRecording},
         transport::Listen,
     },
+    layers::{CommonSwitches, cpu::CpuOptions},
     record::{RecordOptions, Recorder},
 };
 
@@ -65,6 +65,8 @@ pub fn run(args: Args) -> anyhow::Result<i32> {
             ..RecordOptions::default()
         };
         opts.switches.edit::<CommonSwitches>(|s| s.events = asked.events);
+        // Each guest thread's time per CPU: the host splits each vCPU's guest time by them.
+        opts.switches.edit::<CpuOptions>(|c| c.thread_cpus = true);
         let recorder = Recorder::start(opts).map_err(|e| e.to_string())?;
         let staging = args.dir.join(format!(".guest.vtrace.tmp.{}", std::process::id()));
         Ok(Box::new(Running { recorder, staging }))

@@ -34,7 +34,7 @@ const GUEST_BINARIES: &[&str] = &["busybox", "redis-server", "iperf3"];
 /// initramfs carries it there instead ([`initramfs_with_agent`]).
 pub(super) const AGENT_TAG: &str = "vtrace";
 /// Bumped when the initramfs contents change.
-const INITRD_VERSION: &str = "7";
+const INITRD_VERSION: &str = "8";
 
 fn dir() -> PathBuf {
     Path::new(DATA_DIR).join("linuxvm")
@@ -186,7 +186,8 @@ pub(super) fn initramfs_path() -> PathBuf {
 /// The initramfs: busybox, redis-server, iperf3 (with their libraries, and
 /// vtrace's), the virtio network modules (PCI and MMIO transports), vsock
 /// and 9p, and an /init that serves redis, iperf3 and HTTP (busybox httpd)
-/// on the address of its kernel command line ([`address_arg`]) and, where
+/// on the address of its kernel command line ([`address_arg`]), redis on
+/// its last CPU (with several, the vCPU that serves it is known), and, where
 /// the VM carries vtrace as /agent (shared as [`AGENT_TAG`], or in the
 /// initramfs), runs `vtrace agent`.
 pub(super) fn initramfs() -> Result<PathBuf> {
@@ -236,7 +237,7 @@ pub(super) fn initramfs() -> Result<PathBuf> {
          addr=$(sed -n 's/.*vtrace.addr=\\([0-9.]*\\).*/\\1/p' /proc/cmdline)\n\
          ip link set lo up\nip link set eth0 up\nip addr add $addr/24 dev eth0\niperf3 -s -D\n\
          mkdir -p /www\necho 'It works!' > /www/index.html\nhttpd -p {http} -h /www\n\
-         redis-server --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no --daemonize yes\n\
+         taskset -c $(( $(grep -c ^processor /proc/cpuinfo) - 1 )) redis-server --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no --daemonize yes\n\
          mount -t tracefs tracefs /sys/kernel/tracing\nmkdir -p /agent\n\
          mount -t 9p -o trans=virtio,version=9p2000.L,ro {tag} /agent 2>/dev/null\n\
          if [ -x /agent/vtrace ]; then /agent/vtrace agent --dir /tmp/vtrace-agent > /dev/console 2>&1 & fi\n\

@@ -34,6 +34,25 @@ pub const FIRECRACKER_ENV: &str = "VTRACE_FIRECRACKER";
 pub const AGENT_ENV: &str = "VTRACE_LAB_AGENT";
 /// Names the Unikraft image the unikraft platforms boot.
 pub const UNIKRAFT_IMAGE_ENV: &str = "VTRACE_UNIKRAFT_IMAGE";
+/// vCPUs of the lab's QEMU and Firecracker Linux guests (1 by default;
+/// Firecracker takes 1 or an even count). Their /init pins redis-server
+/// to the last vCPU.
+pub const VCPUS_ENV: &str = "VTRACE_LAB_VCPUS";
+
+/// The vCPUs a Linux guest gets ([`VCPUS_ENV`]).
+fn vcpus(platform: &str) -> Result<u32> {
+    let Some(v) = std::env::var_os(VCPUS_ENV) else {
+        return Ok(1);
+    };
+    let v = v.to_string_lossy();
+    match v.parse::<u32>() {
+        Ok(n @ 1..=32) => Ok(n),
+        _ => Err(unavailable(
+            platform,
+            format!("{VCPUS_ENV}={v} is no vCPU count (1 to 32)"),
+        )),
+    }
+}
 
 fn unavailable(platform: &str, reason: String) -> Error {
     Error::LabUnavailable {
@@ -192,6 +211,11 @@ pub(super) fn run_dir(ledger: &mut Ledger, platform: &str) -> Result<PathBuf> {
 impl Runtime for QemuKvm {
     fn up(&self, p: &LabPlatform, ledger: &mut Ledger) -> Result<()> {
         let (host_addr, guest_addr) = address(p);
+        let smp = match self.guest {
+            Guest::Linux => vcpus(p.name)?,
+            Guest::Unikraft => 1,
+        }
+        .to_string();
         let (kernel, initrd, append, memory) = match self.guest {
             Guest::Linux => {
                 let (vmlinuz, _) = linuxvm::kernel()?;
@@ -214,7 +238,7 @@ impl Runtime for QemuKvm {
         let run = run_dir(ledger, p.name)?;
         let mut qemu = Command::new("qemu-system-x86_64");
         qemu.args(["-name", &format!("vtrace-{},debug-threads=on", p.name)])
-            .args(["-accel", "kvm", "-cpu", "host", "-smp", "1", "-m", memory])
+            .args(["-accel", "kvm", "-cpu", "host", "-smp", &smp, "-m", memory])
             .arg("-kernel")
             .arg(&kernel);
         if let Some(initrd) = &initrd {
@@ -302,7 +326,7 @@ impl Runtime for Firecracker {
                 ),
             },
             "drives": [],
-            "machine-config": { "vcpu_count": 1, "mem_size_mib": memory },
+            "machine-config": { "vcpu_count": vcpus(p.name)?, "mem_size_mib": memory },
             "network-interfaces": [{ "iface_id": "eth0", "host_dev_name": self.tap }],
         });
         if let Ok((uds, _)) = &agent {

@@ -39,7 +39,14 @@ pub struct CpuSnapshot {
     pub irqs: Vec<Vec<IrqStat>>,
     /// Device IRQ names as their handlers ran (kept for IRQs freed since).
     pub irq_names: BTreeMap<u32, String>,
+    /// (CPU, tid, totals on that CPU) with `--thread-cpus`: what each
+    /// thread's per-CPU slots hold, with the time its CPU has pending; what
+    /// its hash entry holds under CPU [`NO_CPU`]. Split as `threads` is.
+    pub thread_cpus: Vec<(u32, u32, ThreadTimes)>,
 }
+
+/// The CPU of time a thread's hash entry holds: none known.
+pub const NO_CPU: u32 = u32::MAX;
 
 /// How each thread's process-context time is split into user and system
 /// (`record --cpu-split`).
@@ -83,6 +90,8 @@ pub struct CpuCollector {
     split: CpuSplit,
     /// /proc/stat per CPU (user, system) ticks when recording started (`CpuSplit::Ticks`).
     cpu_ticks_at_start: Vec<(u64, u64)>,
+    /// Each thread's times per CPU too (`CpuSnapshot::thread_cpus`).
+    per_cpu_threads: bool,
 }
 
 fn map_err(e: impl std::fmt::Display) -> Error {
@@ -91,7 +100,7 @@ fn map_err(e: impl std::fmt::Display) -> Error {
 
 impl CpuCollector {
     /// Takes the engine's maps out of the loaded object (before programs attach).
-    pub fn new(ebpf: &mut Ebpf, split: CpuSplit) -> Result<Self> {
+    pub fn new(ebpf: &mut Ebpf, split: CpuSplit, per_cpu_threads: bool) -> Result<Self> {
         let threads_whole = BatchReader::of(ebpf, "THREADS")?;
         let slots_whole = BatchReader::of(ebpf, "THREAD_SLOT_TIMES")?;
         let mut threads: HashMap<MapData, u32, ThreadTimes> = take(ebpf, "THREADS")?;
@@ -111,6 +120,7 @@ impl CpuCollector {
             exited_last_time: HashSet::new(),
             split,
             cpu_ticks_at_start: cpu_user_system_ticks(),
+            per_cpu_threads,
         })
     }
 
@@ -147,6 +157,16 @@ impl CpuCollector {
         }
         let slots = self.read_slots()?;
         let after_read = self.cpu_state.get(&0, 0).map_err(map_err)?;
+        // (CPU, tid) -> times: the hash entries' first, before the CPUs'
+        // pending time is added to them.
+        let mut per_cpu_threads: BTreeMap<(u32, u32), ThreadTimes> = BTreeMap::new();
+        if self.per_cpu_threads {
+            for (tid, t) in self.retired.iter().map(|(tid, t)| (tid, t)).chain(live.iter()) {
+                if t.ns.iter().any(|&n| n > 0) || t.unsplit_ns > 0 {
+                    add_thread_times(per_cpu_threads.entry((NO_CPU, *tid)).or_default(), t);
+                }
+            }
+        }
 
         let mut cpus = Vec::with_capacity(per_cpu.len());
         for (cpu, st) in per_cpu.iter().enumerate() {
@@ -179,6 +199,13 @@ impl CpuCollector {
                     t.ns[s] += st.acc[s];
                 }
                 t.unsplit_ns += st.acc[state::UNRESOLVED];
+                if self.per_cpu_threads && st.tid != 0 {
+                    let t = per_cpu_threads.entry((cpu as u32, st.tid)).or_default();
+                    for s in 0..state::REPORTED {
+                        t.ns[s] += st.acc[s];
+                    }
+                    t.unsplit_ns += st.acc[state::UNRESOLVED];
+                }
             }
             cpus.push(st);
         }
@@ -201,6 +228,16 @@ impl CpuCollector {
         threads.extend(live);
         merge_slots(&mut threads, slots.iter().flatten().filter(|s| s.tid != 0));
         threads.retain(|(_, t)| t.ns.iter().any(|&n| n > 0) || t.unsplit_ns > 0 || t.switches > 0);
+        let thread_cpus = if self.per_cpu_threads {
+            for (cpu, of_cpu) in slots.iter().enumerate() {
+                for slot in of_cpu.iter().filter(|s| s.tid != 0) {
+                    add_thread_times(per_cpu_threads.entry((cpu as u32, slot.tid)).or_default(), &slot.times);
+                }
+            }
+            of_each_cpu(per_cpu_threads, &threads, self.split)
+        } else {
+            Vec::new()
+        };
         if self.split == CpuSplit::Ticks {
             split_by_ticks(&mut threads);
         }
@@ -210,6 +247,7 @@ impl CpuCollector {
             cpus,
             irqs,
             irq_names,
+            thread_cpus,
         })
     }
 }
@@ -277,6 +315,38 @@ fn flushed_during_read(
             || slots_of_cpu
                 .and_then(|slots| slots.get(thread_slot(st.tid) as usize))
                 .is_some_and(|slot| slot.tid == st.tid && after(&slot.times)))
+}
+
+/// Each (CPU, thread)'s times as `(cpu, tid, times)`, with its thread's
+/// identity (fork, process, kernel thread) from its totals in `threads`,
+/// split into user and system as the totals are: by its own ticks on that
+/// CPU, else its process's there, else everyone's.
+fn of_each_cpu(
+    per_cpu: BTreeMap<(u32, u32), ThreadTimes>,
+    threads: &[(u32, ThreadTimes)],
+    split: CpuSplit,
+) -> Vec<(u32, u32, ThreadTimes)> {
+    // (a reused tid: its latest thread, as merge_slots adds its slots to)
+    let whole: StdHashMap<u32, &ThreadTimes> = threads.iter().map(|(tid, t)| (*tid, t)).collect();
+    let (cpus, mut times): (Vec<u32>, Vec<(u32, ThreadTimes)>) = per_cpu
+        .into_iter()
+        .filter(|(_, t)| t.ns.iter().any(|&n| n > 0) || t.unsplit_ns > 0)
+        .map(|((cpu, tid), mut t)| {
+            if let Some(w) = whole.get(&tid) {
+                t.born_ns = w.born_ns;
+                t.tgid = w.tgid;
+                t.flags |= w.flags & thread_flag::KTHREAD;
+            }
+            (cpu, (tid, t))
+        })
+        .unzip();
+    if split == CpuSplit::Ticks {
+        split_by_ticks(&mut times);
+    }
+    cpus.into_iter()
+        .zip(times)
+        .map(|(cpu, (tid, t))| (cpu, tid, t))
+        .collect()
 }
 
 /// Adds each slot to its thread's entry (the last one of that tid: a live

@@ -1,28 +1,157 @@
 //! The per-interval time series of every thread's CPU time (the
-//! `intervals` table), and how what a snapshot gave back is repaid.
+//! `intervals` table; per CPU, the `thread_cpus` table), and how what a
+//! snapshot gave back is repaid.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, hash::Hash};
 
 use vtrace_common::state;
 
-use super::{collector::CpuSnapshot, tables::IntervalRow};
+use super::{
+    collector::CpuSnapshot,
+    tables::{IntervalRow, ThreadCpuRow},
+};
 
-/// Per-interval deltas of each thread's totals. A snapshot charges a running
-/// thread the time its CPU has pending, which the kernel side may trim when
-/// the thread switches out (the scheduler's own slice length, the tick split
-/// shifting): a total can go down between snapshots. What went down is owed
-/// and taken from that thread's next increases (its last rows, if none come),
-/// so each thread's rows sum to its final total, as the threads table says.
 /// A thread's incarnation: its tid and its fork (ns since the start, 0:
 /// before it), so that a tid reused while recording is two threads.
 pub type ThreadKey = (u32, u64);
 
-#[derive(Default)]
-pub struct Series {
+/// A row of a series: one key's deltas over one interval. The key is a
+/// thread's incarnation, with its CPU for per-CPU rows.
+pub trait SeriesRow: Clone {
+    type Key: Copy + Eq + Hash + Ord;
+    fn key(&self) -> Self::Key;
+    fn thread(key: Self::Key) -> ThreadKey;
+    /// `key` with its fork time replaced.
+    fn born(key: Self::Key, born_ns: u64) -> Self::Key;
+    fn new(key: Self::Key, pid: u32, span: (u64, u64), d: [u64; state::REPORTED]) -> Self;
+    fn set_born(&mut self, born_ns: u64);
+    /// The row's times, in `state` order.
+    fn times(&mut self) -> [&mut u64; state::REPORTED];
+}
+
+impl SeriesRow for IntervalRow {
+    type Key = ThreadKey;
+    fn key(&self) -> ThreadKey {
+        (self.tid, self.born_ns)
+    }
+    fn thread(key: ThreadKey) -> ThreadKey {
+        key
+    }
+    fn born(key: ThreadKey, born_ns: u64) -> ThreadKey {
+        (key.0, born_ns)
+    }
+    fn new((tid, born_ns): ThreadKey, pid: u32, (start_ns, end_ns): (u64, u64), d: [u64; state::REPORTED]) -> Self {
+        IntervalRow {
+            start_ns,
+            end_ns,
+            tid,
+            pid,
+            user_ns: d[state::USER],
+            system_ns: d[state::SYSTEM],
+            softirq_ns: d[state::SOFTIRQ],
+            hardirq_ns: d[state::HARDIRQ],
+            guest_ns: d[state::GUEST],
+            idle_ns: d[state::IDLE],
+            born_ns,
+        }
+    }
+    fn set_born(&mut self, born_ns: u64) {
+        self.born_ns = born_ns;
+    }
+    fn times(&mut self) -> [&mut u64; state::REPORTED] {
+        [
+            &mut self.user_ns,
+            &mut self.system_ns,
+            &mut self.softirq_ns,
+            &mut self.hardirq_ns,
+            &mut self.guest_ns,
+            &mut self.idle_ns,
+        ]
+    }
+}
+
+/// (tid, fork, CPU).
+pub type ThreadCpuKey = (u32, u64, u32);
+
+impl SeriesRow for ThreadCpuRow {
+    type Key = ThreadCpuKey;
+    fn key(&self) -> ThreadCpuKey {
+        (self.tid, self.born_ns, self.cpu)
+    }
+    fn thread(key: ThreadCpuKey) -> ThreadKey {
+        (key.0, key.1)
+    }
+    fn born(key: ThreadCpuKey, born_ns: u64) -> ThreadCpuKey {
+        (key.0, born_ns, key.2)
+    }
+    fn new(
+        (tid, born_ns, cpu): ThreadCpuKey,
+        pid: u32,
+        (start_ns, end_ns): (u64, u64),
+        d: [u64; state::REPORTED],
+    ) -> Self {
+        ThreadCpuRow {
+            start_ns,
+            end_ns,
+            tid,
+            pid,
+            born_ns,
+            cpu,
+            user_ns: d[state::USER],
+            system_ns: d[state::SYSTEM],
+            softirq_ns: d[state::SOFTIRQ],
+            hardirq_ns: d[state::HARDIRQ],
+            guest_ns: d[state::GUEST],
+            idle_ns: d[state::IDLE],
+        }
+    }
+    fn set_born(&mut self, born_ns: u64) {
+        self.born_ns = born_ns;
+    }
+    fn times(&mut self) -> [&mut u64; state::REPORTED] {
+        [
+            &mut self.user_ns,
+            &mut self.system_ns,
+            &mut self.softirq_ns,
+            &mut self.hardirq_ns,
+            &mut self.guest_ns,
+            &mut self.idle_ns,
+        ]
+    }
+}
+
+// The rows' `times` list user, system, softirq, hardirq, guest and idle: `state`'s order.
+const _: () = assert!(
+    state::USER == 0
+        && state::SYSTEM == 1
+        && state::SOFTIRQ == 2
+        && state::HARDIRQ == 3
+        && state::GUEST == 4
+        && state::IDLE == 5
+);
+
+/// Per-interval deltas of each key's totals. A snapshot charges a running
+/// thread the time its CPU has pending, which the kernel side may trim when
+/// the thread switches out (the scheduler's own slice length, the tick split
+/// shifting): a total can go down between snapshots. What went down is owed
+/// and taken from that key's next increases (its last rows, if none come),
+/// so each key's rows sum to its final total, as the threads table says.
+pub struct Series<R: SeriesRow> {
     last_at: Option<u64>,
-    last: HashMap<ThreadKey, [u64; state::REPORTED]>,
-    owed: HashMap<ThreadKey, [u64; state::REPORTED]>,
-    pub rows: Vec<IntervalRow>,
+    last: HashMap<R::Key, [u64; state::REPORTED]>,
+    owed: HashMap<R::Key, [u64; state::REPORTED]>,
+    pub rows: Vec<R>,
+}
+
+impl<R: SeriesRow> Default for Series<R> {
+    fn default() -> Self {
+        Series {
+            last_at: None,
+            last: HashMap::new(),
+            owed: HashMap::new(),
+            rows: Vec::new(),
+        }
+    }
 }
 
 /// A CLOCK_MONOTONIC time as ns since the recording started (0 stays 0:
@@ -35,38 +164,67 @@ pub(super) fn since(ns: u64, start_mono: u64) -> u64 {
     }
 }
 
-impl Series {
+impl Series<IntervalRow> {
+    /// Each thread's totals in `snap`.
     pub fn push(&mut self, snap: &CpuSnapshot, start_mono: u64) {
-        let mut now: HashMap<ThreadKey, ([u64; state::REPORTED], u32)> = HashMap::new();
-        for (tid, t) in &snap.threads {
-            let e = now
-                .entry((*tid, since(t.born_ns, start_mono)))
-                .or_insert(([0; state::REPORTED], t.tgid));
-            for s in 0..state::REPORTED {
-                e.0[s] += t.ns[s];
+        let totals = snap
+            .threads
+            .iter()
+            .map(|(tid, t)| ((*tid, since(t.born_ns, start_mono)), t.tgid, t.ns));
+        self.push_totals(snap.at_ns, start_mono, totals);
+    }
+}
+
+impl Series<ThreadCpuRow> {
+    /// Each thread's totals per CPU in `snap`.
+    pub fn push(&mut self, snap: &CpuSnapshot, start_mono: u64) {
+        let totals = snap
+            .thread_cpus
+            .iter()
+            .map(|(cpu, tid, t)| ((*tid, since(t.born_ns, start_mono), *cpu), t.tgid, t.ns));
+        self.push_totals(snap.at_ns, start_mono, totals);
+    }
+}
+
+impl<R: SeriesRow> Series<R> {
+    /// Each key's totals (with its process) at `at_ns`: a row per key that grew.
+    fn push_totals(
+        &mut self,
+        at_ns: u64,
+        start_mono: u64,
+        totals: impl Iterator<Item = (R::Key, u32, [u64; state::REPORTED])>,
+    ) {
+        let mut now: HashMap<R::Key, ([u64; state::REPORTED], u32)> = HashMap::new();
+        for (key, pid, ns) in totals {
+            let e = now.entry(key).or_insert(([0; state::REPORTED], pid));
+            for (total, ns) in e.0.iter_mut().zip(ns) {
+                *total += ns;
             }
         }
         // A thread first read before its fork time was (its per-CPU slot
         // read before its map entry, a fork racing the read) is the same
         // thread once its fork shows: its readings carry over, or its time
         // so far would count twice.
-        for &(tid, born) in now.keys() {
-            if born != 0
-                && !self.last.contains_key(&(tid, born))
-                && !now.contains_key(&(tid, 0))
-                && let Some(prev) = self.last.remove(&(tid, 0))
+        for &key in now.keys() {
+            let unborn = R::born(key, 0);
+            if R::thread(key).1 != 0
+                && !self.last.contains_key(&key)
+                && !now.contains_key(&unborn)
+                && let Some(prev) = self.last.remove(&unborn)
             {
-                self.last.insert((tid, born), prev);
-                if let Some(owed) = self.owed.remove(&(tid, 0)) {
-                    self.owed.insert((tid, born), owed);
+                self.last.insert(key, prev);
+                if let Some(owed) = self.owed.remove(&unborn) {
+                    self.owed.insert(key, owed);
                 }
-                for row in self.rows.iter_mut().filter(|r| r.tid == tid && r.born_ns == 0) {
-                    row.born_ns = born;
+                for row in self.rows.iter_mut().filter(|r| r.key() == unborn) {
+                    row.set_born(R::thread(key).1);
                 }
             }
         }
-        let start_ns = self.last_at.unwrap_or(start_mono).saturating_sub(start_mono);
-        let end_ns = snap.at_ns.saturating_sub(start_mono);
+        let span = (
+            self.last_at.unwrap_or(start_mono).saturating_sub(start_mono),
+            at_ns.saturating_sub(start_mono),
+        );
         let mut keys: Vec<_> = now.keys().copied().collect();
         keys.sort_unstable();
         for key in keys {
@@ -84,28 +242,16 @@ impl Series {
                 }
             }
             if d.iter().any(|&v| v > 0) {
-                self.rows.push(IntervalRow {
-                    start_ns,
-                    end_ns,
-                    tid: key.0,
-                    pid,
-                    user_ns: d[state::USER],
-                    system_ns: d[state::SYSTEM],
-                    softirq_ns: d[state::SOFTIRQ],
-                    hardirq_ns: d[state::HARDIRQ],
-                    guest_ns: d[state::GUEST],
-                    idle_ns: d[state::IDLE],
-                    born_ns: key.1,
-                });
+                self.rows.push(R::new(key, pid, span, d));
             }
             self.last.insert(key, cur);
         }
-        self.last_at = Some(snap.at_ns);
+        self.last_at = Some(at_ns);
     }
 
-    /// What each thread's snapshots gave back and its later intervals have
+    /// What each key's snapshots gave back and its later intervals have
     /// not yet repaid (non-zero only).
-    pub fn owed(&self) -> Vec<(ThreadKey, [u64; state::REPORTED])> {
+    pub fn owed(&self) -> Vec<(R::Key, [u64; state::REPORTED])> {
         let mut owed: Vec<_> = self
             .owed
             .iter()
@@ -117,27 +263,20 @@ impl Series {
     }
 
     /// The rows, after the last snapshot (see [`settle`]).
-    pub fn finish(&self) -> Vec<IntervalRow> {
+    pub fn finish(&self) -> Vec<R> {
         settle(self.rows.clone(), self.owed())
     }
 }
 
-/// What is still owed comes off each thread's latest rows: its rows then
+/// What is still owed comes off each key's latest rows: its rows then
 /// sum to its last snapshot. (Also how a journal is settled: recording::journal.)
-pub fn settle(
-    mut rows: Vec<IntervalRow>,
-    owed: impl IntoIterator<Item = (ThreadKey, [u64; state::REPORTED])>,
-) -> Vec<IntervalRow> {
-    for ((tid, born_ns), mut owed) in owed {
-        for row in rows.iter_mut().rev().filter(|r| r.tid == tid && r.born_ns == born_ns) {
-            for (s, value) in [
-                (state::USER, &mut row.user_ns),
-                (state::SYSTEM, &mut row.system_ns),
-                (state::SOFTIRQ, &mut row.softirq_ns),
-                (state::HARDIRQ, &mut row.hardirq_ns),
-                (state::GUEST, &mut row.guest_ns),
-                (state::IDLE, &mut row.idle_ns),
-            ] {
+pub fn settle<R: SeriesRow>(
+    mut rows: Vec<R>,
+    owed: impl IntoIterator<Item = (R::Key, [u64; state::REPORTED])>,
+) -> Vec<R> {
+    for (key, mut owed) in owed {
+        for row in rows.iter_mut().rev().filter(|r| r.key() == key) {
+            for (s, value) in row.times().into_iter().enumerate() {
                 let take = owed[s].min(*value);
                 *value -= take;
                 owed[s] -= take;
@@ -147,7 +286,7 @@ pub fn settle(
             }
         }
     }
-    rows.retain(|r| r.user_ns + r.system_ns + r.softirq_ns + r.hardirq_ns + r.guest_ns + r.idle_ns > 0);
+    rows.retain_mut(|r| r.times().iter().any(|v| **v > 0));
     rows
 }
 
@@ -239,12 +378,12 @@ mod tests {
         assert_eq!(of(&settled, 1), [(0, 0, 3)]);
         // Owed by a thread with no rows: nothing to take.
         assert_eq!(of(&settled, 2), [(0, 3, 0)]);
-        assert!(settle(Vec::new(), [((1, 0), owed(1, 1))]).is_empty());
+        assert!(settle(Vec::<IntervalRow>::new(), [((1, 0), owed(1, 1))]).is_empty());
     }
 
     #[test]
     fn a_reused_tid_is_two_threads_with_intervals_of_their_own() {
-        let mut series = Series::default();
+        let mut series = Series::<IntervalRow>::default();
         // Thread 7 (there from the start) ran 10 and exited; at 25 a new
         // thread took tid 7 and ran 4, then 6: both stay in the snapshots.
         let first = |user| {
@@ -276,7 +415,7 @@ mod tests {
     /// intervals sum 0.5 ms over its total).
     #[test]
     fn a_thread_whose_fork_shows_late_keeps_its_intervals() {
-        let mut series = Series::default();
+        let mut series = Series::<IntervalRow>::default();
         let thread = |born_ns, user| {
             let mut ns = [0; state::REPORTED];
             ns[state::USER] = user;
@@ -297,7 +436,7 @@ mod tests {
     /// Pushes a snapshot per (time, threads) and gives the interval rows
     /// as (born_ns, start_ns, user_ns).
     fn born_start_user<const N: usize>(
-        series: &mut Series,
+        series: &mut Series<IntervalRow>,
         snapshots: [(u64, Vec<(u32, ThreadTimes)>); N],
     ) -> Vec<(u64, u64, u64)> {
         for (at_ns, threads) in snapshots {
@@ -319,7 +458,7 @@ mod tests {
 
     #[test]
     fn series_repays_what_a_snapshot_gave_back_from_the_next_intervals() {
-        let mut series = Series::default();
+        let mut series = Series::<IntervalRow>::default();
         // Thread 1 over-charged at 20 (25), trimmed at 30 (20): 5 owed,
         // repaid out of its next increase. Thread 2 grows steadily.
         for (at, t1, t2) in [(10, 10, 1), (20, 25, 2), (30, 20, 3), (40, 40, 4), (50, 50, 5)] {
@@ -336,7 +475,7 @@ mod tests {
 
     #[test]
     fn series_settles_what_is_still_owed_at_the_end_from_the_last_rows() {
-        let mut series = Series::default();
+        let mut series = Series::<IntervalRow>::default();
         for (at, user, system) in [(10, 10, 10), (20, 30, 12), (30, 22, 12), (40, 22, 9)] {
             series.push(&snapshot(at, &[(1, user, system)]), 0);
         }

@@ -135,3 +135,30 @@ table! {
         born_ns: u64 [since 2],
     }
 }
+
+table! {
+    /// Each thread's CPU time per CPU per snapshot interval (`--thread-cpus`,
+    /// which `vtrace agent` sets: the host splits each of a VM's vCPUs'
+    /// guest time by the guest's threads that ran on that vCPU). Written
+    /// where the machine has more than one CPU (with one, it is the
+    /// intervals table). A thread's time is read per CPU from its per-CPU
+    /// slot (`--cpu-split ticks`); time a thread's hash entry holds (the
+    /// syscall split, or a slot another thread held) ran on no CPU known:
+    /// its `cpu` is 4294967295. Rows of one interval sum to its
+    /// intervals-table row, except what a snapshot gave back (each series
+    /// repays its own).
+    ThreadCpuRow = "thread_cpus" {
+        start_ns: u64,
+        end_ns: u64,
+        tid: u32,
+        pid: u32,
+        born_ns: u64,
+        cpu: u32,
+        user_ns: u64,
+        system_ns: u64,
+        softirq_ns: u64,
+        hardirq_ns: u64,
+        guest_ns: u64,
+        idle_ns: u64,
+    }
+}

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::{GuestLinkRow, clock::ClockMap};
 use crate::{
-    layers::cpu::{CpuRow, IntervalRow, ThreadRow},
+    layers::cpu::{CpuRow, IntervalRow, ThreadCpuRow, ThreadRow},
     recording::Recording,
     report_model::{Figure, FigureKind, Section, Series, Table, col, left, pct, secs},
 };
@@ -83,6 +83,13 @@ struct GuestReport {
     threads: Vec<GuestThread>,
     /// Its VM's vCPU time in guest mode split by the guest's own parts.
     vcpu: Option<VcpuSplit>,
+    /// The same per vCPU, each by the guest's parts that ran on its guest
+    /// CPU (a guest of several CPUs: from its `thread_cpus` table; of one:
+    /// the whole split).
+    vcpus: Vec<VcpuSplit>,
+    /// Guest threads' busy time on no CPU known (`thread_cpus`' CPU
+    /// 4294967295: a slot another thread held), which no vCPU's split holds.
+    no_cpu_busy_ns: u64,
 }
 
 /// A VM's vCPU threads' time in guest mode, as the host measured it, split
@@ -92,8 +99,11 @@ struct GuestReport {
 /// over the same span (its intervals mapped onto the host's clock), to
 /// `(idle)` where the guest counted none. The parts sum to the guest-mode
 /// time; how finely they follow it is the intervals' length (`--interval`).
-#[derive(Serialize, Default)]
+#[derive(Serialize, Default, Clone)]
 struct VcpuSplit {
+    /// The guest CPU and the host thread that ran it, for one vCPU's.
+    cpu: Option<u32>,
+    host_tid: Option<u32>,
     /// (part, state, ns), largest first.
     parts: Vec<(String, &'static str, u64)>,
     guest_mode_ns: u64,
@@ -123,13 +133,15 @@ fn part_name(comm: &str) -> String {
 pub const AGENT_PART: &str = "(vtrace agent)";
 
 /// Splits the guest-mode time of `vcpus` (host tids) over `window` (host ns
-/// since the start) by the parts of `guest`, whose times map onto the
-/// host's by `to_host`; `idle_irq` is the guest's interrupts while idle
+/// since the start) by the parts of `guest` (threads by program) that it
+/// `counted` busy (on every CPU, or on the one those vCPUs ran), whose
+/// times map onto the host's by `to_host`; `idle_irq` is the guest's interrupts while idle
 /// (spread over the window: the CPU table has no intervals). None without
 /// a host interval of those threads in the window.
 fn vcpu_split(
     rec: &Recording,
     guest: &Recording,
+    counted: &[GuestBusy],
     vcpus: &[u32],
     window: (u64, u64),
     to_host: impl Fn(u64) -> f64,
@@ -189,21 +201,16 @@ fn vcpu_split(
         .iter()
         .map(|t| ((t.tid, t.born_ns), t))
         .collect();
-    for i in guest.rows::<IntervalRow>() {
-        let Some(t) = threads.get(&(i.tid, i.born_ns)) else {
+    for b in counted {
+        let Some(t) = threads.get(&(b.tid, b.born_ns)) else {
             continue;
         };
         if t.owner.role == "idle" {
             continue;
         }
         let part = part_name(&t.owner.comm);
-        let at = (to_host(i.start_ns), to_host(i.end_ns));
-        for (state, ns) in [
-            ("user", i.user_ns),
-            ("system", i.system_ns),
-            ("softirq", i.softirq_ns),
-            ("hardirq", i.hardirq_ns),
-        ] {
+        let at = (to_host(b.start_ns), to_host(b.end_ns));
+        for (state, ns) in b.states {
             spread(&part, state, ns, at);
         }
     }
@@ -240,6 +247,57 @@ fn vcpu_split(
     split.guest_busy_ns = counted.round() as u64;
     split.unrun_busy_ns = unrun.round() as u64;
     Some(split)
+}
+
+/// A guest thread's busy time over one of its intervals: on all its CPUs,
+/// or on one.
+struct GuestBusy {
+    tid: u32,
+    born_ns: u64,
+    start_ns: u64,
+    end_ns: u64,
+    states: [(&'static str, u64); 4],
+}
+
+/// The guest's threads' busy time, interval by interval, on every CPU.
+fn busy_anywhere(guest: &Recording) -> Vec<GuestBusy> {
+    guest
+        .rows::<IntervalRow>()
+        .iter()
+        .map(|i| GuestBusy {
+            tid: i.tid,
+            born_ns: i.born_ns,
+            start_ns: i.start_ns,
+            end_ns: i.end_ns,
+            states: [
+                ("user", i.user_ns),
+                ("system", i.system_ns),
+                ("softirq", i.softirq_ns),
+                ("hardirq", i.hardirq_ns),
+            ],
+        })
+        .collect()
+}
+
+/// The same on guest CPU `cpu` alone (its `thread_cpus` rows).
+fn busy_on(guest: &Recording, cpu: u32) -> Vec<GuestBusy> {
+    guest
+        .rows::<ThreadCpuRow>()
+        .iter()
+        .filter(|r| r.cpu == cpu)
+        .map(|r| GuestBusy {
+            tid: r.tid,
+            born_ns: r.born_ns,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            states: [
+                ("user", r.user_ns),
+                ("system", r.system_ns),
+                ("softirq", r.softirq_ns),
+                ("hardirq", r.hardirq_ns),
+            ],
+        })
+        .collect()
 }
 
 /// The index of the vCPU a host thread runs: the CPU layer's (from KVM),
@@ -313,6 +371,8 @@ pub fn section(rec: &Recording, top: usize) -> Section {
             cpus: Vec::new(),
             threads: Vec::new(),
             vcpu: None,
+            vcpus: Vec::new(),
+            no_cpu_busy_ns: 0,
         };
         match rec.guests.iter().find(|g| g.name == link.guest).map(|g| &g.recording) {
             Some(Ok(guest)) => {
@@ -372,7 +432,42 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                     Some(m) => m.to_host(t + guest_start) - host_start as f64,
                     None => t as f64 + attached,
                 };
-                report.vcpu = vcpu_split(rec, guest, &vcpus, window, to_host, idle_irq(&report));
+                report.vcpu = vcpu_split(
+                    rec,
+                    guest,
+                    &busy_anywhere(guest),
+                    &vcpus,
+                    window,
+                    to_host,
+                    idle_irq(&report),
+                );
+                report.vcpus = match (report.cpus.as_slice(), &report.vcpu) {
+                    ([one], Some(whole)) => vec![VcpuSplit {
+                        cpu: Some(one.cpu),
+                        host_tid: one.host_tid,
+                        ..whole.clone()
+                    }],
+                    _ => report
+                        .cpus
+                        .iter()
+                        .filter_map(|c| {
+                            let tid = c.host_tid?;
+                            let busy = busy_on(guest, c.cpu);
+                            let split = vcpu_split(rec, guest, &busy, &[tid], window, to_host, idle_irq_on(c, &busy));
+                            split.map(|v| VcpuSplit {
+                                cpu: Some(c.cpu),
+                                host_tid: Some(tid),
+                                ..v
+                            })
+                        })
+                        .collect(),
+                };
+                report.no_cpu_busy_ns = guest
+                    .rows::<ThreadCpuRow>()
+                    .iter()
+                    .filter(|r| r.cpu == crate::layers::cpu::collector::NO_CPU)
+                    .map(|r| r.user_ns + r.system_ns + r.softirq_ns + r.hardirq_ns)
+                    .sum();
             }
             Some(Err(e)) => report.unreadable = Some(e.clone()),
             None => report.unreadable = Some("no recording of it is in this one".into()),
@@ -509,27 +604,14 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                 secs(v.guest_busy_ns),
                 secs(v.unrun_busy_ns)
             )]);
-            let mut t = Table::new(
+            s.table(parts_table(
                 format!(
                     "{}: its vCPUs' guest-mode time (s, the host's) by the guest's parts, shared out over {} host intervals by the busy time the guest counted in each",
                     r.guest, v.intervals
                 ),
-                vec![
-                    left("part", 20),
-                    left("state", 8),
-                    col("guest mode", 11),
-                    col("share", 7),
-                ],
-            );
-            for (part, state, ns) in v.parts.iter().take(top) {
-                t.row(vec![
-                    part.clone(),
-                    state.to_string(),
-                    secs(*ns),
-                    pct(*ns, v.guest_mode_ns),
-                ]);
-            }
-            s.table(t);
+                v,
+                top,
+            ));
             for (part, state, ns) in &v.parts {
                 s.metric(
                     "guest_vcpu_ns",
@@ -538,6 +620,26 @@ pub fn section(rec: &Recording, top: usize) -> Section {
                     &[("guest", &r.guest), ("part", part), ("state", state)],
                 );
             }
+        }
+        // Several vCPUs: each one's, nested under it.
+        for v in r.vcpus.iter().filter(|_| r.vcpus.len() > 1) {
+            let (cpu, tid) = (v.cpu.unwrap_or_default(), v.host_tid.unwrap_or_default());
+            s.table(parts_table(
+                format!(
+                    "{}: vCPU {cpu} (host thread {tid}): {} s in guest mode, {} s handling exits, by the guest's parts that ran on its CPU {cpu}",
+                    r.guest,
+                    secs(v.guest_mode_ns),
+                    secs(v.exits_ns)
+                ),
+                v,
+                top,
+            ));
+        }
+        if r.no_cpu_busy_ns > 0 {
+            s.lines(vec![format!(
+                "  {} s of the guest threads' time ran on no CPU known (a per-CPU slot another thread held): no vCPU's split holds it",
+                secs(r.no_cpu_busy_ns)
+            )]);
         }
         for c in &r.cpus {
             let cpu = c.cpu.to_string();
@@ -566,6 +668,28 @@ pub fn section(rec: &Recording, top: usize) -> Section {
     }
     s.json("guests", &reports);
     s
+}
+
+/// A split's parts (the `top` largest): guest-mode time and share.
+fn parts_table(title: String, v: &VcpuSplit, top: usize) -> Table {
+    let mut t = Table::new(
+        title,
+        vec![
+            left("part", 20),
+            left("state", 8),
+            col("guest mode", 11),
+            col("share", 7),
+        ],
+    );
+    for (part, state, ns) in v.parts.iter().take(top) {
+        t.row(vec![
+            part.clone(),
+            state.to_string(),
+            secs(*ns),
+            pct(*ns, v.guest_mode_ns),
+        ]);
+    }
+    t
 }
 
 /// A guest thread's part of the guest's CPU: its program, a kernel
@@ -618,6 +742,16 @@ fn idle_irq(r: &GuestReport) -> [(&'static str, u64); 2] {
             "hardirq",
             cpus(|c| c.hardirq_ns).saturating_sub(threads(|t| t.hardirq_ns)),
         ),
+    ]
+}
+
+/// The interrupts that came while guest CPU `c` idled: its softirq and
+/// hardirq beyond its threads' there (`busy`, its `thread_cpus` rows).
+fn idle_irq_on(c: &GuestCpu, busy: &[GuestBusy]) -> [(&'static str, u64); 2] {
+    let threads = |k: usize| busy.iter().map(|b| b.states[k].1).sum::<u64>();
+    [
+        ("softirq", c.softirq_ns.saturating_sub(threads(2))),
+        ("hardirq", c.hardirq_ns.saturating_sub(threads(3))),
     ]
 }
 
@@ -720,6 +854,8 @@ mod tests {
                 thread("vtrace-recorder", [9, 1, 2, 0]),
             ],
             vcpu: None,
+            vcpus: Vec::new(),
+            no_cpu_busy_ns: 0,
         };
         let parts: Vec<((String, &str), u64)> = cpu_parts(&report).into_iter().collect();
         let want: Vec<((String, &str), u64)> = [
@@ -797,7 +933,8 @@ mod tests {
             ],
         );
         let none = [("softirq", 0), ("hardirq", 0)];
-        let v = vcpu_split(&host, &guest, &[10], (0, 3_000_000_000), |t| t as f64, none).unwrap();
+        let busy = busy_anywhere(&guest);
+        let v = vcpu_split(&host, &guest, &busy, &[10], (0, 3_000_000_000), |t| t as f64, none).unwrap();
         let parts: Vec<(&str, &str, u64)> = v.parts.iter().map(|(p, s, ns)| (p.as_str(), *s, *ns)).collect();
         assert_eq!(
             parts,
@@ -813,8 +950,17 @@ mod tests {
         assert_eq!(v.unrun_busy_ns, 500);
         assert_eq!(v.intervals, 3);
         // Half the window: half of each interval it cuts.
-        let v = vcpu_split(&host, &guest, &[10], (500_000_000, 1_500_000_000), |t| t as f64, none).unwrap();
+        let v = vcpu_split(
+            &host,
+            &guest,
+            &busy,
+            &[10],
+            (500_000_000, 1_500_000_000),
+            |t| t as f64,
+            none,
+        )
+        .unwrap();
         assert_eq!(v.guest_mode_ns, 500);
-        assert!(vcpu_split(&host, &guest, &[12], (0, 3_000_000_000), |t| t as f64, none).is_none());
+        assert!(vcpu_split(&host, &guest, &busy, &[12], (0, 3_000_000_000), |t| t as f64, none).is_none());
     }
 }
