@@ -30,12 +30,12 @@ fi
 # that boot the lab's TCG VM: left out of --quick.
 GUEST_FILES="stock_kernel vm_platforms kata sriov"
 # The two lanes the guest files run in, one per core (see below), about
-# equally long: Kata's and SR-IOV's files (about 640 and 240 s here, side
-# by side with the other lane) in one; the rest of the build, clippy, the
-# VM platforms' and the stock kernel's files (about 230, 200, 350 and 70 s)
+# equally long: Kata's, SR-IOV's and the stock kernel's files (about 520,
+# 230 and 75 s here, side by side with the other lane) in one; the rest of
+# the build, clippy and the VM platforms' file (about 230, 160 and 350 s)
 # in the other.
-LANE_A_GUESTS="kata sriov"
-LANE_B_GUESTS="vm_platforms stock_kernel"
+LANE_A_GUESTS="kata sriov stock_kernel"
+LANE_B_GUESTS="vm_platforms"
 # Everything the tests run is built once, test files included: each file
 # below is run from the workspace (no `-p`), so its dependencies' features
 # are this build's and no file's time is a compile. The whole suite builds
@@ -110,12 +110,11 @@ lints_rc=0
 if [ $QUICK = 0 ]; then
   # The stock-kernel guest's files first, in two lanes, one per core: a
   # guest under QEMU's TCG is one busy thread. Lane A runs the Kata file
-  # (the longest), then SR-IOV's; lane B the rest of the build (one job),
+  # (the longest), then SR-IOV's and the stock kernel's; lane B the rest of the build (one job),
   # clippy (one job, on the build's own dependencies and proc macros;
   # vtrace's build script runs apart under clippy, and AYA_BUILD_SKIP
   # keeps it from building the eBPF object again, which clippy does not
-  # lint: about a minute of the lane), then the VM platforms' and stock kernel's
-  # files. Side by side, each guest runs about a quarter slower than alone
+  # lint: about a minute of the lane), then the VM platforms' file. Side by side, each guest runs about a quarter slower than alone
   # here (Kata's file 615 s against 500 s), and the guest files end about
   # 150 s sooner than one after the other. Each guest is a machine of its
   # own: no guest file touches the host kernel, so two guests side by side

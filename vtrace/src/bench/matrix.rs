@@ -51,6 +51,11 @@ pub struct Matrix {
     #[arg(long, default_value_if("study", "redis-sizes", "true"))]
     #[serde(default)]
     pub each_op: bool,
+    /// redis: the operations benchmarked (redis-benchmark's `-t`), each a
+    /// cell of its own with `--each-op`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "set,get")]
+    #[serde(default = "default_redis_ops")]
+    pub redis_ops: Vec<RedisOp>,
     /// redis: size each platform's requests per test to what it serves in
     /// about this many seconds at the largest size, by a pilot run once its
     /// instance is up (`cells/PLATFORM/redis-requests` keeps the count;
@@ -96,6 +101,27 @@ pub enum Study {
 /// The platforms of `--study redis-sizes`: the study's Kata, UK-vhost,
 /// UK-virtio, Firecracker and LinuxVM (virtio, as the study's).
 const REDIS_SIZES_PLATFORMS: &str = "kata,unikraft-vhost,unikraft-virtio,firecracker,qemu-kvm-novhost";
+
+/// A redis-benchmark test.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisOp {
+    Set,
+    Get,
+}
+
+impl RedisOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            RedisOp::Set => "set",
+            RedisOp::Get => "get",
+        }
+    }
+}
+
+fn default_redis_ops() -> Vec<RedisOp> {
+    vec![RedisOp::Set, RedisOp::Get]
+}
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -162,7 +188,10 @@ impl Cell {
                 let (size, op) = redis_param(&self.param);
                 format!(
                     "redis-benchmark -h {addr} -t {} -d {size} -n {requests} -q",
-                    op.unwrap_or("get,set")
+                    op.map_or_else(
+                        || m.ops().iter().map(|o| o.name()).collect::<Vec<_>>().join(","),
+                        String::from
+                    )
                 )
             }
             Workload::Iperf3 => format!("iperf3 -c {addr} -t {} -w {}", m.seconds, self.param),
@@ -216,11 +245,11 @@ impl Matrix {
         for platform in &self.platforms {
             for &workload in &self.workloads {
                 let params: Vec<String> = match workload {
-                    // SET before GET: a GET cell reads what its SET wrote.
+                    // SET before GET (a GET cell's key is set first, unrecorded).
                     Workload::Redis if self.each_op => self
                         .sizes
                         .iter()
-                        .flat_map(|s| ["set", "get"].map(|op| format!("{s}-{op}")))
+                        .flat_map(|s| self.ops().into_iter().map(move |op| format!("{s}-{}", op.name())))
                         .collect(),
                     Workload::Redis => self.sizes.iter().map(u32::to_string).collect(),
                     Workload::Iperf3 => self.windows.clone(),
@@ -254,6 +283,14 @@ impl Matrix {
             }
         }
         cells
+    }
+
+    /// The redis operations, once each, SET before GET.
+    pub fn ops(&self) -> Vec<RedisOp> {
+        let mut ops = self.redis_ops.clone();
+        ops.sort_unstable();
+        ops.dedup();
+        ops
     }
 
     pub fn load(root: &Path) -> Result<Matrix> {

@@ -58,12 +58,17 @@ impl<'a> Cells<'a> {
         let mut sizes = m.sizes.clone();
         sizes.sort_unstable();
         sizes.dedup();
-        let split = cells.iter().any(|c| redis_param(&c.param).1.is_some());
+        // Each op's cells (GET first: the one read), or cells of both.
+        let ran = |op: &str| cells.iter().any(|c| redis_param(&c.param).1 == Some(op));
+        let mut ops: Vec<&'static str> = ["get", "set"].into_iter().filter(|op| ran(op)).collect();
+        if ops.is_empty() {
+            ops.push("get,set");
+        }
         Cells {
             cells,
             platforms: m.platforms.clone(),
             sizes,
-            ops: if split { vec!["get", "set"] } else { vec!["get,set"] },
+            ops,
         }
     }
 
@@ -411,6 +416,10 @@ mod tests {
         let params: Vec<String> = m.cells().iter().map(|c| c.param.clone()).take(4).collect();
         // SET before GET: a GET reads what the SET of its size wrote.
         assert_eq!(params, ["64-set", "64-get", "16384-set", "16384-get"]);
+        // GET alone: its cells only.
+        let get = matrix(&["--study", "redis-sizes", "--sizes", "64,16384", "--redis-ops", "get"]);
+        let params: Vec<String> = get.cells().iter().map(|c| c.param.clone()).take(3).collect();
+        assert_eq!(params, ["64-get", "16384-get", "64-get"]);
         let plain = matrix(&[]);
         assert_eq!((plain.each_op, plain.request_seconds, plain.study), (false, None, None));
         assert_eq!(plain.cells()[0].param, "32");
