@@ -118,6 +118,12 @@ const USER_VMS: &[(&str, &str, &str, &str, &str)] = &[
 /// Seconds a step may take: a recording (a few tens of seconds here), a
 /// report, a platform coming up or going.
 const RECORD_LIMIT: u32 = 150;
+/// The bench with the guest (`bench --guest auto`): one cell, its
+/// platform brought up and down by the bench (about 40 s here).
+const BENCH_LIMIT: u32 = 240;
+const BENCH_GUEST_PLATFORM: &str = "firecracker";
+/// redis-benchmark requests per test (SET and GET) of its cell.
+const BENCH_GUEST_REQUESTS: u64 = 300;
 const REPORT_LIMIT: u32 = 60;
 const LAB_LIMIT: u32 = 120;
 
@@ -210,6 +216,11 @@ fn script() -> String {
                -o {name}.vtrace -- sh /tmp/uservm.sh {guest} {vhost} {name} > {name}.out 2>&1\n"
         ));
     }
+    // A bench with the guest: its CPU per request by the guest's parts.
+    s.push_str(&format!(
+        "step {BENCH_LIMIT} bench-guest.failed 'bench with the guest' vtrace bench --platforms {BENCH_GUEST_PLATFORM} --workload redis \
+           --sizes 64 --requests {BENCH_GUEST_REQUESTS} --repeat 1 --layers cpu,kvm --guest auto --guest-layers cpu -o bench-guest > bench-guest.out 2>&1\n"
+    ));
     s.push_str("mark done\n");
     s
 }
@@ -274,6 +285,12 @@ fn boot() -> Result<Guest, String> {
         Duration::from_secs(840),
     )?;
     let mut out_files = run.out;
+    if !out_files.files.contains_key("bench-guest.failed") {
+        let bench = out.0.join("bench-guest");
+        vtrace_tests::draw_report(&out.0, &mut out_files, "bench-guest", &bench, "json");
+        let run = bench.join(format!("cells/{BENCH_GUEST_PLATFORM}/redis-64/rep1.vtrace"));
+        vtrace_tests::draw_report(&out.0, &mut out_files, "bench-guest-run", &run, "json");
+    }
     // The pings on both sides as Perfetto opens them, and as the HTML draws them.
     let both = format!("{AGENT_PLATFORM}-both");
     let from = out.0.join(format!("{both}.vtrace"));
@@ -1127,4 +1144,57 @@ fn check_agent(platform: &str) {
         let (count, _, sum_ns) = guest_stages.get(stage).copied().unwrap_or_default();
         assert!(count > 0 && sum_ns > 0, "{stage} timed in the guest: {guest_stages:?}");
     }
+}
+
+/// `bench --guest auto`: the cell's recording reached its guest's agent,
+/// and the bench gives the guest's CPU per request by part (redis-server's
+/// among them), within what the vCPU thread took per request on the host;
+/// its requests are redis-benchmark's own count.
+#[test]
+fn a_bench_with_the_guest_gives_the_guests_cpu_per_request_by_part() {
+    let g = guest();
+    let bench = g.out.report("bench-guest", "bench-guest.out");
+    eprintln!("{}", g.text("bench-guest.out"));
+    let cells = bench["bench"]["cells"].as_array().expect("bench cells");
+    assert_eq!(cells.len(), 1, "{cells:?}");
+    let c = &cells[0];
+    assert!(
+        c["runs"] == 1 && c["errors"].as_array().is_some_and(Vec::is_empty),
+        "{c}"
+    );
+    let run = g.out.report("bench-guest-run", "bench-guest.out");
+    assert_eq!(
+        (
+            run["workload"]["ops"]["count"].as_f64(),
+            run["workload"]["ops"]["source"].as_str()
+        ),
+        (Some(2.0 * BENCH_GUEST_REQUESTS as f64), Some("redis-benchmark")),
+        "{}",
+        run["workload"]
+    );
+    let guests = rows(&run, "guests");
+    assert!(
+        guests.len() == 1 && guests[0]["state"] == "complete",
+        "the cell's guest: {guests:?}"
+    );
+    let parts = c["guest_cpu_ns_per_op"].as_array().expect("guest parts");
+    eprintln!("the guest's CPU per request by part: {parts:?}");
+    let per_op = |p: &Value| p[1].as_f64().unwrap();
+    assert!(
+        parts
+            .iter()
+            .any(|p| p[0].as_str().is_some_and(|n| n.starts_with("redis-server ")) && per_op(p) > 0.0),
+        "{parts:?}"
+    );
+    // Shares of the vCPU's guest-mode time (the agent's left out): no
+    // more than the vCPU thread's CPU per request.
+    let vcpu = c["cpu_ns_per_op"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r[0] == "vcpu")
+        .map(per_op)
+        .unwrap_or_else(|| panic!("no vcpu role: {c}"));
+    let sum: f64 = parts.iter().map(per_op).sum();
+    assert!(sum > 0.0 && sum <= vcpu, "guest parts {sum} ns/op, vcpu {vcpu} ns/op");
 }
