@@ -1105,6 +1105,21 @@ fn check_agent(platform: &str) {
         "{folded}"
     );
     assert!(in_guest.iter().any(|(s, _)| s.contains(";redis-server;")), "{folded}");
+    if platform == TWO_VCPUS {
+        // Each vCPU's samples go to the guest threads that ran on its CPU:
+        // redis-server's are under vCPU 1 alone.
+        let redis_under = |vcpu: &str| -> u64 {
+            in_guest
+                .iter()
+                .filter(|(s, _)| s.contains(&format!(";{vcpu};")) && s.contains(";redis-server;"))
+                .map(|(_, n)| n)
+                .sum()
+        };
+        assert!(
+            redis_under("fc_vcpu 0") == 0 && redis_under("fc_vcpu 1") > 0,
+            "{folded}"
+        );
+    }
     // The guest's own recording, reported on its own.
     let inner = g.report(&format!("{platform}-inner"));
     let (sent, received) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, platform);

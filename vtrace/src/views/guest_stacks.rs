@@ -7,19 +7,22 @@
 //! guest mode, so the host never samples it there).
 //!
 //! Samples carry no time, so the guest's recording's window is applied by
-//! proportion: of the VM's guest-mode samples, the share its vCPU threads'
-//! guest-mode time inside that window is of their whole (CPU layer
+//! proportion: of a vCPU thread's guest-mode samples, the share its
+//! guest-mode time inside that window is of its whole (CPU layer
 //! intervals) goes to the guest's stacks; the rest (the agent's start-up
 //! before its probes attached, above all) stays under `[outside the guest's
-//! recording]`. The shares are per VM: a guest's samples do not say which
-//! vCPU ran them.
+//! recording]`. A guest's samples do not say which CPU ran them: in a guest
+//! of several CPUs, each thread's samples go to each vCPU in the share of
+//! its time the guest counted on that vCPU's CPU (`thread_cpus`), so a
+//! thread pinned to one vCPU is under that vCPU alone.
 
 use std::collections::BTreeMap;
 
 use crate::{
     layers::{
+        cpu::{CpuRow, ThreadCpuRow},
         guest::{
-            summary::{in_window, vcpu_threads, vmm_of},
+            summary::{in_window, vcpu_index, vcpu_threads, vmm_of},
             tables::GuestLinkRow,
         },
         sample::{
@@ -35,14 +38,23 @@ use crate::{
 struct GuestStacks {
     name: String,
     vmm_pid: u32,
-    /// The VM's vCPU threads' guest-mode time inside the guest's recording,
-    /// and in all (ns).
-    in_window_ns: u64,
-    guest_mode_ns: u64,
+    /// Per vCPU thread (host tid): its share of the guest's stacks.
+    vcpus: BTreeMap<u32, VcpuStacks>,
     /// The guest's busy stacks, `comm;frames`, with their samples.
     stacks: BTreeMap<String, u64>,
     /// Its idle task's samples, left out.
     idle: u64,
+}
+
+/// What one vCPU thread's guest-mode samples are shared over.
+struct VcpuStacks {
+    /// Its guest-mode time inside the guest's recording, and in all (ns).
+    in_window_ns: u64,
+    guest_mode_ns: u64,
+    /// The guest's busy stacks weighted for this vCPU: as sampled, or, in
+    /// a guest of several CPUs, each thread's by its time on this vCPU's
+    /// CPU (parts per million of its samples).
+    stacks: BTreeMap<String, u64>,
 }
 
 /// How one VM's guest-mode samples were shared (JSON `samples_in_guest`).
@@ -52,8 +64,8 @@ pub struct Nested {
     pub vmm_pid: u32,
     /// The host's samples of the VM's threads in guest mode.
     pub host_guest_mode_samples: u64,
-    /// Of them, those shared over the guest's stacks: in proportion to the
-    /// vCPUs' guest-mode time inside the guest's recording.
+    /// Of them, those shared over the guest's stacks: of each vCPU's, in
+    /// proportion to its guest-mode time inside the guest's recording.
     pub shared_samples: u64,
     /// The vCPUs' guest-mode time inside the guest's recording, and in all.
     pub guest_mode_in_window_ns: u64,
@@ -74,6 +86,8 @@ fn guests_with_stacks(rec: &Recording, lines: bool) -> Vec<GuestStacks> {
             continue;
         };
         let mut stacks: BTreeMap<String, u64> = BTreeMap::new();
+        // (stack, tid, samples) of the busy ones.
+        let mut by_thread: Vec<(String, u32, u64)> = Vec::new();
         let mut idle = 0;
         for s in guest.rows::<SampleRow>() {
             if s.tid == 0 {
@@ -81,27 +95,88 @@ fn guests_with_stacks(rec: &Recording, lines: bool) -> Vec<GuestStacks> {
                 continue;
             }
             let key = format!("{};{}", s.owner.comm.replace(';', ":"), frames(&s.stack, lines));
-            *stacks.entry(key).or_default() += s.count;
+            *stacks.entry(key.clone()).or_default() += s.count;
+            by_thread.push((key, s.tid, s.count));
         }
         if stacks.is_empty() {
             continue;
         }
+        let on_cpus = ThreadsOnCpus::of(guest);
         let window = (link.attached_ns, link.attached_ns + guest.meta.wall_ns);
-        let (mut in_window_ns, mut guest_mode_ns) = (0, 0);
-        for t in vcpus.iter().filter(|t| t.owner.pid == vmm_pid) {
-            in_window_ns += in_window(rec, t.tid, window).0;
-            guest_mode_ns += in_window(rec, t.tid, (0, u64::MAX)).0;
-        }
+        let vcpus = vcpus
+            .iter()
+            .filter(|t| t.owner.pid == vmm_pid)
+            .map(|t| {
+                let weighted = match (&on_cpus, vcpu_index(t)) {
+                    (Some(on), Some(cpu)) => {
+                        let mut w: BTreeMap<String, u64> = BTreeMap::new();
+                        for (key, tid, n) in &by_thread {
+                            *w.entry(key.clone()).or_default() += on.weight(*tid, cpu, *n);
+                        }
+                        w
+                    }
+                    _ => stacks.clone(),
+                };
+                let stacks_here = VcpuStacks {
+                    in_window_ns: in_window(rec, t.tid, window).0,
+                    guest_mode_ns: in_window(rec, t.tid, (0, u64::MAX)).0,
+                    stacks: weighted,
+                };
+                (t.tid, stacks_here)
+            })
+            .collect();
         out.push(GuestStacks {
             name: link.guest.clone(),
             vmm_pid,
-            in_window_ns,
-            guest_mode_ns,
+            vcpus,
             stacks,
             idle,
         });
     }
     out
+}
+
+/// A guest of several CPUs: each thread's busy time per CPU (its
+/// `thread_cpus` rows) and in all.
+struct ThreadsOnCpus {
+    per_cpu: BTreeMap<(u32, u32), u64>,
+    total: BTreeMap<u32, u64>,
+    cpus: u64,
+}
+
+impl ThreadsOnCpus {
+    fn of(guest: &Recording) -> Option<ThreadsOnCpus> {
+        let cpus = guest.rows::<CpuRow>().len() as u64;
+        let rows = guest.rows::<ThreadCpuRow>();
+        if cpus < 2 || rows.is_empty() {
+            return None;
+        }
+        let mut on = ThreadsOnCpus {
+            per_cpu: BTreeMap::new(),
+            total: BTreeMap::new(),
+            cpus,
+        };
+        for r in rows {
+            let busy = r.user_ns + r.system_ns + r.softirq_ns + r.hardirq_ns;
+            *on.per_cpu.entry((r.tid, r.cpu)).or_default() += busy;
+            *on.total.entry(r.tid).or_default() += busy;
+        }
+        Some(on)
+    }
+
+    /// `samples` of thread `tid` weighted for CPU `cpu`, in parts per
+    /// million: its share of time there (an equal share where its time is unknown).
+    fn weight(&self, tid: u32, cpu: u32, samples: u64) -> u64 {
+        const PPM: u128 = 1_000_000;
+        let total = self.total.get(&tid).copied().unwrap_or(0);
+        let here = self.per_cpu.get(&(tid, cpu)).copied().unwrap_or(0);
+        let w = if total == 0 {
+            samples as u128 * PPM / self.cpus as u128
+        } else {
+            samples as u128 * PPM * here as u128 / total as u128
+        };
+        w as u64
+    }
 }
 
 /// `total` shared over `weights` in proportion, in whole samples that sum
@@ -136,13 +211,15 @@ fn shares(total: u64, weights: &BTreeMap<String, u64>) -> Vec<(&str, u64)> {
 pub fn folded(rec: &Recording, lines: bool) -> (Vec<String>, Vec<Nested>) {
     let guests = guests_with_stacks(rec, lines);
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
-    // Per guest, its VM's guest-mode stacks (ending in the frame).
-    let mut in_guest: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); guests.len()];
+    // Per guest and vCPU thread, its guest-mode stacks (ending in the frame).
+    let mut in_guest: Vec<BTreeMap<(u32, String), u64>> = vec![BTreeMap::new(); guests.len()];
     for s in rec.rows::<SampleRow>() {
         let key = folded_stack(s, lines);
-        let guest = guests.iter().position(|g| g.vmm_pid == s.owner.pid);
+        let guest = guests
+            .iter()
+            .position(|g| g.vmm_pid == s.owner.pid && g.vcpus.contains_key(&s.tid));
         match guest {
-            Some(i) if s.stack.ends_with(GUEST_MODE_FRAME) => *in_guest[i].entry(key).or_default() += s.count,
+            Some(i) if s.stack.ends_with(GUEST_MODE_FRAME) => *in_guest[i].entry((s.tid, key)).or_default() += s.count,
             _ => *merged.entry(key).or_default() += s.count,
         }
     }
@@ -150,13 +227,14 @@ pub fn folded(rec: &Recording, lines: bool) -> (Vec<String>, Vec<Nested>) {
     for (g, host) in guests.iter().zip(in_guest) {
         let host_samples: u64 = host.values().sum();
         let mut shared = 0;
-        for (stack, n) in host {
-            let inside = match g.guest_mode_ns {
+        for ((tid, stack), n) in host {
+            let v = &g.vcpus[&tid];
+            let inside = match v.guest_mode_ns {
                 0 => 0,
-                all => (n as u128 * g.in_window_ns.min(all) as u128 / all as u128) as u64,
+                all => (n as u128 * v.in_window_ns.min(all) as u128 / all as u128) as u64,
             };
             shared += inside;
-            for (guest_stack, share) in shares(inside, &g.stacks) {
+            for (guest_stack, share) in shares(inside, &v.stacks) {
                 *merged
                     .entry(format!("{stack};[guest {}];{guest_stack}", g.name))
                     .or_default() += share;
@@ -170,8 +248,8 @@ pub fn folded(rec: &Recording, lines: bool) -> (Vec<String>, Vec<Nested>) {
             vmm_pid: g.vmm_pid,
             host_guest_mode_samples: host_samples,
             shared_samples: shared,
-            guest_mode_in_window_ns: g.in_window_ns,
-            guest_mode_ns: g.guest_mode_ns,
+            guest_mode_in_window_ns: g.vcpus.values().map(|v| v.in_window_ns).sum(),
+            guest_mode_ns: g.vcpus.values().map(|v| v.guest_mode_ns).sum(),
             guest_busy_samples: g.stacks.values().sum(),
             guest_idle_samples: g.idle,
         });
@@ -344,6 +422,81 @@ mod tests {
                 guest_busy_samples: 4,
                 guest_idle_samples: 50,
             }]
+        );
+    }
+
+    /// A guest of two CPUs: each vCPU thread's guest-mode samples go to the
+    /// stacks of the guest threads that ran on its CPU (redis-server on CPU
+    /// 1 alone, ksoftirqd on CPU 0 alone).
+    #[test]
+    fn each_vcpus_samples_go_to_the_threads_that_ran_on_its_cpu() {
+        let mut guest = Recording::default();
+        guest.meta.wall_ns = 2_000_000_000;
+        guest.tables.put(vec![
+            sample(7, 7, "redis-server", "app", "main;read", 3),
+            sample(9, 9, "ksoftirqd/0", "kernel", "net_rx_action_[k]", 1),
+        ]);
+        guest.tables.put(vec![
+            CpuRow {
+                cpu: 0,
+                ..Default::default()
+            },
+            CpuRow {
+                cpu: 1,
+                ..Default::default()
+            },
+        ]);
+        let on = |tid: u32, cpu: u32| ThreadCpuRow {
+            tid,
+            cpu,
+            end_ns: 1,
+            system_ns: 10,
+            ..Default::default()
+        };
+        guest.tables.put(vec![on(7, 1), on(9, 0)]);
+        let mut host = Recording::default();
+        let mode = format!("ioctl;{GUEST_MODE_FRAME}");
+        host.tables.put(vec![
+            sample(100, 101, "CPU 0/KVM", "vcpu", &mode, 4),
+            sample(100, 102, "CPU 1/KVM", "vcpu", &mode, 6),
+        ]);
+        let interval = |tid: u32| IntervalRow {
+            end_ns: 2_000_000_000,
+            tid,
+            pid: 100,
+            guest_ns: 1_000_000,
+            ..Default::default()
+        };
+        host.tables.put(vec![interval(101), interval(102)]);
+        let vcpu = |tid: u32, comm: &str| ThreadRow {
+            tid,
+            owner: crate::recording::Owner {
+                pid: 100,
+                comm: comm.into(),
+                role: "vcpu".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        host.tables.put(vec![vcpu(101, "CPU 0/KVM"), vcpu(102, "CPU 1/KVM")]);
+        host.tables.put(vec![GuestLinkRow {
+            guest: "vm1".into(),
+            vmm_pid: 100,
+            state: "complete".into(),
+            ..Default::default()
+        }]);
+        host.guests.push(crate::recording::GuestPart {
+            name: "vm1".into(),
+            recording: Ok(guest),
+        });
+        let (lines, _) = folded(&host, false);
+        let root = |cpu: u32| format!("qemu-kvm/vcpu;host;CPU {cpu}/KVM;ioctl;{GUEST_MODE_FRAME};[guest vm1]");
+        assert_eq!(
+            lines,
+            vec![
+                format!("{};ksoftirqd/0;net_rx_action_[k] 4", root(0)),
+                format!("{};redis-server;main;read 6", root(1)),
+            ]
         );
     }
 }

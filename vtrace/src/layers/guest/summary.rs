@@ -302,7 +302,7 @@ fn busy_on(guest: &Recording, cpu: u32) -> Vec<GuestBusy> {
 
 /// The index of the vCPU a host thread runs: the CPU layer's (from KVM),
 /// else its name (QEMU's `CPU 1/KVM`, Firecracker's `fc_vcpu 1`).
-fn vcpu_index(t: &ThreadRow) -> Option<u32> {
+pub fn vcpu_index(t: &ThreadRow) -> Option<u32> {
     t.vcpu.get().or_else(|| {
         let c = t.owner.comm.as_str();
         let digits = c.strip_prefix("CPU ").or_else(|| c.strip_prefix("fc_vcpu "))?;
