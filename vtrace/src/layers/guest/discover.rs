@@ -41,6 +41,11 @@ pub fn targets(values: &[String], system: &SystemSnapshot) -> Result<(Vec<Target
                             });
                         }
                     }
+                    // A unikernel runs no Linux, so no eBPF and no agent.
+                    None if p.kernel_marks.iter().any(|m| m == crate::platforms::image::UNIKRAFT) => notes.push(format!(
+                        "--guest auto: {name} boots a Unikraft unikernel (no Linux, no eBPF: no agent can run in it): \
+                         its guest's time stays one figure, its vCPU's guest time"
+                    )),
                     None => notes.push(format!(
                         "--guest auto: {name} has no vsock device (QEMU: -device vhost-vsock-pci,guest-cid=N; \
                          Firecracker: a vsock in its configuration): its guest is not recorded"
@@ -156,6 +161,32 @@ mod tests {
         assert_eq!(
             names,
             ["uds-v.sock", "uds-v.sock-2", "cid-5", "cid-5-2", "uds-v.sock-3"]
+        );
+    }
+
+    /// `auto` names why each VM it found goes unrecorded: a Unikraft
+    /// unikernel can run no agent; a Linux VM without a vsock device has none to reach.
+    #[test]
+    fn auto_names_a_unikernel_and_a_vm_without_vsock() {
+        let vm = |pid: u32, marks: &[&str]| crate::platforms::snapshot::ProcInfo {
+            pid,
+            comm: "qemu-system-x86".into(),
+            exe: "/usr/bin/qemu-system-x86_64".into(),
+            cmdline: "qemu-system-x86_64 -accel kvm -m 64".into(),
+            kvm_vcpus: true,
+            kernel_marks: marks.iter().map(|m| m.to_string()).collect(),
+            ..Default::default()
+        };
+        let system = SystemSnapshot {
+            processes: vec![vm(10, &["unikraft"]), vm(11, &[])],
+            ..Default::default()
+        };
+        let (targets, notes) = targets(&["auto".into()], &system).unwrap();
+        assert!(targets.is_empty());
+        assert!(
+            notes[0].contains("qemu-system-x86_64-10 boots a Unikraft unikernel")
+                && notes[1].contains("-11 has no vsock device"),
+            "{notes:?}"
         );
     }
 }
