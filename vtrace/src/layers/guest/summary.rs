@@ -259,22 +259,31 @@ struct GuestBusy {
     states: [(&'static str, u64); 4],
 }
 
+impl GuestBusy {
+    fn new(tid: u32, born_ns: u64, (start_ns, end_ns): (u64, u64), [user, system, softirq, hardirq]: [u64; 4]) -> Self {
+        GuestBusy {
+            tid,
+            born_ns,
+            start_ns,
+            end_ns,
+            states: [
+                ("user", user),
+                ("system", system),
+                ("softirq", softirq),
+                ("hardirq", hardirq),
+            ],
+        }
+    }
+}
+
 /// The guest's threads' busy time, interval by interval, on every CPU.
 fn busy_anywhere(guest: &Recording) -> Vec<GuestBusy> {
     guest
         .rows::<IntervalRow>()
         .iter()
-        .map(|i| GuestBusy {
-            tid: i.tid,
-            born_ns: i.born_ns,
-            start_ns: i.start_ns,
-            end_ns: i.end_ns,
-            states: [
-                ("user", i.user_ns),
-                ("system", i.system_ns),
-                ("softirq", i.softirq_ns),
-                ("hardirq", i.hardirq_ns),
-            ],
+        .map(|i| {
+            let busy = [i.user_ns, i.system_ns, i.softirq_ns, i.hardirq_ns];
+            GuestBusy::new(i.tid, i.born_ns, (i.start_ns, i.end_ns), busy)
         })
         .collect()
 }
@@ -285,17 +294,9 @@ fn busy_on(guest: &Recording, cpu: u32) -> Vec<GuestBusy> {
         .rows::<ThreadCpuRow>()
         .iter()
         .filter(|r| r.cpu == cpu)
-        .map(|r| GuestBusy {
-            tid: r.tid,
-            born_ns: r.born_ns,
-            start_ns: r.start_ns,
-            end_ns: r.end_ns,
-            states: [
-                ("user", r.user_ns),
-                ("system", r.system_ns),
-                ("softirq", r.softirq_ns),
-                ("hardirq", r.hardirq_ns),
-            ],
+        .map(|r| {
+            let busy = [r.user_ns, r.system_ns, r.softirq_ns, r.hardirq_ns];
+            GuestBusy::new(r.tid, r.born_ns, (r.start_ns, r.end_ns), busy)
         })
         .collect()
 }
