@@ -120,7 +120,8 @@ impl CpuCollector {
             exited_last_time: HashSet::new(),
             split,
             cpu_ticks_at_start: cpu_user_system_ticks(),
-            per_cpu_threads,
+            // With one CPU the per-CPU table is the intervals table: not kept.
+            per_cpu_threads: per_cpu_threads && aya::util::nr_cpus().is_ok_and(|n| n > 1),
         })
     }
 

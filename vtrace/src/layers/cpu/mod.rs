@@ -290,9 +290,9 @@ impl Collector for CpuRecorder {
         if !ctx.checkpoint {
             out.tables.put(self.series.finish());
         }
-        // (with one CPU it is the intervals table; not journaled: a
-        // recording cut short keeps it from its last checkpoint)
-        if snap.cpus.len() > 1 && !self.cpu_series.rows.is_empty() {
+        // (none with one CPU: the collector keeps it only with several; not
+        // journaled: a recording cut short keeps it from its last checkpoint)
+        if !self.cpu_series.rows.is_empty() {
             out.tables.put(self.cpu_series.finish());
         }
         Ok(())
