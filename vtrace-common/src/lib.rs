@@ -90,7 +90,7 @@ mod pod {
 /// prefix (`raw_`, `tp_`, `btf_`, `kprobe_`, `fentry_`). Exact event counts at the
 /// cost of one per-CPU array add, where the kernel's BPF statistics would
 /// add two clock reads per run.
-pub const COUNTED_HOOKS: [&str; 99] = [
+pub const COUNTED_HOOKS: [&str; 100] = [
     "sched_switch",
     "sched_process_fork",
     "sched_process_exec",
@@ -177,6 +177,7 @@ pub const COUNTED_HOOKS: [&str; 99] = [
     "path_irq_handler_entry",
     "path_irq_handler_exit",
     "path_vring_interrupt",
+    "kretprobe_path_vring_interrupt",
     "path_virtnet_poll",
     "path_virtio_rx_irq",
     "path_net_rx_softirq",

@@ -391,6 +391,12 @@ pub struct PathConfig {
     /// virtio-net's receive side is itself timed at that entry (no kprobes:
     /// its fallback), which starts every device's poll once.
     pub vf_starts_poll: u32,
+    /// Non-zero: a receive queue's vring_interrupt is its interrupt only
+    /// where it returns IRQ_HANDLED (a kretprobe checks: kprobes attach).
+    /// virtio-mmio's one interrupt runs vring_interrupt on every queue:
+    /// a transmit queue's completion would else start the receive
+    /// queue's wait for a poll that comes with the next request.
+    pub rx_irq_at_return: u32,
     /// The eventfd a kick signals (`struct _ioeventfd`'s `dev`, which
     /// ioeventfd_write gets, and its `eventfd`) and the one a read reads
     /// (`kiocb.ki_filp`, `file.private_data`): a VMM's transmit queue is
@@ -422,6 +428,9 @@ pub struct PathKickTarget {
 pub struct PathGuestRx {
     /// The first receive interrupt its poll has not started on (0: none).
     pub irq_ns: u64,
+    /// A receive queue's vring_interrupt running now (0: none): an
+    /// interrupt of its poll's only if it found used buffers there.
+    pub entering_ns: u64,
     /// The poll running now began (0: none), after the interrupt at
     /// `poll_irq_ns` (0: a poll no interrupt started, rescheduled).
     pub poll_ns: u64,

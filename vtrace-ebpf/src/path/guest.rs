@@ -65,9 +65,33 @@ fn named(vq: u64, prefix: &[u8; 6]) -> bool {
 // vring_interrupt(int irq, void *vq): a virtqueue's interrupt.
 kfunc_programs!(kprobe_path_vring_interrupt, fentry_path_vring_interrupt, "vring_interrupt", counted "path_vring_interrupt", [_irq, vq] => {
     if named(vq, b"input.") {
-        rx_interrupt();
+        if conf!(path.rx_irq_at_return) == 0 {
+            rx_interrupt();
+        } else if let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) {
+            unsafe { (*rx).entering_ns = account::now() };
+        }
     }
 });
+
+/// vring_interrupt returns: a receive queue's is its interrupt where it
+/// handled used buffers (IRQ_HANDLED, 1; IRQ_NONE, 0: nothing there).
+#[kretprobe]
+pub fn kretprobe_path_vring_interrupt(ctx: RetProbeContext) -> u32 {
+    count_run!("kretprobe_path_vring_interrupt");
+    let Some(rx) = PATH_GUEST_RX.get_ptr_mut(0) else {
+        return 0;
+    };
+    let rx = unsafe { &mut *rx };
+    let entered = rx.entering_ns;
+    if entered == 0 {
+        return 0;
+    }
+    rx.entering_ns = 0;
+    if ctx.ret::<u64>() & 0xffff_ffff != 0 && rx.irq_ns == 0 {
+        rx.irq_ns = entered;
+    }
+    0
+}
 
 /// A receive queue's interrupt on this CPU (the first, until its poll).
 #[inline(always)]

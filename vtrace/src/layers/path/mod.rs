@@ -269,6 +269,7 @@ impl Layer for PathLayer {
         let virtio_poll_known = vtrace_common::address(config.path.virtnet_poll_lo, config.path.virtnet_poll_hi) != 0;
         config.path.vf_starts_poll =
             !(virtio_poll_known && !setup.caps.kprobe_pmu && !virtio_rx_irqs.is_empty()) as u32;
+        config.path.rx_irq_at_return = setup.caps.kprobe_pmu as u32;
     }
     fn tables(&self) -> Vec<TableKind> {
         vec![

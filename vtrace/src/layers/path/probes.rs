@@ -24,7 +24,7 @@ macro_rules! path_kvm_tracepoint {
 /// A guest's virtio-net receive side, attached where virtio-net's poll
 /// function is known (elsewhere they and their fallbacks would run for
 /// nothing).
-pub const VIRTIO_NET_RX: &[&str] = &["path:vring_interrupt", "path:virtnet_poll"];
+pub const VIRTIO_NET_RX: &[&str] = &["path:vring_interrupt", "path:vring_interrupt.ret", "path:virtnet_poll"];
 /// The tracepoint that counts virtio-net's or a VF's received frames.
 pub const NAPI_POLL: &str = "path:napi_poll";
 /// A VF's poll starting (where one is in the guest).
@@ -250,6 +250,15 @@ pub const PATH: &[ProbeSpec] = &[
         "kprobe_path_vring_interrupt",
         raw_tp "irq_handler_entry" => "raw_path_virtio_rx_irq"
     ),
+    ProbeSpec {
+        id: "path:vring_interrupt.ret",
+        layer: "path",
+        what: "guest rx: that interrupt found used buffers on the receive queue (virtio-mmio's runs every queue's)",
+        strategies: &[Strategy::KProbe {
+            program: "kretprobe_path_vring_interrupt",
+            function: "vring_interrupt",
+        }],
+    },
     kfunc_probe!(
         "path:virtnet_poll",
         "path",
