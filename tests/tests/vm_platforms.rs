@@ -34,8 +34,13 @@ const HOG_BUSY_US: u64 = 2000;
 /// ms, beside a busy agent in the guest), so no request waits for the
 /// last one's reply and each is followed on its own.
 const PING_INTERVAL_S: &str = "0.1";
-/// The platform whose pings are followed on both sides of the boundary.
+/// The platform whose pings on both sides of the boundary are explained
+/// against the hog's, drawn in Perfetto and in the HTML.
 const AGENT_PLATFORM: &str = "qemu-kvm";
+/// The platforms whose pings are followed on both sides of the boundary:
+/// virtio-net over PCI (MSI-X, a vector per queue) to vhost-net, and over
+/// MMIO (one interrupt for every queue) to Firecracker's own thread.
+const BOTH_SIDES: &[&str] = &["qemu-kvm", "firecracker"];
 /// The platforms whose guest is recorded too, by the agent the lab starts
 /// in it (every lab Linux guest carries one), and how each is reached:
 /// QEMU's vhost-vsock by context id, Firecracker's hybrid vsock by its
@@ -45,6 +50,27 @@ const AGENT_PLATFORMS: &[(&str, &str)] = &[("qemu-kvm", "cid:120:"), ("firecrack
 /// /init pins redis-server to the last): each vCPU's guest time is split
 /// by the guest's threads that ran on it.
 const TWO_VCPUS: &str = "firecracker";
+/// A busy loop run in each agent platform's guest through `vtrace lab exec`
+/// during its recording (`$1` the platform), on the guest's CPU 0 (redis-server
+/// runs on its last): about a second of CPU here.
+const GUEST_SPIN: &str = r#"exec vtrace lab exec "$1" -- taskset -c 0 sh -c "$(cat /tmp/guest-spin-inside.sh)"
+"#;
+/// What it runs in the guest: the loop's own schedstat and stat are read
+/// once it has exited, whole (its exit too: milliseconds under nested TCG),
+/// as a zombie its parent (`sleep`, which never reaps) keeps until then.
+/// The loop's pid, its schedstat's three numbers, then its stat's fields.
+const GUEST_SPIN_INSIDE: &str = r#"sh -c 'sh -c "i=0; while [ \$i -lt 24000 ]; do i=\$((i+1)); done" & echo $! > /tmp/spin.pid; exec sleep 600' &
+holder=$!
+while [ ! -s /tmp/spin.pid ]; do sleep 0.1; done
+p=$(cat /tmp/spin.pid)
+while [ "$(cut -d' ' -f3 /proc/$p/stat)" != Z ]; do sleep 0.2; done
+echo $p $(cat /proc/$p/schedstat) $(cat /proc/$p/stat)
+kill $holder
+"#;
+
+/// The busy loop's part in a guest's split (its shell's program).
+const SPIN_PART: &str = "sh";
+
 /// The platforms whose path is followed packet by packet under ping, with
 /// and without the hog: vhost-net, and the VMM's own thread.
 const PING_PLATFORMS: &[&str] = &["qemu-kvm", "qemu-kvm-novhost"];
@@ -135,7 +161,9 @@ const LAB_LIMIT: u32 = 120;
 fn script() -> String {
     let mut s = format!(
         "{GUEST_STEPS}export VTRACE_UNIKRAFT_IMAGE=/vmm/httpreply_qemu-x86_64\n\
-         vtrace lab status > status.out 2>&1\n"
+         vtrace lab status > status.out 2>&1\n\
+         cat > /tmp/guest-spin.sh <<'EOF'\n{GUEST_SPIN}EOF\n\
+         cat > /tmp/guest-spin-inside.sh <<'EOF'\n{GUEST_SPIN_INSIDE}EOF\n"
     );
     // Each recording's JSON and text reports are drawn on the host from the
     // share (vtrace_tests::run_guest), not under TCG here.
@@ -147,7 +175,7 @@ fn script() -> String {
             // are read at different moments of its window's end, so they
             // agree only where no frame (the connection's close, late in
             // the guest) is sent between the two.
-            w = format!("sh -c '{w}; sleep 1'");
+            w = format!("sh -c '{w}; sh /tmp/guest-spin.sh {p} > {p}-spin.out 2>&1; sleep 1'");
         }
         let fail = format!("{p}.failed");
         let vcpus = if *p == TWO_VCPUS { 2 } else { 1 };
@@ -187,18 +215,14 @@ fn script() -> String {
                  step {REPORT_LIMIT} {fail} 'text explain {p}' vtrace explain {p}-ping.vtrace {p}-hog.vtrace > {p}-explain.txt 2>&1\n"
             ));
             if *p == AGENT_PLATFORM {
-                // The pings followed on both sides of the boundary: the
-                // guest records only its path layer, since what it does
-                // costs the one CPU of this level the VM's other threads
-                // need (a busier vCPU thread delays the vhost worker's
-                // wake-up by milliseconds here). Explained against the hog's
-                // recording, which has no guest.
+                // Explained against the hog's recording, which has no guest.
                 s.push_str(&format!(
-                    "step {RECORD_LIMIT} {fail} 'record {p} pings on both sides' {record} --guest auto --guest-layers path \
-                       -o {p}-both.vtrace -- {ping} > {p}-both.out 2>&1\n\
-                     step {REPORT_LIMIT} {fail} 'text explain {p} both sides' vtrace explain {p}-both.vtrace {p}-hog.vtrace > {p}-both-explain.txt 2>&1\n"
+                    "{}step {REPORT_LIMIT} {fail} 'text explain {p} both sides' vtrace explain {p}-both.vtrace {p}-hog.vtrace > {p}-both-explain.txt 2>&1\n",
+                    both_sides(p, addr)
                 ));
             }
+        } else if BOTH_SIDES.contains(p) {
+            s.push_str(&both_sides(p, addr));
         }
         s.push_str(&format!(
             "step {LAB_LIMIT} {fail} 'down {p}' vtrace lab down {p} >> up-{p}.out 2>&1\nfinished {p}; fi\n"
@@ -223,6 +247,19 @@ fn script() -> String {
     ));
     s.push_str("mark done\n");
     s
+}
+
+/// The step that records pings into `platform`'s guest followed on both
+/// sides of the boundary: the guest records only its path layer, since
+/// what it does costs the one CPU of this level the VM's other threads
+/// need (a busier vCPU thread delays the vhost worker's wake-up by
+/// milliseconds here).
+fn both_sides(platform: &str, addr: &str) -> String {
+    format!(
+        "step {RECORD_LIMIT} {platform}.failed 'record {platform} pings on both sides' vtrace record --platform {platform} \
+           --layers cpu,net,path --events --guest auto --guest-layers path -o {platform}-both.vtrace \
+           -- ping -c {PINGS} -i {PING_INTERVAL_S} {addr} > {platform}-both.out 2>&1\n"
+    )
 }
 
 /// The files the guest's script wrote, and how long it ran.
@@ -336,6 +373,7 @@ fn boot() -> Result<Guest, String> {
                 },
             );
         }
+        vtrace_tests::draw_report(&out.0, &mut out_files, p, &recording, "trace");
     }
     Ok(Guest {
         out: out_files,
@@ -852,55 +890,11 @@ fn explain_ranks_the_guests_stages_beside_the_hosts() {
 /// narrow the clock's bound and all of them are in causal order after it;
 /// each round trip at the tap is then host and guest stages with no
 /// `guest` residual, summing to it exactly, its median inside ping's own.
+/// Perfetto and the HTML draw them.
 #[test]
 fn each_ping_is_followed_across_the_boundary_with_no_residual() {
     let g = guest();
-    let r = g.report(&format!("{AGENT_PLATFORM}-both"));
-    let b = rows(&r, "boundary")
-        .first()
-        .cloned()
-        .unwrap_or_else(|| panic!("no boundary section: {}", g.text(&format!("{AGENT_PLATFORM}-both.out"))));
-    let mut shown = b.clone();
-    shown["round_trips"] = Value::from(b["round_trips"].as_array().map_or(0, |t| t.len()));
-    eprintln!("{AGENT_PLATFORM} across the boundary: {shown}");
-    assert!(b["unjoined"].is_null(), "{shown}");
-    let clock = &b["clock"];
-    assert_eq!(clock["agrees"], true, "the pairs agree with the exchanges: {clock}");
-    let pairs = n(&clock["rx_pairs"]) + n(&clock["tx_pairs"]);
-    assert_eq!(n(&clock["causal"]), pairs, "every pair in causal order: {clock}");
-    let bound = clock["bound_ns"].as_f64().unwrap();
-    assert!(
-        bound > 0.0 && bound <= clock["exchange_bound_ns"].as_f64().unwrap(),
-        "{clock}"
-    );
-    // Two interrupts before one poll (or two kicks served as one) leave
-    // one side a packet short: counted as unmatched, not joined.
-    for dir in ["rx", "tx"] {
-        assert!(n(&b[dir]["matched"]) >= PINGS as u64 * 9 / 10, "{dir}: {shown}");
-    }
-    let joined = b["round_trips"].as_array().unwrap();
-    assert!(
-        joined.len() >= PINGS * 9 / 10,
-        "{} of {PINGS} pings joined: {shown}",
-        joined.len()
-    );
-    let mut totals = Vec::new();
-    for trip in joined {
-        let parts = trip["parts"].as_array().unwrap();
-        let names: Vec<&str> = parts.iter().map(|p| p[0].as_str().unwrap()).collect();
-        assert!(!names.contains(&"guest"), "a residual left: {trip}");
-        for part in vtrace::views::boundary::GUEST_PARTS {
-            assert!(names.contains(&part), "{part} missing: {trip}");
-        }
-        let sum: u64 = parts.iter().map(|p| n(&p[1])).sum();
-        assert_eq!(sum, n(&trip["total_ns"]), "parts sum to the trip: {trip}");
-        totals.push(n(&trip["total_ns"]) as f64);
-    }
-    let rtts = vtrace::workload::ops::ping_rtts_ms(g.text(&format!("{AGENT_PLATFORM}-both.out")));
-    let (trip_p50, ping_p50) = (median(totals), median(rtts) * 1e6);
-    eprintln!("joined round trips p50 {trip_p50} ns, ping's own p50 {ping_p50} ns");
-    assert!(trip_p50 > 0.0 && trip_p50 <= ping_p50);
-
+    let (b, joined) = check_boundary(g, AGENT_PLATFORM);
     // Perfetto: the guest's track right under its VM's vCPU track, on the
     // host's timeline; each joined trip a span its parts fill in order.
     // The HTML draws the trip's parts on both sides, each in its colour.
@@ -912,7 +906,7 @@ fn each_ping_is_followed_across_the_boundary_with_no_residual() {
         .expect("the HTML's boundary section");
     let figure = section.split("<svg").nth(1).expect("a figure of the boundary's parts");
     let parts = b["parts"].as_array().unwrap();
-    assert!(!parts.is_empty(), "{shown}");
+    assert!(!parts.is_empty(), "{b}");
     for part in parts {
         let part = part[0].as_str().unwrap();
         assert!(
@@ -972,6 +966,66 @@ fn each_ping_is_followed_across_the_boundary_with_no_residual() {
             "{span}: parts {inside} us"
         );
     }
+}
+
+/// The same for Firecracker, whose virtio-net is on MMIO: one interrupt
+/// for every queue, so a transmit's completion runs the receive queue's
+/// vring_interrupt too, and only one that found used buffers there is a
+/// request's.
+#[test]
+fn firecrackers_pings_are_followed_across_the_boundary_with_no_residual() {
+    check_boundary(guest(), "firecracker");
+}
+
+/// `platform`'s pings on both sides, checked: its boundary row and its
+/// joined round trips.
+fn check_boundary(g: &Guest, platform: &str) -> (Value, Vec<Value>) {
+    let r = g.report(&format!("{platform}-both"));
+    let b = rows(&r, "boundary")
+        .first()
+        .cloned()
+        .unwrap_or_else(|| panic!("no boundary section: {}", g.text(&format!("{platform}-both.out"))));
+    let mut shown = b.clone();
+    shown["round_trips"] = Value::from(b["round_trips"].as_array().map_or(0, |t| t.len()));
+    eprintln!("{platform} across the boundary: {shown}");
+    assert!(b["unjoined"].is_null(), "{shown}");
+    let clock = &b["clock"];
+    assert_eq!(clock["agrees"], true, "the pairs agree with the exchanges: {clock}");
+    let pairs = n(&clock["rx_pairs"]) + n(&clock["tx_pairs"]);
+    assert_eq!(n(&clock["causal"]), pairs, "every pair in causal order: {clock}");
+    let bound = clock["bound_ns"].as_f64().unwrap();
+    assert!(
+        bound > 0.0 && bound <= clock["exchange_bound_ns"].as_f64().unwrap(),
+        "{clock}"
+    );
+    // Two interrupts before one poll (or two kicks served as one) leave
+    // one side a packet short: counted as unmatched, not joined.
+    for dir in ["rx", "tx"] {
+        assert!(n(&b[dir]["matched"]) >= PINGS as u64 * 9 / 10, "{dir}: {shown}");
+    }
+    let joined = b["round_trips"].as_array().unwrap().clone();
+    assert!(
+        joined.len() >= PINGS * 9 / 10,
+        "{} of {PINGS} pings joined: {shown}",
+        joined.len()
+    );
+    let mut totals = Vec::new();
+    for trip in &joined {
+        let parts = trip["parts"].as_array().unwrap();
+        let names: Vec<&str> = parts.iter().map(|p| p[0].as_str().unwrap()).collect();
+        assert!(!names.contains(&"guest"), "a residual left: {trip}");
+        for part in vtrace::views::boundary::GUEST_PARTS {
+            assert!(names.contains(&part), "{part} missing: {trip}");
+        }
+        let sum: u64 = parts.iter().map(|p| n(&p[1])).sum();
+        assert_eq!(sum, n(&trip["total_ns"]), "parts sum to the trip: {trip}");
+        totals.push(n(&trip["total_ns"]) as f64);
+    }
+    let rtts = vtrace::workload::ops::ping_rtts_ms(g.text(&format!("{platform}-both.out")));
+    let (trip_p50, ping_p50) = (median(totals), median(rtts) * 1e6);
+    eprintln!("joined round trips p50 {trip_p50} ns, ping's own p50 {ping_p50} ns");
+    assert!(trip_p50 > 0.0 && trip_p50 <= ping_p50);
+    (b, joined)
 }
 
 /// The lab's QEMU guest runs `vtrace agent` (its /init, from the share the
@@ -1063,14 +1117,14 @@ fn check_agent(platform: &str) {
         } else {
             let first = parts
                 .iter()
-                .find(|p| p[0] != vtrace::layers::guest::summary::AGENT_PART)
+                .find(|p| p[0] != vtrace::layers::guest::summary::AGENT_PART && p[0] != SPIN_PART)
                 .unwrap();
             assert_eq!(first[0], "redis-server", "{v}");
         }
     }
     let first = parts
         .iter()
-        .find(|p| p[0] != vtrace::layers::guest::summary::AGENT_PART)
+        .find(|p| p[0] != vtrace::layers::guest::summary::AGENT_PART && p[0] != SPIN_PART)
         .unwrap();
     assert_eq!(first[0], "redis-server", "{vcpu}");
     assert!(n(&vcpu["unrun_busy_ns"]) <= n(&vcpu["guest_busy_ns"]), "{vcpu}");
@@ -1120,8 +1174,70 @@ fn check_agent(platform: &str) {
             "{folded}"
         );
     }
+    // Perfetto: a track per vCPU under the VM's vCPU role track, with the
+    // host thread's guest mode and the guest's threads that ran on its CPU.
+    let trace: Value = serde_json::from_str(g.text(&format!("{platform}.trace"))).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    let tracks: Vec<(u64, String)> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .map(|e| (n(&e["pid"]), e["args"]["name"].as_str().unwrap().to_string()))
+        .filter(|(_, name)| name.starts_with(&format!("{platform}/vcpu > guest ")) && name.contains(" > vCPU "))
+        .collect();
+    assert_eq!(tracks.len(), cpus.len(), "a track per vCPU: {tracks:?}");
+    for (c, (pid, name)) in cpus.iter().zip(&tracks) {
+        assert!(
+            name.contains(&format!(" > vCPU {} (", c["cpu"])) && name.ends_with(&format!(" {})", c["host_tid"])),
+            "{name} {c}"
+        );
+        let counters: Vec<&str> = events
+            .iter()
+            .filter(|e| e["ph"] == "C" && n(&e["pid"]) == *pid)
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            counters.contains(&"host guest-mode ns per interval") && counters.contains(&"guest CPU ns per interval"),
+            "{name}: {counters:?}"
+        );
+        let redis = counters.iter().any(|c| c.starts_with("CPU ns: redis-server "));
+        assert_eq!(
+            redis,
+            platform != TWO_VCPUS || c["cpu"] == 1,
+            "{name}: redis-server's counter where it ran: {counters:?}"
+        );
+    }
     // The guest's own recording, reported on its own.
     let inner = g.report(&format!("{platform}-inner"));
+    // The busy loop run in the guest during the recording, against its own
+    // schedstat and stat (once it exited).
+    let spin = g.text(&format!("{platform}-spin.out"));
+    let words: Vec<&str> = spin.split_whitespace().collect();
+    let (tid, schedstat_ns) = match words.as_slice() {
+        [tid, run_ns, ..] => (tid.parse::<u64>(), run_ns.parse::<u64>()),
+        _ => panic!("the guest's busy loop: {spin}"),
+    };
+    let (tid, schedstat_ns) = (tid.unwrap(), schedstat_ns.unwrap());
+    // /proc/PID/stat after the pid and the schedstat's three numbers:
+    // utime and stime are its 14th and 15th fields, in USER_HZ (100) ticks.
+    let ticks = |field: usize| words.get(3 + field).and_then(|w| w.parse::<u64>().ok()).unwrap_or(0) * 10_000_000;
+    let thread = rows(&inner, "threads")
+        .iter()
+        .find(|t| n(&t["tid"]) == tid)
+        .unwrap_or_else(|| panic!("the busy loop's thread {tid} in the guest's recording: {spin}"));
+    let total = n(&thread["total_ns"]);
+    let err = total.abs_diff(schedstat_ns) as f64 / schedstat_ns as f64;
+    eprintln!(
+        "{platform}'s guest busy loop {tid}: vtrace {total} ns (user {}, system {}, softirq {}, hardirq {}), \
+         schedstat {schedstat_ns} ns ({:.2} %); stat utime {} ns, stime {} ns",
+        thread["user_ns"],
+        thread["system_ns"],
+        thread["softirq_ns"],
+        thread["hardirq_ns"],
+        err * 100.0,
+        ticks(14),
+        ticks(15)
+    );
+    assert!(schedstat_ns > 0 && err <= 0.02, "{thread} against {spin}");
     let (sent, received) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, platform);
     assert!(sent > 0 && received > 0);
     let eth0 = rows(&inner, "device_counters")

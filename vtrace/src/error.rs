@@ -85,6 +85,9 @@ pub enum Error {
     #[error("vtrace lab cannot start {platform} on this machine: {reason}")]
     LabUnavailable { platform: String, reason: String },
 
+    #[error("vtrace lab exec in {platform}'s VM: {reason}")]
+    LabShell { platform: String, reason: String },
+
     #[error(
         "another `vtrace lab` (pid {holder}) is bringing {platform} up or down: wait for it, or stop it and run \
          `vtrace lab down {platform}`"

@@ -19,6 +19,13 @@ pub enum Action {
     },
     /// What runs, what can start here, and what cannot (and why).
     Status,
+    /// Inside a lab Linux VM (its /init runs it): serve `vtrace lab exec`'s
+    /// commands on vsock.
+    #[command(hide = true)]
+    GuestShell {
+        #[arg(long, default_value = "vsock:1026")]
+        listen: String,
+    },
 }
 
 pub fn run(action: Action) -> anyhow::Result<i32> {
@@ -32,6 +39,10 @@ pub fn run(action: Action) -> anyhow::Result<i32> {
             }
         }
         Action::Exec { platform, command } => return exec(&platform, &command),
+        Action::GuestShell { listen } => {
+            let listen = vtrace::layers::guest::transport::Listen::parse(&listen, false).map_err(anyhow::Error::msg)?;
+            vtrace::lab::shell::serve(&listen)?;
+        }
         Action::Status => {
             for (name, state) in vtrace::lab::status() {
                 println!("{name:<12} {state}");
@@ -62,7 +73,10 @@ fn up(platform: &str) -> anyhow::Result<()> {
 
 /// The command inside PLATFORM's instance; its exit status is vtrace's.
 fn exec(platform: &str, command: &[String]) -> anyhow::Result<i32> {
-    let argv = vtrace::lab::exec_command(platform, command)?;
+    let argv = match vtrace::lab::exec_command(platform, command)? {
+        vtrace::lab::Exec::Here(argv) => argv,
+        vtrace::lab::Exec::InVm(shell, argv) => return Ok(vtrace::lab::shell::run(platform, &shell, &argv)?),
+    };
     let status = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .status()

@@ -96,6 +96,10 @@ pub struct Ledger {
     /// What a user should know about the instance (e.g. the accelerator).
     #[serde(default)]
     pub note: String,
+    /// A lab Linux VM's command channel (lab/shell.rs), as a guest
+    /// address (`cid:N:PORT`, `uds:PATH:PORT`); empty: none.
+    #[serde(default)]
+    pub shell: String,
 }
 
 impl Ledger {

@@ -34,7 +34,7 @@ const GUEST_BINARIES: &[&str] = &["busybox", "redis-server", "iperf3"];
 /// initramfs carries it there instead ([`initramfs_with_agent`]).
 pub(super) const AGENT_TAG: &str = "vtrace";
 /// Bumped when the initramfs contents change.
-const INITRD_VERSION: &str = "8";
+const INITRD_VERSION: &str = "9";
 
 fn dir() -> PathBuf {
     Path::new(DATA_DIR).join("linuxvm")
@@ -240,7 +240,8 @@ pub(super) fn initramfs() -> Result<PathBuf> {
          taskset -c $(( $(grep -c ^processor /proc/cpuinfo) - 1 )) redis-server --bind 0.0.0.0 --port 6379 --protected-mode no --save '' --appendonly no --daemonize yes\n\
          mount -t tracefs tracefs /sys/kernel/tracing\nmkdir -p /agent\n\
          mount -t 9p -o trans=virtio,version=9p2000.L,ro {tag} /agent 2>/dev/null\n\
-         if [ -x /agent/vtrace ]; then /agent/vtrace agent --dir /tmp/vtrace-agent > /dev/console 2>&1 & fi\n\
+         if [ -x /agent/vtrace ]; then /agent/vtrace agent --dir /tmp/vtrace-agent > /dev/console 2>&1 &\n\
+           /agent/vtrace lab guest-shell > /dev/console 2>&1 & fi\n\
          echo vtrace-linuxvm-ready\nexec sleep 2147483647\n",
         http = HTTP_PORT,
         tag = AGENT_TAG

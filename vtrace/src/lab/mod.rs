@@ -27,6 +27,7 @@ mod lwip;
 mod lxc;
 mod net;
 pub mod rootfs;
+pub mod shell;
 mod sriov;
 mod vms;
 
@@ -44,7 +45,7 @@ use self::{
     kinds::{container_runtime, lab_platform},
     lock::PlatformLock,
 };
-use crate::{Error, Result};
+use crate::{Error, Result, layers::guest::transport::GuestAddress};
 
 /// Where the lab volume is inside an instance of `platform`.
 pub fn volume_in(platform: &str) -> &'static str {
@@ -143,14 +144,23 @@ fn down_locked(name: &str) -> Result<bool> {
 /// The command line that runs `command` inside the running instance of
 /// `platform` (`vtrace lab exec`): the runtime's own exec (runc, crun, runsc,
 /// docker, lxc-attach), or `ip netns exec` for the host platform.
-pub fn exec_command(platform: &str, command: &[String]) -> Result<Vec<String>> {
+/// How `vtrace lab exec` runs a command inside an instance.
+#[derive(Debug)]
+pub enum Exec {
+    /// A command line run here: a container runtime's exec, or nsenter.
+    Here(Vec<String>),
+    /// Sent to a lab Linux VM's command channel (lab/shell.rs).
+    InVm(GuestAddress, Vec<String>),
+}
+
+pub fn exec_command(platform: &str, command: &[String]) -> Result<Exec> {
     let ledger = Ledger::load(platform)
         .filter(|l| l.ready)
         .ok_or_else(|| Error::LabUnavailable {
             platform: platform.into(),
             reason: format!("no instance is up: `vtrace lab up {platform}` first"),
         })?;
-    let mut argv: Vec<String> = ledger
+    let here = ledger
         .resources
         .iter()
         .find_map(|r| match r {
@@ -160,15 +170,20 @@ pub fn exec_command(platform: &str, command: &[String]) -> Result<Vec<String>> {
         .or_else(|| {
             let p = RUNNABLE.iter().find(|p| p.name == platform)?;
             p.runtime.exec(&ledger)
-        })
-        .ok_or_else(|| Error::LabUnavailable {
+        });
+    if let Some(mut argv) = here {
+        argv.extend(command.iter().cloned());
+        return Ok(Exec::Here(argv));
+    }
+    match GuestAddress::parse(&ledger.shell) {
+        Ok(shell) => Ok(Exec::InVm(shell, command.to_vec())),
+        Err(_) => Err(Error::LabUnavailable {
             platform: platform.into(),
-            reason: "its instance runs no shell to exec in (a VM or a user-space stack): \
-                     run the workload from the host against its address"
+            reason: "its instance runs no shell to exec in (a unikernel, a user-space stack, or a VM \
+                     brought up with VTRACE_LAB_AGENT=0): run the workload from the host against its address"
                 .into(),
-        })?;
-    argv.extend(command.iter().cloned());
-    Ok(argv)
+        }),
+    }
 }
 
 /// What the instance of `platform` serves where: "redis 10.99.11.2:6379,

@@ -176,7 +176,7 @@ impl Runtime for Sriov {
             .args(["-append", &append])
             .args(["-device", &format!("vfio-pci,host={vf}")])
             .arg("-nodefaults");
-        let agent = vms::agent_devices(&mut qemu, &guest_addr);
+        let agent = vms::agent_devices(&mut qemu, &guest_addr, ledger);
         linuxvm::start_daemon(qemu, &run, ledger).map_err(unavailable)?;
         ledger.note =
             format!("QEMU/KVM with VF {vf} of {pf} (MAC {mac}) passed through by vfio-pci; Linux guest; {agent}");

@@ -254,7 +254,7 @@ impl Runtime for QemuKvm {
             .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
             .arg("-nodefaults");
         let agent = match self.guest {
-            Guest::Linux => Some(agent_devices(&mut qemu, &guest_addr)),
+            Guest::Linux => Some(agent_devices(&mut qemu, &guest_addr, ledger)),
             Guest::Unikraft => None,
         };
         start_daemon(qemu, &run, ledger).map_err(|why| unavailable(p.name, why))?;
@@ -331,6 +331,7 @@ impl Runtime for Firecracker {
         });
         if let Ok((uds, _)) = &agent {
             config["vsock"] = serde_json::json!({ "guest_cid": 3, "uds_path": uds });
+            ledger.shell = format!("uds:{}:{}", uds.display(), super::shell::SHELL_PORT);
         }
         let config_path = run.join("config.json");
         fs::write(&config_path, config.to_string()).map_err(crate::error::io("write firecracker config"))?;
@@ -385,9 +386,10 @@ const AGENT_PORT: u32 = 1025;
 
 /// A QEMU Linux guest's vsock device and the share that carries vtrace into
 /// it (its /init starts `vtrace agent`: `record --guest auto` finds it by the
-/// guest-cid): its context id is 100 + the third part of its address, one
-/// per lab platform. What it did, in words.
-pub(super) fn agent_devices(qemu: &mut Command, guest_addr: &str) -> String {
+/// guest-cid; and the command channel `vtrace lab exec` reaches, which the
+/// ledger keeps): its context id is 100 + the third part of its address,
+/// one per lab platform. What it did, in words.
+pub(super) fn agent_devices(qemu: &mut Command, guest_addr: &str, ledger: &mut Ledger) -> String {
     let exe = match agent_binary() {
         Ok(exe) => exe,
         Err(why) => return why,
@@ -402,6 +404,7 @@ pub(super) fn agent_devices(qemu: &mut Command, guest_addr: &str) -> String {
         return format!("no agent: no context id from the address {guest_addr}");
     };
     let cid = 100 + cid;
+    ledger.shell = format!("cid:{cid}:{}", super::shell::SHELL_PORT);
     qemu.args(["-device", &format!("vhost-vsock-pci,guest-cid={cid},romfile=")])
         .args([
             "-virtfs",
