@@ -231,6 +231,75 @@ pub fn assert_guest_eth0_matches_its_counters(inner: &serde_json::Value, label: 
     (seen("xmit"), seen("receive"))
 }
 
+/// Pings into a VM recorded with its guest (`--guest auto --events`, the
+/// guest's path layer), `report` and ping's output: every vCPU entry that
+/// delivered a request's interrupt is paired with the guest's
+/// vring_interrupt, every kick with the guest's notify, the pairs narrow
+/// the clock's bound and all of them are in causal order after it; at
+/// least nine in ten pings' round trips at the tap are host and guest
+/// stages with no `guest` residual, summing to it exactly, their median
+/// inside ping's own. The boundary row and its joined round trips.
+pub fn assert_pings_joined_across_the_boundary(
+    report: &serde_json::Value,
+    ping_out: &str,
+    pings: usize,
+    label: &str,
+) -> (serde_json::Value, Vec<serde_json::Value>) {
+    use serde_json::Value;
+    let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"));
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let b = report["boundary"]
+        .as_array()
+        .and_then(|rows| rows.first())
+        .cloned()
+        .unwrap_or_else(|| panic!("{label}: no boundary section: {ping_out}"));
+    let platform = label;
+    let mut shown = b.clone();
+    shown["round_trips"] = Value::from(b["round_trips"].as_array().map_or(0, |t| t.len()));
+    eprintln!("{platform} across the boundary: {shown}");
+    assert!(b["unjoined"].is_null(), "{shown}");
+    let clock = &b["clock"];
+    assert_eq!(clock["agrees"], true, "the pairs agree with the exchanges: {clock}");
+    let pairs = n(&clock["rx_pairs"]) + n(&clock["tx_pairs"]);
+    assert_eq!(n(&clock["causal"]), pairs, "every pair in causal order: {clock}");
+    let bound = clock["bound_ns"].as_f64().unwrap();
+    assert!(
+        bound > 0.0 && bound <= clock["exchange_bound_ns"].as_f64().unwrap(),
+        "{clock}"
+    );
+    // Two interrupts before one poll (or two kicks served as one) leave
+    // one side a packet short: counted as unmatched, not joined.
+    for dir in ["rx", "tx"] {
+        assert!(n(&b[dir]["matched"]) >= pings as u64 * 9 / 10, "{dir}: {shown}");
+    }
+    let joined = b["round_trips"].as_array().unwrap().clone();
+    assert!(
+        joined.len() >= pings * 9 / 10,
+        "{} of {pings} pings joined: {shown}",
+        joined.len()
+    );
+    let mut totals = Vec::new();
+    for trip in &joined {
+        let parts = trip["parts"].as_array().unwrap();
+        let names: Vec<&str> = parts.iter().map(|p| p[0].as_str().unwrap()).collect();
+        assert!(!names.contains(&"guest"), "a residual left: {trip}");
+        for part in vtrace::views::boundary::GUEST_PARTS {
+            assert!(names.contains(&part), "{part} missing: {trip}");
+        }
+        let sum: u64 = parts.iter().map(|p| n(&p[1])).sum();
+        assert_eq!(sum, n(&trip["total_ns"]), "parts sum to the trip: {trip}");
+        totals.push(n(&trip["total_ns"]) as f64);
+    }
+    let rtts = vtrace::workload::ops::ping_rtts_ms(ping_out);
+    let (trip_p50, ping_p50) = (median(totals), median(rtts) * 1e6);
+    eprintln!("joined round trips p50 {trip_p50} ns, ping's own p50 {ping_p50} ns");
+    assert!(trip_p50 > 0.0 && trip_p50 <= ping_p50);
+    (b, joined)
+}
+
 /// Each path stage's (count, frames, sum_ns) over a report's `path` rows
 /// (every process that ended it).
 pub fn path_stages(report: &serde_json::Value) -> std::collections::BTreeMap<String, (u64, u64, u64)> {

@@ -64,6 +64,10 @@ const LAYERS: &str = "cpu,net,tun,kvm,vsock";
 /// whole 900 s) fails its own tests, with what was running, and the rest go on.
 fn script() -> String {
     let ping_in = format!("ping -c {PINGS} -i 0.05 {ADDR}");
+    // One request at a time, each followed on its own (a round trip's tail
+    // here is tens of ms): into the sandbox alone, so that each request the
+    // tap queues has its reply next.
+    let ping_both = format!("ping -c {PINGS} -i 0.1 {ADDR}");
     let ping_out = format!("vtrace lab exec kata -- busybox ping -c {PINGS} -i 0.05 {HOST_ADDR}");
     let mut s = format!(
         "{GUEST_STEPS}export VTRACE_KATA_DIR=/vmm/kata VTRACE_UNIKRAFT_IMAGE=/vmm/redis_qemu-x86_64\n\
@@ -76,6 +80,8 @@ fn script() -> String {
         "step 120 hops.failed 'record every ping hop by hop' vtrace record --platform kata --layers {LAYERS} --events \
            --guest auto --guest-layers cpu,net -o hops.vtrace -- sh -c '{ping_in} && {ping_out}; sleep 1' > hops.out 2>&1\n\
          cp -r hops.vtrace/guests/*-* hops-inner.vtrace\n\
+         step 120 both.failed 'record pings on both sides' vtrace record --platform kata --layers cpu,net,path --events \
+           --guest auto --guest-layers path -o both.vtrace -- {ping_both} > both.out 2>&1\n\
          ip -n vtl-kata -s link > netns-links.out 2>&1\n\
          step 120 down.failed 'down kata' vtrace lab down kata > down.out 2>&1\n\
          cp /var/log/messages syslog.log\n\
@@ -698,6 +704,16 @@ fn the_sandboxs_guest_is_recorded_by_an_agent_beside_kata_agent() {
     let inner = g.report("hops-inner");
     let (sent, _) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, "kata");
     assert!(sent >= 2 * PINGS as u64, "both pings' frames: {sent}");
+}
+
+/// The sandbox's pings followed on both sides of the boundary (Kata's
+/// QEMU, vhost-net on the tap tc mirrors to): every round trip at the tap
+/// is host and guest stages with no residual, on the clock the pairs
+/// anchor.
+#[test]
+fn the_sandboxs_pings_are_followed_across_the_boundary_with_no_residual() {
+    let g = guest();
+    vtrace_tests::assert_pings_joined_across_the_boundary(&g.report("both"), g.text("both.out"), PINGS, "kata");
 }
 
 /// Every frame through the pod's namespace is followed hop by hop both

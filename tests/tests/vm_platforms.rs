@@ -980,52 +980,13 @@ fn firecrackers_pings_are_followed_across_the_boundary_with_no_residual() {
 /// `platform`'s pings on both sides, checked: its boundary row and its
 /// joined round trips.
 fn check_boundary(g: &Guest, platform: &str) -> (Value, Vec<Value>) {
-    let r = g.report(&format!("{platform}-both"));
-    let b = rows(&r, "boundary")
-        .first()
-        .cloned()
-        .unwrap_or_else(|| panic!("no boundary section: {}", g.text(&format!("{platform}-both.out"))));
-    let mut shown = b.clone();
-    shown["round_trips"] = Value::from(b["round_trips"].as_array().map_or(0, |t| t.len()));
-    eprintln!("{platform} across the boundary: {shown}");
-    assert!(b["unjoined"].is_null(), "{shown}");
-    let clock = &b["clock"];
-    assert_eq!(clock["agrees"], true, "the pairs agree with the exchanges: {clock}");
-    let pairs = n(&clock["rx_pairs"]) + n(&clock["tx_pairs"]);
-    assert_eq!(n(&clock["causal"]), pairs, "every pair in causal order: {clock}");
-    let bound = clock["bound_ns"].as_f64().unwrap();
-    assert!(
-        bound > 0.0 && bound <= clock["exchange_bound_ns"].as_f64().unwrap(),
-        "{clock}"
-    );
-    // Two interrupts before one poll (or two kicks served as one) leave
-    // one side a packet short: counted as unmatched, not joined.
-    for dir in ["rx", "tx"] {
-        assert!(n(&b[dir]["matched"]) >= PINGS as u64 * 9 / 10, "{dir}: {shown}");
-    }
-    let joined = b["round_trips"].as_array().unwrap().clone();
-    assert!(
-        joined.len() >= PINGS * 9 / 10,
-        "{} of {PINGS} pings joined: {shown}",
-        joined.len()
-    );
-    let mut totals = Vec::new();
-    for trip in &joined {
-        let parts = trip["parts"].as_array().unwrap();
-        let names: Vec<&str> = parts.iter().map(|p| p[0].as_str().unwrap()).collect();
-        assert!(!names.contains(&"guest"), "a residual left: {trip}");
-        for part in vtrace::views::boundary::GUEST_PARTS {
-            assert!(names.contains(&part), "{part} missing: {trip}");
-        }
-        let sum: u64 = parts.iter().map(|p| n(&p[1])).sum();
-        assert_eq!(sum, n(&trip["total_ns"]), "parts sum to the trip: {trip}");
-        totals.push(n(&trip["total_ns"]) as f64);
-    }
-    let rtts = vtrace::workload::ops::ping_rtts_ms(g.text(&format!("{platform}-both.out")));
-    let (trip_p50, ping_p50) = (median(totals), median(rtts) * 1e6);
-    eprintln!("joined round trips p50 {trip_p50} ns, ping's own p50 {ping_p50} ns");
-    assert!(trip_p50 > 0.0 && trip_p50 <= ping_p50);
-    (b, joined)
+    let both = format!("{platform}-both");
+    vtrace_tests::assert_pings_joined_across_the_boundary(
+        &g.report(&both),
+        g.text(&format!("{both}.out")),
+        PINGS,
+        platform,
+    )
 }
 
 /// The lab's QEMU guest runs `vtrace agent` (its /init, from the share the
