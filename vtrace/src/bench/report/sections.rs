@@ -97,7 +97,8 @@ pub fn workload_section(w: &dyn WorkloadSection, m: &Matrix, cells: &[&CellSumma
                 format!(
                     "CPU ns per {unit} inside the guests, by program and state: their vCPUs' guest-mode time on \
                      the host, shared out by what each guest counted (their agents' own left out; a guest whose VM \
-                     was not found by its own clock, which runs on while its vCPU does not)"
+                     was not found by its own clock, which runs on while its vCPU does not; -: no guest recorded, \
+                     a unikernel's or one no agent answered in)"
                 ),
                 format!("CPU time per {unit} inside the guests by platform, program and state"),
                 format!("guest CPU µs per {unit}"),
@@ -173,10 +174,13 @@ fn per_role_figures(
     columns.extend(roles.iter().map(|r| col(r.clone(), 10)));
     let mut t = Table::new(table_title, columns);
     for c in cells {
+        // A cell with none of these figures has none to show, not zeros.
+        let none = per_role(c).is_empty();
+        let shown = |ns: f64| if none { "-".to_string() } else { show(ns) };
         // + 0.0: an empty sum is -0.0.
         let total = per_role(c).iter().map(|(_, ns)| ns).sum::<f64>() + 0.0;
-        let mut row = vec![c.platform.clone(), label(c), show(total)];
-        row.extend(roles.iter().map(|r| show(role_ns(c, r))));
+        let mut row = vec![c.platform.clone(), label(c), shown(total)];
+        row.extend(roles.iter().map(|r| shown(role_ns(c, r))));
         t.row(row);
     }
     s.table(t);
