@@ -141,18 +141,17 @@ fn down_locked(name: &str) -> Result<bool> {
     }
 }
 
-/// The command line that runs `command` inside the running instance of
-/// `platform` (`vtrace lab exec`): the runtime's own exec (runc, crun, runsc,
-/// docker, lxc-attach), or `ip netns exec` for the host platform.
 /// How `vtrace lab exec` runs a command inside an instance.
 #[derive(Debug)]
 pub enum Exec {
-    /// A command line run here: a container runtime's exec, or nsenter.
+    /// A command line run here: the runtime's own exec (runc, crun, runsc,
+    /// docker, lxc-attach), or `ip netns exec` for the host platform.
     Here(Vec<String>),
     /// Sent to a lab Linux VM's command channel (lab/shell.rs).
     InVm(GuestAddress, Vec<String>),
 }
 
+/// How `command` runs inside the running instance of `platform`.
 pub fn exec_command(platform: &str, command: &[String]) -> Result<Exec> {
     let ledger = Ledger::load(platform)
         .filter(|l| l.ready)
