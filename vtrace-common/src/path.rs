@@ -242,6 +242,10 @@ pub mod path_dir {
     /// Inside a guest, a kick: ts are its first frame added, the notify's
     /// start and return, 0, 0; `frames`: the frames it announced.
     pub const GUEST_TX: u32 = 4;
+    /// Inside a guest, a VF's transmit (SR-IOV): ts are its driver's
+    /// start (net_dev_start_xmit, before the doorbell) and end
+    /// (net_dev_xmit), 0, 0, 0; `frames` 1.
+    pub const GUEST_VF_TX: u32 = 5;
 }
 
 /// A VF interrupt in its host handler on this CPU (`PT_IRQ`), then waiting

@@ -325,11 +325,15 @@ fn on_xmit(rc: i32) {
     let k = unsafe { &mut *k };
     if k.vf_xmit_ns != 0 {
         if rc == 0 {
-            add(
-                path_stage::GUEST_TX_XMIT,
-                account::now().saturating_sub(k.vf_xmit_ns),
-                1,
-            );
+            let now = account::now();
+            add(path_stage::GUEST_TX_XMIT, now.saturating_sub(k.vf_xmit_ns), 1);
+            // Its start joins the host's receive of the frame on the PF.
+            followed(PathPacket {
+                ts: [k.vf_xmit_ns, now, 0, 0, 0],
+                dir: path_dir::GUEST_VF_TX,
+                frames: 1,
+                ..Default::default()
+            });
         }
         k.vf_xmit_ns = 0;
         return;

@@ -18,6 +18,17 @@
 //! application, which no probe here divides), -> its kick
 //! (`guest_tx_kick`), -> the host's ioeventfd (`guest_trap`). They sum to
 //! the host's part exactly; the two at the ends carry the mapping's bound.
+//!
+//! A passed-through VF (SR-IOV) has no tap and no kick: its VM's trips are
+//! taken at its PF on the host, from the PF's own hops (`net_events`: the
+//! request given to its driver, `start_xmit`, recorded with `--hops`; the
+//! reply's receive). The request's way to the VF's interrupt on the host
+//! (`pf_to_vf`: the PF's driver and the NIC's switch), the passthrough
+//! stages to the vCPU's entry, the guest's interrupt, poll and reply as
+//! above, then the VF driver's transmit -> the PF's receive (`vf_to_pf`,
+//! across: its doorbell, the NIC, the PF's interrupt and poll). The
+//! transmit's start, before its doorbell, pairs with that receive as a
+//! kick's notify does with its ioeventfd.
 
 use serde::Serialize;
 
@@ -27,6 +38,7 @@ use crate::{
             GuestClockRow, GuestLinkRow,
             clock::{self, ClockMap, OffsetBound},
         },
+        net::NetDeviceRow,
         path::{PathPacketRow, packets},
     },
     recording::Recording,
@@ -42,11 +54,19 @@ pub const GUEST_PARTS: [&str; 5] = [
     "guest_trap",
 ];
 
+/// The same for a passed-through VF's trip at its PF.
+pub const VF_GUEST_PARTS: [&str; 4] = ["guest_irq", "guest_rx_poll", "guest_reply", "vf_to_pf"];
+
+/// The guest's parts of a joined trip, by whether its VM's NIC is a VF.
+pub fn guest_parts_of(passthrough: bool) -> &'static [&'static str] {
+    if passthrough { &VF_GUEST_PARTS } else { &GUEST_PARTS }
+}
+
 /// Where a part of a joined round trip lies: the host's, the guest's, or
 /// across the boundary (its ends on both sides, timed by the clock).
 pub fn side_of(part: &str) -> &'static str {
     match part {
-        "guest_irq" | "guest_trap" => "across",
+        "guest_irq" | "guest_trap" | "vf_to_pf" => "across",
         p if GUEST_PARTS.contains(&p) => "guest",
         _ => "host",
     }
@@ -112,9 +132,17 @@ pub struct Boundary {
     /// kicks served and guest notifies.
     pub rx: Joins,
     pub tx: Joins,
-    /// Round trips at the tap, and those joined.
+    /// A passed-through VF's VM: trips at its PF, the PF's receives for
+    /// kicks and the VF driver's transmits for notifies.
+    pub passthrough: bool,
+    /// Round trips at the tap (a VF's: requests given to its PF's driver),
+    /// and those joined.
     pub trips: usize,
     pub trips_joined: usize,
+    /// Why no round trip could be taken, where the joins were made.
+    pub trips_unseen: Option<String>,
+    /// The trips not joined, by why.
+    pub trips_not_joined: Vec<(String, usize)>,
     /// Each part's mean over the joined trips, and their total's (ns).
     pub parts: Vec<(String, f64)>,
     pub total_mean_ns: f64,
@@ -122,14 +150,27 @@ pub struct Boundary {
     pub round_trips: Vec<packets::RoundTrip>,
 }
 
+impl Boundary {
+    fn not_joined(&mut self, why: &str) {
+        match self.trips_not_joined.iter_mut().find(|(w, _)| w == why) {
+            Some(n) => n.1 += 1,
+            None => self.trips_not_joined.push((why.to_string(), 1)),
+        }
+    }
+}
+
 /// Joined round trips kept per guest in the JSON.
 const MAX_TRIPS: usize = 1000;
 
 /// Pairs each host vCPU entry (sorted) with the first guest interrupt
 /// (sorted, mapped) at or after it, less `slack`, and before the next
-/// entry, less `slack`; each interrupt used once.
+/// entry, less `slack`; each interrupt used once. An interrupt the mapping
+/// puts before its entry (inside the slack) goes to the entry before,
+/// where that one has none: two deliveries close together can reach the
+/// guest as one interrupt (a VF's watchdog forcing one beside a frame's),
+/// and a cap from the earlier entry holds whichever caused it.
 fn pair_rx(entries: &[u64], irqs: &[f64], slack: f64) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(usize, usize)> = Vec::new();
     let mut j = 0;
     for (i, &e) in entries.iter().enumerate() {
         let from = e as f64 - slack;
@@ -138,7 +179,13 @@ fn pair_rx(entries: &[u64], irqs: &[f64], slack: f64) -> Vec<(usize, usize)> {
             j += 1;
         }
         if j < irqs.len() && irqs[j] < until {
-            out.push((i, j));
+            let previous_unpaired = i > 0 && out.last().is_none_or(|&(h, _)| h < i - 1);
+            let at = if irqs[j] < e as f64 && previous_unpaired {
+                i - 1
+            } else {
+                i
+            };
+            out.push((at, j));
             j += 1;
         }
     }
@@ -147,9 +194,11 @@ fn pair_rx(entries: &[u64], irqs: &[f64], slack: f64) -> Vec<(usize, usize)> {
 
 /// Pairs each host kick (sorted) with the last guest notify (sorted,
 /// mapped) at or before it, plus `slack`, and after the kick before it,
-/// plus `slack`; each notify used once.
+/// plus `slack`; each notify used once. A notify the mapping puts after
+/// its kick (inside the slack) goes to the next kick instead, where that
+/// one has none: a floor from the later kick holds whichever it caused.
 fn pair_tx(kicks: &[u64], notifies: &[f64], slack: f64) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
+    let mut out: Vec<(usize, usize)> = Vec::new();
     let mut used: Option<usize> = None;
     for (i, &k) in kicks.iter().enumerate() {
         let after = if i == 0 { f64::MIN } else { kicks[i - 1] as f64 + slack };
@@ -161,6 +210,13 @@ fn pair_tx(kicks: &[u64], notifies: &[f64], slack: f64) -> Vec<(usize, usize)> {
         if notifies[j] > after && used.is_none_or(|u| j > u) {
             out.push((i, j));
             used = Some(j);
+        }
+    }
+    for p in 0..out.len() {
+        let (i, j) = out[p];
+        let next_unpaired = i + 1 < kicks.len() && out.get(p + 1).is_none_or(|&(h, _)| h > i + 1);
+        if notifies[j] > kicks[i] as f64 && next_unpaired {
+            out[p].0 = i + 1;
         }
     }
     out
@@ -319,31 +375,49 @@ fn join(rec: &Recording, link: &GuestLinkRow) -> Option<Boundary> {
         }
         Some(m) => Some(m),
     };
-    let trips: Vec<packets::RoundTrip> = packets::round_trips(host_packets)
-        .into_iter()
-        .filter(|t| t.vm == vm)
-        .collect();
-    b.trips = trips.len();
+    if let Some(p) = host_packets.iter().find(|p| p.vm == vm) {
+        b.platform = p.owner.platform.clone();
+        b.instance = p.owner.instance.clone();
+    }
+    b.passthrough = host_packets.iter().any(|p| p.vm == vm && p.dir == "pt");
+    // A VF's trips are taken at its PF: its requests (given to its
+    // driver) and its receives, which end them as a tap's kicks do.
+    let (trips, mut kicks, pf_starts) = if b.passthrough {
+        let pf = pf_hops(rec, &b.instance);
+        b.trips = pf.starts.len();
+        b.trips_unseen = pf.unseen;
+        (Vec::new(), pf.receives, pf.starts)
+    } else {
+        let trips: Vec<packets::RoundTrip> = packets::round_trips(host_packets)
+            .into_iter()
+            .filter(|t| t.vm == vm)
+            .collect();
+        b.trips = trips.len();
+        let kicks: Vec<u64> = host_packets
+            .iter()
+            .filter(|p| p.vm == vm && p.dir == "tx" && p.t0_ns != 0)
+            .map(|p| p.t0_ns)
+            .collect();
+        (trips, kicks, Vec::new())
+    };
+    kicks.sort_unstable();
     let mut entries: Vec<u64> = host_packets
         .iter()
         .filter(|p| p.vm == vm)
         .filter_map(delivered)
         .collect();
     entries.sort_unstable();
-    let mut kicks: Vec<u64> = host_packets
-        .iter()
-        .filter(|p| p.vm == vm && p.dir == "tx" && p.t0_ns != 0)
-        .map(|p| p.t0_ns)
-        .collect();
-    kicks.sort_unstable();
-    if let Some(p) = host_packets.iter().find(|p| p.vm == vm) {
-        b.platform = p.owner.platform.clone();
-        b.instance = p.owner.instance.clone();
-    }
     let mut guest_rx: Vec<&PathPacketRow> = guest_packets.iter().filter(|p| p.dir == "guest_rx").collect();
-    let mut guest_tx: Vec<&PathPacketRow> = guest_packets.iter().filter(|p| p.dir == "guest_tx").collect();
+    // The guest's side of a kick: virtio-net's notify, or a VF driver's
+    // transmit's start (its doorbell comes after it).
+    let (tx_dir, notify_of): (&str, fn(&PathPacketRow) -> u64) = if b.passthrough {
+        ("guest_vf_tx", |p| p.t0_ns)
+    } else {
+        ("guest_tx", |p| p.t1_ns)
+    };
+    let mut guest_tx: Vec<&PathPacketRow> = guest_packets.iter().filter(|p| p.dir == tx_dir).collect();
     guest_rx.sort_by_key(|p| p.t0_ns);
-    guest_tx.sort_by_key(|p| p.t1_ns);
+    guest_tx.sort_by_key(|p| notify_of(p));
     b.rx = Joins {
         host: entries.len(),
         guest: guest_rx.len(),
@@ -365,7 +439,7 @@ fn join(rec: &Recording, link: &GuestLinkRow) -> Option<Boundary> {
         entries = receive;
         b.rx.host = entries.len();
     }
-    let notifies: Vec<f64> = guest_tx.iter().map(|p| on_host(&map, p.t1_ns)).collect();
+    let notifies: Vec<f64> = guest_tx.iter().map(|p| on_host(&map, notify_of(p))).collect();
     let rx_pairs = pair_rx(&entries, &irqs, map.bound_ns);
     let tx_pairs = pair_tx(&kicks, &notifies, map.bound_ns);
     let rx_abs: Vec<(u64, u64)> = rx_pairs
@@ -374,7 +448,7 @@ fn join(rec: &Recording, link: &GuestLinkRow) -> Option<Boundary> {
         .collect();
     let tx_abs: Vec<(u64, u64)> = tx_pairs
         .iter()
-        .map(|&(h, g)| (guest_tx[g].t1_ns + guest_start, kicks[h] + host_start))
+        .map(|&(h, g)| (notify_of(guest_tx[g]) + guest_start, kicks[h] + host_start))
         .collect();
     let (anchored, mut anchoring) = anchor(&exchanges, &map, &rx_abs, &tx_abs);
     b.rx.matched = rx_pairs.len();
@@ -399,19 +473,51 @@ fn join(rec: &Recording, link: &GuestLinkRow) -> Option<Boundary> {
         })
     };
     let mut narrowest = f64::MAX;
-    let mut sums = vec![0u64; GUEST_PARTS.len()];
     let mut joined = Vec::new();
+    if b.passthrough {
+        // Guest index -> the PF's receive it paired with.
+        let kick_of_guest: std::collections::HashMap<usize, u64> =
+            tx_pairs.iter().map(|&(h, g)| (g, kicks[h])).collect();
+        let delivery = host_packets
+            .iter()
+            .filter(|p| p.vm == vm && p.dir == "pt" && p.t3_ns != 0)
+            .map(|p| (p.t3_ns, p))
+            .collect();
+        let vf = VfSide {
+            entries: &entries,
+            delivery,
+            guest_rx: &guest_rx,
+            guest_tx: &guest_tx,
+            rx_by_host: &rx_by_host,
+            kick_of_guest: &kick_of_guest,
+            to_host: &|t| on_host(&anchored, t),
+        };
+        for (i, &start) in pf_starts.iter().enumerate() {
+            let next = pf_starts.get(i + 1).copied().unwrap_or(u64::MAX);
+            match vf.trip(start, next) {
+                Ok(t) => {
+                    let across = t.parts.iter().filter(|(p, _)| side_of(p) == "across");
+                    narrowest = across.fold(narrowest, |n, (_, ns)| n.min(*ns as f64));
+                    joined.push(t);
+                }
+                Err(why) => b.not_joined(why),
+            }
+        }
+    }
     for trip in &trips {
-        let (Some(rx), Some(tx)) = (rx_of(trip.entry_ns), tx_of(trip.kick_ns)) else {
+        let Some(rx) = rx_of(trip.entry_ns) else {
+            b.not_joined("its entry not joined to a guest interrupt");
+            continue;
+        };
+        let Some(tx) = tx_of(trip.kick_ns) else {
+            b.not_joined("its kick not joined to a guest notify");
             continue;
         };
         let Some(parts) = guest_parts(trip.entry_ns, trip.kick_ns, rx, tx) else {
+            b.not_joined("the guest's events out of order");
             continue;
         };
         narrowest = narrowest.min(parts[0].1.min(parts[4].1) as f64);
-        for (s, (_, ns)) in sums.iter_mut().zip(&parts) {
-            *s += ns;
-        }
         let mut t = trip.clone();
         let at = t
             .parts
@@ -470,6 +576,13 @@ fn guest_parts(entry: u64, kick: u64, rx: GuestRx, tx: GuestTx) -> Option<Vec<(&
         }
     }
     points.push(("guest_trap", kick as i64));
+    parts_between(&points)
+}
+
+/// The parts between consecutive points (each named by the point that
+/// ends it): they sum to the last point minus the first exactly; None
+/// where a point comes before the one before it.
+fn parts_between(points: &[(&'static str, i64)]) -> Option<Vec<(&'static str, u64)>> {
     let mut parts = Vec::new();
     for w in points.windows(2) {
         let ns = w[1].1 - w[0].1;
@@ -479,6 +592,130 @@ fn guest_parts(entry: u64, kick: u64, rx: GuestRx, tx: GuestTx) -> Option<Vec<(&
         parts.push((w[1].0, ns as u64));
     }
     Some(parts)
+}
+
+/// A PF's own hops on the host (ns since the start), from `net_events`.
+#[derive(Debug, Default)]
+struct PfHops {
+    /// Frames given to its driver (`start_xmit`): the requests.
+    starts: Vec<u64>,
+    /// Frames it received: the replies.
+    receives: Vec<u64>,
+    /// Why no request could be taken.
+    unseen: Option<String>,
+}
+
+/// The hops of `instance`'s PFs (the net layer's devices of role `pf`).
+fn pf_hops(rec: &Recording, instance: &str) -> PfHops {
+    let pfs: Vec<(u32, u32)> = rec
+        .rows::<NetDeviceRow>()
+        .iter()
+        .filter(|d| d.role == "pf" && d.instance == instance)
+        .map(|d| (d.netns, d.ifindex))
+        .collect();
+    let mut hops = PfHops::default();
+    if pfs.is_empty() {
+        hops.unseen = Some("no PF of this instance among the net layer's devices (--layers net)".into());
+        return hops;
+    }
+    let walked = rec.net_events.for_each(|e| {
+        if !pfs.contains(&(e.netns, e.ifindex)) {
+            return;
+        }
+        match e.hop {
+            "start_xmit" => hops.starts.push(e.ts_ns),
+            "receive" => hops.receives.push(e.ts_ns),
+            _ => {}
+        }
+    });
+    if let Err(why) = walked {
+        hops.unseen = Some(format!("the PF's hops could not be read: {why}"));
+    } else if hops.starts.is_empty() {
+        // net_dev_xmit comes after the doorbell, and the VF's interrupt
+        // can come inside it: a request's start is its driver's.
+        hops.unseen = Some(
+            "no request given to the PF's driver was recorded: its start_xmit hop comes with --hops --events".into(),
+        );
+    }
+    hops.starts.sort_unstable();
+    hops.receives.sort_unstable();
+    hops
+}
+
+/// What a passed-through VF's trips are made of: the host's deliveries to
+/// its vCPUs and the guest's receive interrupts and transmits, joined.
+struct VfSide<'a> {
+    /// The receive vector's deliveries (vCPU entries, sorted), and the
+    /// passthrough packet that ended each.
+    entries: &'a [u64],
+    delivery: std::collections::HashMap<u64, &'a PathPacketRow>,
+    guest_rx: &'a [&'a PathPacketRow],
+    /// By their start, sorted.
+    guest_tx: &'a [&'a PathPacketRow],
+    /// Entry index -> guest interrupt index; guest transmit index -> the
+    /// PF's receive paired with it.
+    rx_by_host: &'a std::collections::HashMap<usize, usize>,
+    kick_of_guest: &'a std::collections::HashMap<usize, u64>,
+    /// A guest time on the host's timeline (ns since the host's start).
+    to_host: &'a dyn Fn(u64) -> f64,
+}
+
+impl VfSide<'_> {
+    /// The trip of the request given to the PF's driver at `start` (the
+    /// next one at `next`): the first delivery after it, the guest's
+    /// interrupt paired with that, its first transmit after that
+    /// interrupt's poll, and the PF's receive paired with it. None where
+    /// any is missing or out of order.
+    fn trip(&self, start: u64, next: u64) -> Result<packets::RoundTrip, &'static str> {
+        // The first delivery of an interrupt the VF raised after the
+        // request (an earlier one's entry can come after it).
+        let (i, entry, pt) = self.entries[self.entries.partition_point(|&e| e < start)..]
+            .iter()
+            .take_while(|&&e| e < next)
+            .filter_map(|e| self.delivery.get(e).map(|pt| (*e, *pt)))
+            .find(|(_, pt)| pt.t0_ns >= start)
+            .map(|(e, pt)| (self.entries.partition_point(|&x| x < e), e, pt))
+            .ok_or("no VF interrupt delivered after the request")?;
+        let rx = self.guest_rx[*self
+            .rx_by_host
+            .get(&i)
+            .ok_or("its delivery not joined to a guest interrupt")?];
+        let k = self.guest_tx.partition_point(|t| t.t0_ns < rx.t1_ns);
+        let tx = self.guest_tx.get(k).ok_or("no guest transmit after its poll")?;
+        let reply = *self
+            .kick_of_guest
+            .get(&k)
+            .ok_or("its transmit not joined to a PF receive")?;
+        if reply >= next {
+            return Err("the reply received after the next request");
+        }
+        let r = |t: u64| (self.to_host)(t).round() as i64;
+        let mut parts: Vec<(String, u64)> = vec![("pf_to_vf".into(), pt.t0_ns - start)];
+        parts.extend(
+            packets::stages(pt)
+                .into_iter()
+                .map(|(st, ns)| (vtrace_common::path_stage::NAMES[st as usize].to_string(), ns)),
+        );
+        let guest = parts_between(&[
+            ("", entry as i64),
+            ("guest_irq", r(rx.t0_ns)),
+            ("guest_rx_poll", r(rx.t1_ns)),
+            ("guest_reply", r(tx.t0_ns)),
+            ("vf_to_pf", reply as i64),
+        ])
+        .ok_or("the guest's events out of order")?;
+        parts.extend(guest.into_iter().map(|(n, ns)| (n.to_string(), ns)));
+        Ok(packets::RoundTrip {
+            platform: pt.owner.platform.clone(),
+            instance: pt.owner.instance.clone(),
+            start_ns: start,
+            total_ns: reply - start,
+            parts,
+            vm: pt.vm,
+            entry_ns: entry,
+            kick_ns: reply,
+        })
+    }
 }
 
 /// Every guest with followed packets on either side, joined to its VM.
@@ -521,8 +758,13 @@ pub fn section(rec: &Recording) -> Option<Section> {
                 c.narrowest_crossing_ns / 1e3
             ));
         }
+        let (kicks, notifies, at) = if b.passthrough {
+            ("PF receives", "VF transmits", "at the PF")
+        } else {
+            ("kicks", "notifies", "at the tap")
+        };
         lines.push(format!(
-            "  joined: rx {} of {} host interrupts to {} guest polls ({} host, {} guest unmatched); tx {} of {} host kicks to {} guest notifies ({} host, {} guest unmatched); round trips {} of {}",
+            "  joined: rx {} of {} host interrupts to {} guest polls ({} host, {} guest unmatched); tx {} of {} host {kicks} to {} guest {notifies} ({} host, {} guest unmatched); round trips {at} {} of {}",
             b.rx.matched,
             b.rx.host,
             b.rx.guest,
@@ -536,11 +778,22 @@ pub fn section(rec: &Recording) -> Option<Section> {
             b.trips_joined,
             b.trips
         ));
+        if let Some(why) = &b.trips_unseen {
+            lines.push(format!("  no round trip {at}: {why}"));
+        }
+        for (why, n) in &b.trips_not_joined {
+            lines.push(format!("  {n} round trip(s) not joined: {why}"));
+        }
         s.lines(lines);
         if !b.parts.is_empty() {
+            let across = if b.passthrough {
+                "guest_irq and vf_to_pf"
+            } else {
+                "guest_irq and guest_trap"
+            };
             let mut t = Table::new(
                 format!(
-                    "{name}: round trips at the tap, host and guest stages (mean us over {}; they sum to the total: guest_irq and guest_trap cross the boundary, within the clock's bound)",
+                    "{name}: round trips {at}, host and guest stages (mean us over {}; they sum to the total: {across} cross the boundary, within the clock's bound)",
                     b.trips_joined
                 ),
                 vec![left("part", 16), left("side", 6), col("mean(us)", 10), col("share", 7)],
@@ -603,7 +856,8 @@ fn parts_figure(boundaries: &[Boundary]) -> Option<Figure> {
         })
         .collect();
     Some(Figure {
-        title: "Round trips at the tap across the boundary: host parts, then guest_* inside it (mean)".into(),
+        title: "Round trips across the boundary (at the tap, or a VF's PF): host parts, then the guest's inside them (mean)"
+            .into(),
         value_label: "mean time per round trip (us), parts stacked in the packet's order".into(),
         kind: FigureKind::StackedBars {
             categories: joined.iter().map(|b| b.guest.clone()).collect(),
@@ -625,6 +879,16 @@ mod tests {
         assert_eq!(pair_tx(&[100, 200], &[10.0, 97.0, 198.0], 2.0), vec![(0, 1), (1, 2)]);
         // A notify a little after its kick (within the slack) still pairs.
         assert_eq!(pair_tx(&[100], &[101.0], 2.0), vec![(0, 0)]);
+        // Two deliveries 3 apart reached the guest as one interrupt, which
+        // the mapping puts 1 before the second (the slack is 2): the first
+        // entry's, whose cap holds whichever caused it.
+        assert_eq!(pair_rx(&[100, 103, 200], &[102.0, 205.0], 2.0), vec![(0, 0), (2, 1)]);
+        // Where the first has its own, the second keeps the interrupt.
+        assert_eq!(pair_rx(&[100, 103], &[99.5, 102.0], 2.0), vec![(0, 0), (1, 1)]);
+        // A notify the mapping puts 1 after its kick, the next kick 3 on
+        // without a notify of its own: the next kick's floor holds either way.
+        assert_eq!(pair_tx(&[100, 103], &[101.0], 2.0), vec![(1, 0)]);
+        assert_eq!(pair_tx(&[100, 103], &[101.0, 102.5], 2.0), vec![(0, 0), (1, 1)]);
     }
 
     #[test]
@@ -696,6 +960,68 @@ mod tests {
         assert_eq!(a.causal, 100, "{a:?}");
         assert!(m.drift_ppm.abs() < 100.0, "{m:?}");
         assert!(a.bound_ns <= 100_000.0 + 1.0, "{a:?}");
+    }
+
+    /// A VF's trip at its PF: the request given to the PF's driver at 900,
+    /// the VF's interrupt on the host at 1000 and its vCPU's entry at 1300,
+    /// the guest's interrupt and poll, its transmit's start at 1600, the
+    /// PF's receive at 1800 (guest clock = host clock here).
+    #[test]
+    fn a_vfs_trip_at_its_pf_is_host_stages_then_the_guests_and_sums_to_it() {
+        let packet = |dir: &str, t: [u64; 4]| PathPacketRow {
+            dir: dir.into(),
+            vm: 7,
+            t0_ns: t[0],
+            t1_ns: t[1],
+            t2_ns: t[2],
+            t3_ns: t[3],
+            ..Default::default()
+        };
+        let pt = packet("pt", [1000, 1100, 1200, 1300]);
+        let rx = packet("guest_rx", [1350, 1400, 1500, 0]);
+        let tx = packet("guest_vf_tx", [1600, 1650, 0, 0]);
+        let (guest_rx, guest_tx) = ([&rx], [&tx]);
+        let rx_by_host = std::collections::HashMap::from([(0, 0)]);
+        let kick_of_guest = std::collections::HashMap::from([(0, 1800)]);
+        let vf = VfSide {
+            entries: &[1300],
+            delivery: std::collections::HashMap::from([(1300, &pt)]),
+            guest_rx: &guest_rx,
+            guest_tx: &guest_tx,
+            rx_by_host: &rx_by_host,
+            kick_of_guest: &kick_of_guest,
+            to_host: &|t| t as f64,
+        };
+        let trip = vf.trip(900, u64::MAX).unwrap();
+        let names: Vec<&str> = trip.parts.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "pf_to_vf",
+                "pt_signal",
+                "pt_inject",
+                "pt_entry",
+                "guest_irq",
+                "guest_rx_poll",
+                "guest_reply",
+                "vf_to_pf"
+            ]
+        );
+        assert_eq!(trip.parts[0].1, 100);
+        assert_eq!(trip.parts[7].1, 200);
+        assert_eq!(trip.total_ns, 900);
+        assert_eq!(trip.parts.iter().map(|p| p.1).sum::<u64>(), 900);
+        assert!(VF_GUEST_PARTS.iter().all(|p| names.contains(p)));
+        // The next request before the reply: not this trip's.
+        assert_eq!(
+            vf.trip(900, 1700).err(),
+            Some("the reply received after the next request")
+        );
+        // A request after the VF's interrupt did not cause it.
+        assert_eq!(
+            vf.trip(1050, u64::MAX).err(),
+            Some("no VF interrupt delivered after the request")
+        );
     }
 
     #[test]

@@ -598,6 +598,7 @@ fn packet_rows(packets: &[PathPacket], threads: &[ThreadRow], start_mono: u64) -
                     path_dir::PASSTHROUGH => "pt",
                     path_dir::GUEST_RX => "guest_rx",
                     path_dir::GUEST_TX => "guest_tx",
+                    path_dir::GUEST_VF_TX => "guest_vf_tx",
                     _ => "rx",
                 }
                 .into(),

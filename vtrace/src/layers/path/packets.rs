@@ -44,6 +44,7 @@ const GUEST_RX_ENDS: [Option<u32>; 5] = [
     None,
     None,
 ];
+const GUEST_VF_TX_ENDS: [Option<u32>; 5] = [None, Some(path_stage::GUEST_TX_XMIT), None, None, None];
 const GUEST_TX_ENDS: [Option<u32>; 5] = [
     None,
     Some(path_stage::GUEST_TX_KICK),
@@ -64,6 +65,7 @@ pub fn stages(p: &PathPacketRow) -> Vec<(u32, u64)> {
         "pt" => &PT_ENDS,
         "guest_rx" => &GUEST_RX_ENDS,
         "guest_tx" => &GUEST_TX_ENDS,
+        "guest_vf_tx" => &GUEST_VF_TX_ENDS,
         _ => &RX_ENDS,
     };
     let pts = points(p);

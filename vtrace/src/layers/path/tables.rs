@@ -71,7 +71,9 @@ table! {
         /// Inside a guest (`vtrace agent`): guest_rx, an interrupt's poll
         /// (t0..t2: the interrupt, the poll's start and return; `frames`:
         /// received), guest_tx, a kick (t0..t2: its first frame added, the
-        /// notify's start and return; `frames`: announced); `vm` 0.
+        /// notify's start and return; `frames`: announced), guest_vf_tx, a
+        /// VF's transmit (t0, t1: its driver's start and end; `frames` 1);
+        /// `vm` 0.
         irq: u32 [since 2],
     }
 }

@@ -117,7 +117,9 @@ pub(super) fn add_section(s: &mut Section, rows: &[PathPacketRow], top: usize) {
             format!("The slowest {dir} packets followed, stage by stage (-: no such stage, or not seen)"),
             cols,
         );
-        for (p, total) in slowest.iter().filter(|(p, _)| p.dir == dir).take(top.min(10)) {
+        // A VF's transmits are the guest's tx too (guest_tx_xmit).
+        let of_dir = |p: &PathPacketRow| p.dir == dir || (dir == "guest_tx" && p.dir == "guest_vf_tx");
+        for (p, total) in slowest.iter().filter(|(p, _)| of_dir(p)).take(top.min(10)) {
             let st = packets::stages(p);
             let mut row = vec![
                 vm_name(&p.owner.platform, &p.owner.instance),
