@@ -275,6 +275,9 @@ impl Collector for CpuRecorder {
                     .into(),
             );
         }
+        if let Some(note) = unknown_guest_time(&threads) {
+            out.notes.push(note);
+        }
         let sum = |f: fn(&vtrace_common::CpuState) -> u64| snap.cpus.iter().map(f).sum::<u64>();
         out.losses.extend([
             ("cpu.thread_map_overflows", sum(|c| c.thread_map_overflows)),
@@ -313,4 +316,52 @@ pub struct CpuOptions {
     /// guest's threads that ran on that vCPU.
     #[arg(long)]
     pub thread_cpus: bool,
+}
+
+/// vCPU threads whose guest time nothing measured: their guest column's 0
+/// is unknown, not idle (a recording without the kvm layer on a kernel
+/// whose /proc guest_time counted none for them).
+fn unknown_guest_time(threads: &[ThreadRow]) -> Option<String> {
+    let unknown: Vec<String> = threads
+        .iter()
+        .filter(|t| t.owner.role == "vcpu" && t.guest_source == "none" && t.guest_ns == 0)
+        .map(|t| format!("{} ({})", t.owner.comm, t.tid))
+        .collect();
+    (!unknown.is_empty()).then(|| {
+        format!(
+            "guest time UNKNOWN for {} vCPU thread(s): {}: kvm_entry/kvm_exit were not traced (add the kvm layer: \
+             --layers ...,kvm) and /proc/<tid>/stat guest_time counted none, so the guest mode they ran is in \
+             their system time and their guest column reads 0",
+            unknown.len(),
+            unknown.join(", ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vcpus_guest_time_nothing_measured_is_named_unknown() {
+        let thread = |tid: u32, role: &str, source: &str, guest_ns: u64| {
+            let mut t = ThreadRow {
+                tid,
+                guest_source: source.into(),
+                guest_ns,
+                ..Default::default()
+            };
+            t.owner.comm = format!("t{tid}");
+            t.owner.role = role.into();
+            t
+        };
+        let measured = [
+            thread(1, "vcpu", "kvm_tracepoints", 5),
+            thread(2, "vcpu", "tick_sampled", 0),
+            thread(3, "vmm", "none", 0),
+        ];
+        assert_eq!(unknown_guest_time(&measured), None);
+        let note = unknown_guest_time(&[thread(4, "vcpu", "none", 0)]).unwrap();
+        assert!(note.contains("t4 (4)") && note.contains("kvm layer"), "{note}");
+    }
 }
