@@ -198,9 +198,12 @@ impl Cell {
             Workload::Ping => format!("ping -c {} -i 0.01 {addr}", m.pings),
             Workload::Fio => {
                 // Inside the instance: a file in its own root (the host
-                // platform's processes share the host's: the lab's directory).
+                // platform's processes share the host's: the lab's
+                // directory), or a lab VM's data disk.
                 let file = if self.platform == crate::platforms::HOST {
                     format!("{}/fio-victim.dat", lab::DATA_DIR)
+                } else if let Some(disk) = lab::data_disk_in(&self.platform) {
+                    disk.into()
                 } else {
                     "/fio-victim.dat".into()
                 };

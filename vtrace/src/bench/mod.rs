@@ -231,15 +231,22 @@ fn record_run(
             cell.workload.name()
         ));
     }
-    // Their tools are in the containers' root filesystem, not in a lab VM's.
-    if [Workload::Fio, Workload::Modules].contains(&cell.workload)
-        && !matches!(
-            lab::exec_command(&cell.platform, &["true".into()]),
-            Ok(lab::Exec::Here(_))
-        )
-    {
+    // fio runs inside the instance: a container's root filesystem, or a
+    // lab VM's tools disk against its data disk (lab/disks.rs); the modules'
+    // tree is a volume only containers mount.
+    let exec = lab::exec_command(&cell.platform, &["true".into()]);
+    let runs_inside = match cell.workload {
+        Workload::Fio => matches!(exec, Ok(lab::Exec::Here(_))) || lab::data_disk_in(&cell.platform).is_some(),
+        Workload::Modules => matches!(exec, Ok(lab::Exec::Here(_))),
+        _ => true,
+    };
+    if !runs_inside {
+        let why = match exec {
+            Err(e) => e.to_string(),
+            Ok(_) => "its VM has no data disk for it".into(),
+        };
         return Err(format!(
-            "{} runs inside the instance, and {} has no shell to exec in",
+            "{} runs inside the instance, and {} cannot run it: {why}",
             cell.workload.name(),
             cell.platform
         ));

@@ -29,6 +29,8 @@ use crate::{Error, Result};
 /// vsock's loopback transport, for the vsock layer's test.
 pub const MODULES: &[&str] = &[
     "virtio_pci",
+    // The lab VMs' data disks (lab/disks.rs).
+    "loop",
     "9pnet_virtio",
     "9p",
     "tun",
@@ -228,6 +230,16 @@ pub fn vm_platform_files() -> Result<Vec<(PathBuf, PathBuf)>> {
         files.push((firmware.into(), firmware.into()));
     }
     Ok(files)
+}
+
+/// The lab Linux VMs' tools disk (fio and its libraries, lab/disks.rs),
+/// made here and placed at the lab's own path there (with its version
+/// marker), for a guest without fio: about 100 MB, so only the files that
+/// bring VMs up with disks carry it.
+pub fn tools_disk_files() -> Result<Vec<(PathBuf, PathBuf)>> {
+    let image = super::disks::tools_image()?;
+    let marker = super::disks::tools_marker(&image);
+    Ok([image, marker].into_iter().map(|p| (p.clone(), p)).collect())
 }
 
 /// Boots the guest, runs `script` (as /script.sh, in /out: the share backed

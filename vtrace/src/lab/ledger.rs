@@ -65,6 +65,11 @@ pub enum Resource {
         numvfs: u32,
         autoprobe: bool,
     },
+    /// A loop device over `file` (a VM's data disk): detached, the file removed.
+    LoopDevice {
+        dev: String,
+        file: String,
+    },
 }
 
 /// Removes and checks a container of one runtime (docker, LXC, an OCI
@@ -200,6 +205,12 @@ impl Ledger {
                     quiet(&["ip", "addr", "del", addr, "dev", dev]);
                 }
                 Resource::SriovVfs { pf, numvfs, autoprobe } => restore_vfs(pf, *numvfs, *autoprobe),
+                Resource::LoopDevice { dev, file } => {
+                    if super::loopdev::backing(dev).as_deref() == Some(file.as_str()) {
+                        super::loopdev::detach(dev);
+                    }
+                    let _ = fs::remove_file(file);
+                }
                 Resource::Dir { path } => {
                     // Runtimes leave mounts under their directories (runsc's null-netns).
                     let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
@@ -249,6 +260,11 @@ fn pf_device(pf: &str) -> PathBuf {
 
 fn read_trimmed(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_default().trim().to_string()
+}
+
+/// A loop device still attached to `file`.
+fn loop_left(dev: &str, file: &str) -> Option<String> {
+    (super::loopdev::backing(dev).as_deref() == Some(file)).then(|| format!("loop device {dev} on {file}"))
 }
 
 /// Puts back the VFs of `pf` as `up` found them.
@@ -312,6 +328,7 @@ pub fn leftovers(ledger: &Ledger, runtimes: Runtimes) -> Vec<String> {
                 .filter(|o| String::from_utf8_lossy(&o.stdout).contains(&format!(" {addr} ")))
                 .map(|_| format!("address {addr} on {dev}")),
             Resource::SriovVfs { pf, numvfs, .. } => vfs_left(pf, *numvfs),
+            Resource::LoopDevice { dev, file } => loop_left(dev, file),
         })
         .collect()
 }

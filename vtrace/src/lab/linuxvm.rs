@@ -34,7 +34,7 @@ const GUEST_BINARIES: &[&str] = &["busybox", "redis-server", "iperf3"];
 /// initramfs carries it there instead ([`initramfs_with_agent`]).
 pub(super) const AGENT_TAG: &str = "vtrace";
 /// Bumped when the initramfs contents change.
-const INITRD_VERSION: &str = "9";
+const INITRD_VERSION: &str = "12";
 
 fn dir() -> PathBuf {
     Path::new(DATA_DIR).join("linuxvm")
@@ -184,8 +184,9 @@ pub(super) fn initramfs_path() -> PathBuf {
 }
 
 /// The initramfs: busybox, redis-server, iperf3 (with their libraries, and
-/// vtrace's), the virtio network modules (PCI and MMIO transports), vsock
-/// and 9p, and an /init that serves redis, iperf3 and HTTP (busybox httpd)
+/// vtrace's), the virtio network modules (PCI and MMIO transports), vsock,
+/// 9p, virtio-blk and ext4, and an /init that mounts the tools disk where
+/// the VM has one (lab/disks.rs), serves redis, iperf3 and HTTP (busybox httpd)
 /// on the address of its kernel command line ([`address_arg`]), redis on
 /// its last CPU (with several, the vCPU that serves it is known), and, where
 /// the VM carries vtrace as /agent (shared as [`AGENT_TAG`], or in the
@@ -229,11 +230,16 @@ pub(super) fn initramfs() -> Result<PathBuf> {
             "vmw_vsock_virtio_transport",
             "9pnet_virtio",
             "9p",
+            // The data disk and the tools disk (lab/disks.rs).
+            "virtio_blk",
+            "ext4",
+            // ext4 asks for it at every mount (no modprobe here to find it).
+            "crc32c_generic",
         ],
     )?;
     let init = format!(
         "#!/bin/busybox sh\n/bin/busybox --install -s /bin\nmount -t proc proc /proc\nmount -t sysfs sys /sys\n\
-         mount -t devtmpfs dev /dev\n{insmods}\
+         mount -t devtmpfs dev /dev\n{insmods}{disks}\
          addr=$(sed -n 's/.*vtrace.addr=\\([0-9.]*\\).*/\\1/p' /proc/cmdline)\n\
          ip link set lo up\nip link set eth0 up\nip addr add $addr/24 dev eth0\niperf3 -s -D\n\
          mkdir -p /www\necho 'It works!' > /www/index.html\nhttpd -p {http} -h /www\n\
@@ -244,7 +250,8 @@ pub(super) fn initramfs() -> Result<PathBuf> {
            /agent/vtrace lab guest-shell > /dev/console 2>&1 & fi\n\
          echo vtrace-linuxvm-ready\nexec sleep 2147483647\n",
         http = HTTP_PORT,
-        tag = AGENT_TAG
+        tag = AGENT_TAG,
+        disks = super::disks::guest_init()
     );
     let init_path = tree.join("init");
     fs::write(&init_path, init).map_err(crate::error::io("write init"))?;

@@ -16,6 +16,7 @@
 mod common;
 mod containerd;
 mod containers;
+mod disks;
 mod docker;
 pub mod guest;
 pub mod kata;
@@ -23,6 +24,7 @@ mod kinds;
 mod ledger;
 mod linuxvm;
 mod lock;
+mod loopdev;
 mod lwip;
 mod lxc;
 mod net;
@@ -183,6 +185,16 @@ pub fn exec_command(platform: &str, command: &[String]) -> Result<Exec> {
                 .into(),
         }),
     }
+}
+
+/// The data disk inside the running instance of `platform`, where it is a
+/// lab Linux VM that has one (lab/disks.rs).
+pub fn data_disk_in(platform: &str) -> Option<&'static str> {
+    Ledger::load(platform)?
+        .resources
+        .iter()
+        .any(|r| matches!(r, Resource::LoopDevice { .. }))
+        .then_some(disks::GUEST_DATA_DISK)
 }
 
 /// What the instance of `platform` serves where: "redis 10.99.11.2:6379,

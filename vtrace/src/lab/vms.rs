@@ -21,6 +21,7 @@ use std::{
 
 use super::{
     common::{DATA_DIR, HTTP_PORT, LabPlatform, Runtime, find_binary},
+    disks,
     ledger::{Ledger, Resource},
     linuxvm::{self, start_daemon},
     net::{self, address},
@@ -198,6 +199,38 @@ pub struct Firecracker {
     pub tap: &'static str,
 }
 
+/// A QEMU Linux guest's disks (lab/disks.rs): its data disk on virtio-blk
+/// served by an iothread of its own (`IO disk-io`), O_DIRECT on the host,
+/// and the shared tools disk, read-only. What it did, in words.
+fn qemu_disks(qemu: &mut Command, run: &Path, ledger: &mut Ledger) -> Result<String> {
+    let data = disks::data_disk(run, ledger)?;
+    let aio = disks::qemu_aio();
+    qemu.args(["-object", "iothread,id=disk-io"])
+        .args([
+            "-drive",
+            &format!(
+                "file={},if=none,id=data,format=raw,cache=none,aio={aio}",
+                data.display()
+            ),
+        ])
+        .args(["-device", "virtio-blk-pci,drive=data,iothread=disk-io"]);
+    let tools = match disks::tools_image() {
+        Ok(tools) => {
+            qemu.args([
+                "-drive",
+                &format!("file={},if=none,id=tools,format=raw,readonly=on", tools.display()),
+            ])
+            .args(["-device", "virtio-blk-pci,drive=tools"]);
+            "fio on its tools disk".to_string()
+        }
+        Err(why) => format!("no tools disk ({why})"),
+    };
+    Ok(format!(
+        "virtio-blk data disk on {} (iothread disk-io, aio={aio}, cache=none), {tools}",
+        data.display()
+    ))
+}
+
 pub(super) fn run_dir(ledger: &mut Ledger, platform: &str) -> Result<PathBuf> {
     let run = Path::new(DATA_DIR).join("run").join(platform);
     ledger.add(Resource::Dir {
@@ -253,16 +286,19 @@ impl Runtime for QemuKvm {
             // No option ROM: the guests boot from -kernel, not the network.
             .args(["-device", "virtio-net-pci,netdev=n0,romfile="])
             .arg("-nodefaults");
-        let agent = match self.guest {
-            Guest::Linux => Some(agent_devices(&mut qemu, &guest_addr, ledger)),
-            Guest::Unikraft => None,
+        let (agent, disks) = match self.guest {
+            Guest::Linux => (
+                Some(agent_devices(&mut qemu, &guest_addr, ledger)),
+                qemu_disks(&mut qemu, &run, ledger)?,
+            ),
+            Guest::Unikraft => (None, String::new()),
         };
         start_daemon(qemu, &run, ledger).map_err(|why| unavailable(p.name, why))?;
         ledger.note = format!(
             "QEMU/KVM, virtio-net-pci on tap {}, vhost-net {vhost}; {}",
             self.tap,
             match self.guest {
-                Guest::Linux => format!("Linux guest; {}", agent.unwrap_or_default()),
+                Guest::Linux => format!("Linux guest; {disks}; {}", agent.unwrap_or_default()),
                 Guest::Unikraft => format!("Unikraft image {} ({:?})", kernel.display(), UnikraftApp::configured()),
             }
         );
@@ -314,6 +350,9 @@ impl Runtime for Firecracker {
             }
             Err(why) => (initrd, 256, Err(why)),
         };
+        // Its disks (lab/disks.rs): the data disk served by its VMM thread.
+        let data = disks::data_disk(&run, ledger)?;
+        let tools = disks::tools_image();
         // Its virtio-mmio devices are declared in ACPI; `pci=off` spares the
         // guest a bus scan that finds nothing.
         let mut config = serde_json::json!({
@@ -325,10 +364,21 @@ impl Runtime for Firecracker {
                     linuxvm::address_arg(&guest_addr)
                 ),
             },
-            "drives": [],
+            "drives": [
+                { "drive_id": "data", "path_on_host": data, "is_root_device": false, "is_read_only": false },
+            ],
             "machine-config": { "vcpu_count": vcpus(p.name)?, "mem_size_mib": memory },
             "network-interfaces": [{ "iface_id": "eth0", "host_dev_name": self.tap }],
         });
+        let tools = match tools {
+            Ok(tools) => {
+                config["drives"].as_array_mut().expect("drives").push(serde_json::json!(
+                    { "drive_id": "tools", "path_on_host": tools, "is_root_device": false, "is_read_only": true }
+                ));
+                "fio on its tools disk".to_string()
+            }
+            Err(why) => format!("no tools disk ({why})"),
+        };
         if let Ok((uds, _)) = &agent {
             config["vsock"] = serde_json::json!({ "guest_cid": 3, "uds_path": uds });
             ledger.shell = format!("uds:{}:{}", uds.display(), super::shell::SHELL_PORT);
@@ -352,9 +402,11 @@ impl Runtime for Firecracker {
             comm: "firecracker".into(),
         })?;
         ledger.note = format!(
-            "Firecracker ({}), virtio-net (mmio) on tap {}, served by the VMM's thread; Linux guest; {}",
+            "Firecracker ({}), virtio-net (mmio) on tap {}, served by the VMM's thread; virtio-blk data disk on {}, \
+             {tools}; Linux guest; {}",
             binary.display(),
             self.tap,
+            data.display(),
             agent.map_or_else(|why| why, |(_, note)| note)
         );
         Ok(())
