@@ -69,16 +69,19 @@ fn script() -> String {
     // tap queues has its reply next.
     let ping_both = format!("ping -c {PINGS} -i 0.1 {ADDR}");
     let ping_out = format!("vtrace lab exec kata -- busybox ping -c {PINGS} -i 0.05 {HOST_ADDR}");
+    // A busy loop in the sandbox's container, through kata-agent.
+    let spin = vtrace_tests::guest_spin_scripts("", 1000);
     let mut s = format!(
         "{GUEST_STEPS}export VTRACE_KATA_DIR=/vmm/kata VTRACE_UNIKRAFT_IMAGE=/vmm/redis_qemu-x86_64\n\
          vtrace lab status > status.out 2>&1\n\
+         {spin}\
          if once sandbox; then\n\
          step 400 start.failed 'record the sandbox starting' vtrace record --platform kata --layers {LAYERS} --interval 250ms -o start.vtrace \
            -- sh -c 'vtrace lab up kata > up.out 2>&1 && {ping_in} && {ping_out}' > start.out 2>&1\n"
     );
     s.push_str(&format!(
         "step 120 hops.failed 'record every ping hop by hop' vtrace record --platform kata --layers {LAYERS} --events \
-           --guest auto --guest-layers cpu,net -o hops.vtrace -- sh -c '{ping_in} && {ping_out}; sleep 1' > hops.out 2>&1\n\
+           --guest auto --guest-layers cpu,net -o hops.vtrace -- sh -c '{ping_in} && {ping_out}; sh /tmp/guest-spin.sh kata > spin.out 2>&1; sleep 1' > hops.out 2>&1\n\
          cp -r hops.vtrace/guests/*-* hops-inner.vtrace\n\
          step 120 both.failed 'record pings on both sides' vtrace record --platform kata --layers cpu,net,path --events \
            --guest auto --guest-layers path -o both.vtrace -- {ping_both} > both.out 2>&1\n\
@@ -704,6 +707,15 @@ fn the_sandboxs_guest_is_recorded_by_an_agent_beside_kata_agent() {
     let inner = g.report("hops-inner");
     let (sent, _) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, "kata");
     assert!(sent >= 2 * PINGS as u64, "both pings' frames: {sent}");
+}
+
+/// A busy loop run in the sandbox's container (through kata-agent) during
+/// the hops recording: the guest's recording of its thread equals the
+/// loop's own schedstat, read inside the container once it exited.
+#[test]
+fn a_busy_loop_in_the_sandbox_matches_its_own_schedstat_in_the_guests_recording() {
+    let g = guest();
+    vtrace_tests::assert_guest_spin_matches_schedstat(&g.report("hops-inner"), g.text("spin.out"), "kata");
 }
 
 /// The sandbox's pings followed on both sides of the boundary (Kata's

@@ -80,13 +80,13 @@ exit 0
 /// after the VF guest's part or the bench, whichever was finished.
 fn script() -> String {
     format!(
-        "{GUEST_STEPS}cat > /tmp/truth.sh <<'EOF'\n{TRUTH}EOF\n\
+        "{GUEST_STEPS}cat > /tmp/truth.sh <<'EOF'\n{TRUTH}EOF\n{}\
          if once sriov; then\n\
          if step 150 sriov.failed 'up sriov' vtrace lab up sriov > up.out 2>&1; then\n\
            ip link show >> up.out 2>&1\n\
-           step 150 sriov.failed 'record pings' vtrace record --platform sriov --layers {LAYERS} --events \
+           step 150 sriov.failed 'record pings' vtrace record --platform sriov --layers {LAYERS} --events --hops \
              --guest auto --guest-layers cpu,net,path -o sriov.vtrace \
-             -- sh -c '. /tmp/truth.sh; arp_settled {ADDR}; truth before; ping -c {PINGS} -i 0.05 {ADDR}; rc=$?; truth after; exit $rc' \
+             -- sh -c '. /tmp/truth.sh; arp_settled {ADDR}; truth before; ping -c {PINGS} -i 0.05 {ADDR}; rc=$?; truth after; sh /tmp/guest-spin.sh sriov > spin.out 2>&1; exit $rc' \
              > record.out 2>&1\n\
            cp -r sriov.vtrace/guests/*-* sriov-inner.vtrace\n\
            step 90 sriov.failed 'report' vtrace report sriov.vtrace --format json -o sriov.json\n\
@@ -105,7 +105,8 @@ fn script() -> String {
            -o usersriov.vtrace -- sh /tmp/usersriov.sh > usersriov.out 2>&1\n\
          step 90 usersriov.failed 'report usersriov' vtrace report usersriov.vtrace --format json -o usersriov.json\n\
          step 90 usersriov.failed 'text report usersriov' vtrace report usersriov.vtrace > usersriov.txt 2>&1\n\
-         mark done\n"
+         mark done\n",
+        vtrace_tests::guest_spin_scripts("", 24000)
     )
 }
 
@@ -353,6 +354,15 @@ fn the_vf_guests_agent_is_reached_over_vsock_and_its_vf_frames_equal_its_counter
     );
 }
 
+/// A busy loop run in the VF guest through `vtrace lab exec` after the
+/// pings: the guest's recording of its thread equals its own schedstat.
+#[test]
+fn a_busy_loop_in_the_vf_guest_matches_its_own_schedstat() {
+    let g = guest();
+    let inner = g.out.report("sriov-inner", "up.out");
+    vtrace_tests::assert_guest_spin_matches_schedstat(&inner, g.out.text("spin.out"), "sriov");
+}
+
 /// The VF's side inside its guest (the agent's path layer, tracepoints
 /// only): every frame its polls received and every frame its driver sent
 /// equal the guest's eth0 counters; each receive interrupt is timed to its
@@ -411,7 +421,42 @@ fn the_vfs_stages_inside_its_guest_equal_its_counters_and_join_the_hosts_interru
     );
     let clock = &b["clock"];
     assert_eq!(n(&clock["rx_pairs"]), matched, "{clock}");
-    assert_eq!(n(&clock["causal"]), matched, "every pair in causal order: {clock}");
+    assert_eq!(
+        n(&clock["causal"]),
+        matched + n(&clock["tx_pairs"]),
+        "every pair in causal order: {clock}"
+    );
+}
+
+/// Each ping into the VF guest followed on both sides, at the PF: the
+/// request given to the PF's driver -> the VF's interrupt on the host
+/// (`pf_to_vf`), the passthrough stages to the vCPU's entry, the guest's
+/// interrupt, poll and reply, then the VF driver's transmit -> the PF's
+/// receive (`vf_to_pf`). Each VF transmit's start pairs with the PF's
+/// receive after it (the clock's other side: a VF's doorbell has no exit);
+/// every pair in causal order, and each trip's parts sum to it exactly,
+/// its median inside ping's own.
+#[test]
+fn the_vf_guests_pings_are_followed_across_the_boundary_with_no_residual() {
+    let g = guest();
+    let r = g.out.report("sriov", "up.out");
+    let (b, joined) =
+        vtrace_tests::assert_pings_joined_across_the_boundary(&r, g.out.text("record.out"), PINGS as usize, "sriov");
+    assert_eq!(b["passthrough"], true, "{b}");
+    for trip in &joined {
+        let first = &trip["parts"][0];
+        assert_eq!(first[0], "pf_to_vf", "{trip}");
+    }
+    eprintln!(
+        "{}",
+        g.out
+            .text("sriov.txt")
+            .lines()
+            .skip_while(|l| !l.starts_with("guest "))
+            .take(20)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
 }
 
 #[test]

@@ -41,6 +41,11 @@ const AGENT_PLATFORM: &str = "qemu-kvm";
 /// virtio-net over PCI (MSI-X, a vector per queue) to vhost-net, and over
 /// MMIO (one interrupt for every queue) to Firecracker's own thread.
 const BOTH_SIDES: &[&str] = &["qemu-kvm", "firecracker"];
+/// The ping platform whose pings recording (A of its explain against the
+/// hog's) is on both sides too, the guest's CPU with its path, and a busy
+/// loop in its guest after the pings: virtio-net over PCI to QEMU's own
+/// thread. A step of its own would cost this level half a minute more.
+const PINGS_ON_BOTH_SIDES: &str = "qemu-kvm-novhost";
 /// The platforms whose guest is recorded too, by the agent the lab starts
 /// in it (every lab Linux guest carries one), and how each is reached:
 /// QEMU's vhost-vsock by context id, Firecracker's hybrid vsock by its
@@ -50,26 +55,33 @@ const AGENT_PLATFORMS: &[(&str, &str)] = &[("qemu-kvm", "cid:120:"), ("firecrack
 /// /init pins redis-server to the last): each vCPU's guest time is split
 /// by the guest's threads that ran on it.
 const TWO_VCPUS: &str = "firecracker";
-/// A busy loop run in each agent platform's guest through `vtrace lab exec`
-/// during its recording (`$1` the platform), on the guest's CPU 0 (redis-server
-/// runs on its last): about a second of CPU here.
-const GUEST_SPIN: &str = r#"exec vtrace lab exec "$1" -- taskset -c 0 sh -c "$(cat /tmp/guest-spin-inside.sh)"
-"#;
-/// What it runs in the guest: the loop's own schedstat and stat are read
-/// once it has exited, whole (its exit too: milliseconds under nested TCG),
-/// as a zombie its parent (`sleep`, which never reaps) keeps until then.
-/// The loop's pid, its schedstat's three numbers, then its stat's fields.
-const GUEST_SPIN_INSIDE: &str = r#"sh -c 'sh -c "i=0; while [ \$i -lt 24000 ]; do i=\$((i+1)); done" & echo $! > /tmp/spin.pid; exec sleep 600' &
-holder=$!
-while [ ! -s /tmp/spin.pid ]; do sleep 0.1; done
-p=$(cat /tmp/spin.pid)
-while [ "$(cut -d' ' -f3 /proc/$p/stat)" != Z ]; do sleep 0.2; done
-echo $p $(cat /proc/$p/schedstat) $(cat /proc/$p/stat)
-kill $holder
+/// The platforms whose guest runs fio against its data disk (lab/disks.rs),
+/// inside a recording of the host's block layer: a virtio-blk disk an
+/// iothread serves with O_DIRECT (qemu-kvm), and one Firecracker's VMM
+/// thread serves through the host's page cache.
+const FIO_PLATFORMS: &[&str] = &["qemu-kvm", "firecracker"];
+/// 4 KiB random reads per fio run: 1024.
+const FIO_IO_SIZE: &str = "4M";
+/// The fio run (`$1` the platform): the host's loop device behind the
+/// guest's data disk and the guest disk's own stat read before and after,
+/// fio's JSON on stdout (the recording keeps fio's figures from it).
+const GUEST_FIO: &str = r#"p=$1
+for b in /sys/block/loop*/loop/backing_file; do
+  [ "$(cat $b)" = /var/lib/vtrace-lab/run/$p/disk.img ] && loop=$(basename $(dirname $(dirname $b)))
+done
+echo $loop > $p-loop.txt
+disk_stat() { vtrace lab exec $p -- sh -c 'cat /sys/block/$(basename $(readlink /dev/vtrace-data))/stat'; }
+cat /sys/block/$loop/stat > $p-loop-before.txt
+disk_stat > $p-disk-before.txt
+vtrace lab exec $p -- fio --name=guest --filename=/dev/vtrace-data --rw=randread --bs=4k --size=64M   --io_size=$2 --direct=1 --output-format=json
+rc=$?
+disk_stat > $p-disk-after.txt
+cat /sys/block/$loop/stat > $p-loop-after.txt
+exit $rc
 "#;
 
-/// The busy loop's part in a guest's split (its shell's program).
-const SPIN_PART: &str = "sh";
+/// The busy loop's part in a guest's split (the program it names itself).
+const SPIN_PART: &str = vtrace_tests::SPIN_COMM;
 
 /// The platforms whose path is followed packet by packet under ping, with
 /// and without the hog: vhost-net, and the VMM's own thread.
@@ -162,8 +174,10 @@ fn script() -> String {
     let mut s = format!(
         "{GUEST_STEPS}export VTRACE_UNIKRAFT_IMAGE=/vmm/httpreply_qemu-x86_64\n\
          vtrace lab status > status.out 2>&1\n\
-         cat > /tmp/guest-spin.sh <<'EOF'\n{GUEST_SPIN}EOF\n\
-         cat > /tmp/guest-spin-inside.sh <<'EOF'\n{GUEST_SPIN_INSIDE}EOF\n"
+         {}cat > /tmp/guest-fio.sh <<'EOF'\n{GUEST_FIO}EOF\n",
+        // A busy loop in each agent platform's guest, on its CPU 0
+        // (redis-server runs on its last).
+        vtrace_tests::guest_spin_scripts("taskset -c 0 ", 24000)
     );
     // Each recording's JSON and text reports are drawn on the host from the
     // share (vtrace_tests::run_guest), not under TCG here.
@@ -193,11 +207,19 @@ fn script() -> String {
         } else {
             ("", String::new())
         };
+        let fio = if FIO_PLATFORMS.contains(p) {
+            format!(
+                "step {RECORD_LIMIT} {fail} 'record {p} fio' vtrace record --platform {p} --layers cpu,block -o {p}-fio.vtrace \
+                   -- sh /tmp/guest-fio.sh {p} {FIO_IO_SIZE} > {p}-fio.out 2>&1\n"
+            )
+        } else {
+            String::new()
+        };
         s.push_str(&format!(
             "if once {p}; then\n\
              if step {LAB_LIMIT} {fail} 'up {p}' env VTRACE_LAB_VCPUS={vcpus} vtrace lab up {p} > up-{p}.out 2>&1; then\n\
                step {RECORD_LIMIT} {fail} 'record {p}' vtrace record --platform {p}{guest} --layers {LAYERS} -o {p}.vtrace -- {w} > {p}.out 2>&1\n\
-               {inner}\
+               {inner}{fio}\
              else cat /var/lib/vtrace-lab/run/{p}/console.log >> up-{p}.out; fi\n"
         ));
         if PING_PLATFORMS.contains(p) {
@@ -206,8 +228,20 @@ fn script() -> String {
             // both on the host only, so the two differ by the hog alone.
             let ping = format!("ping -c {PINGS} -i {PING_INTERVAL_S} {addr}");
             let record = format!("vtrace record --platform {p} --layers cpu,net,path --events");
+            // On both sides: the guest's CPU too, and a busy loop in it
+            // after the pings (its own output apart from ping's).
+            let (guest, pinged, inner) = if *p == PINGS_ON_BOTH_SIDES {
+                (
+                    " --guest auto --guest-layers cpu,path",
+                    format!("sh -c '{ping}; sh /tmp/guest-spin.sh {p} > {p}-spin.out 2>&1'"),
+                    format!("cp -r {p}-ping.vtrace/guests/*-* {p}-ping-inner.vtrace\n"),
+                )
+            } else {
+                ("", ping.clone(), String::new())
+            };
             s.push_str(&format!(
-                "step {RECORD_LIMIT} {fail} 'record {p} pings' {record} -o {p}-ping.vtrace -- {ping} > {p}-ping.out 2>&1\n\
+                "step {RECORD_LIMIT} {fail} 'record {p} pings' {record}{guest} -o {p}-ping.vtrace -- {pinged} > {p}-ping.out 2>&1\n\
+                 {inner}\
                  step {REPORT_LIMIT} {fail} 'packets {p}' vtrace report {p}-ping.vtrace --format csv --table path_packets > {p}-ping.csv\n\
                  step {RECORD_LIMIT} {fail} 'record {p} pings with a hog' {record} -o {p}-hog.vtrace -- sh -c \"rt-hog --busy-us {HOG_BUSY_US} --idle-us {HOG_BUSY_US} \
                    --seconds 600 --raise 'CPU ' > {p}-hog.log 2>&1 & h=\\$!; sleep 0.2; {ping}; kill \\$h\" > {p}-hog.out 2>&1\n\
@@ -257,10 +291,13 @@ fn script() -> String {
 fn both_sides(platform: &str, addr: &str) -> String {
     format!(
         "step {RECORD_LIMIT} {platform}.failed 'record {platform} pings on both sides' vtrace record --platform {platform} \
-           --layers cpu,net,path --events --guest auto --guest-layers path -o {platform}-both.vtrace \
+           --layers cpu,net,path --events{GUEST_PATH} -o {platform}-both.vtrace \
            -- ping -c {PINGS} -i {PING_INTERVAL_S} {addr} > {platform}-both.out 2>&1\n"
     )
 }
+
+/// The guest's side of a recording of pings on both sides: its path layer.
+const GUEST_PATH: &str = " --guest auto --guest-layers path";
 
 /// The files the guest's script wrote, and how long it ran.
 struct Guest {
@@ -312,6 +349,8 @@ fn boot() -> Result<Guest, String> {
     }
     let mut files = vtrace::lab::guest::vm_platform_files().map_err(|e| format!("preparing the VM files: {e}"))?;
     files.push((unikraft, "/vmm/httpreply_qemu-x86_64".into()));
+    // The Linux VMs' tools disk (fio), made here: the guest has no fio.
+    files.extend(vtrace::lab::guest::tools_disk_files().map_err(|e| format!("preparing the tools disk: {e}"))?);
     let run = run_guest(
         "VM platforms",
         Board::Plain,
@@ -977,6 +1016,78 @@ fn firecrackers_pings_are_followed_across_the_boundary_with_no_residual() {
     check_boundary(guest(), "firecracker");
 }
 
+/// The same for qemu-kvm-novhost, whose transmit queue QEMU's own thread
+/// serves: its kick is an ioeventfd that thread reads, not vhost-net's.
+#[test]
+fn qemu_kvm_novhosts_pings_are_followed_across_the_boundary_with_no_residual() {
+    let g = guest();
+    let p = PINGS_ON_BOTH_SIDES;
+    vtrace_tests::assert_pings_joined_across_the_boundary(
+        &g.report(&format!("{p}-ping")),
+        g.text(&format!("{p}-ping.out")),
+        PINGS,
+        p,
+    );
+    // Its guest's busy loop against its own schedstat.
+    let inner = g.report(&format!("{p}-ping-inner"));
+    vtrace_tests::assert_guest_spin_matches_schedstat(&inner, g.text(&format!("{p}-spin.out")), p);
+}
+
+/// fio in each VM's guest against its data disk (a loop device on the
+/// host): fio's own I/O count equals the guest disk's own stat, the host's
+/// block layer's requests on the loop device equal the device's own
+/// counters, and where QEMU serves the disk with O_DIRECT every guest
+/// request reached the host's device one to one (Firecracker reads through
+/// the host's page cache: 1025 device reads for 1024 here, a readahead's).
+#[test]
+fn fio_in_each_vm_is_counted_by_its_guest_disk_and_the_hosts_block_layer() {
+    let g = guest();
+    let numbers = |name: &str| -> Vec<u64> {
+        g.text(name)
+            .split_whitespace()
+            .map(|w| w.parse().unwrap_or_else(|_| panic!("{name}: {w}")))
+            .collect()
+    };
+    for p in FIO_PLATFORMS {
+        let r = g.report(&format!("{p}-fio"));
+        let fio = &r["workload"]["fio"][0];
+        let ios = n(&fio["ios"]);
+        let (before, after) = (
+            numbers(&format!("{p}-disk-before.txt")),
+            numbers(&format!("{p}-disk-after.txt")),
+        );
+        let guest_reads = after[0] - before[0];
+        let loop_dev = g.text(&format!("{p}-loop.txt")).trim().to_string();
+        let (lb, la) = (
+            numbers(&format!("{p}-loop-before.txt")),
+            numbers(&format!("{p}-loop-after.txt")),
+        );
+        let loop_reads = la[0] - lb[0];
+        let device = rows(&r, "block_devices")
+            .iter()
+            .find(|d| d["device"] == loop_dev.as_str())
+            .unwrap_or_else(|| panic!("{p}: no {loop_dev} among {}", r["block_devices"]));
+        let counted: u64 = rows(&r, "block")
+            .iter()
+            .filter(|b| b["device"] == loop_dev.as_str() && b["op"] == "read")
+            .map(|b| n(&b["count"]))
+            .sum();
+        eprintln!(
+            "{p}: fio {ios} reads ({} IOPS, clat p50 {} ns, p99 {} ns); the guest's disk {guest_reads}; \
+             the host's {loop_dev} {loop_reads} (its counters over the recording {}), vtrace's block layer {counted}",
+            fio["iops"], fio["clat_p50_ns"], fio["clat_p99_ns"], device["reads"]
+        );
+        assert!(ios >= 1024, "{p}: {fio}");
+        assert_eq!(guest_reads, ios, "{p}: the guest disk's own count against fio's");
+        assert_eq!(counted, n(&device["reads"]), "{p}: {device}");
+        // Firecracker reads through the host's page cache: its reads on
+        // the device follow the cache (a readahead's more, a hit's fewer).
+        if *p == "qemu-kvm" {
+            assert_eq!(loop_reads, guest_reads, "{p}: O_DIRECT: each guest read a host read");
+        }
+    }
+}
+
 /// `platform`'s pings on both sides, checked: its boundary row and its
 /// joined round trips.
 fn check_boundary(g: &Guest, platform: &str) -> (Value, Vec<Value>) {
@@ -1170,35 +1281,8 @@ fn check_agent(platform: &str) {
     // The guest's own recording, reported on its own.
     let inner = g.report(&format!("{platform}-inner"));
     // The busy loop run in the guest during the recording, against its own
-    // schedstat and stat (once it exited).
-    let spin = g.text(&format!("{platform}-spin.out"));
-    let words: Vec<&str> = spin.split_whitespace().collect();
-    let (tid, schedstat_ns) = match words.as_slice() {
-        [tid, run_ns, ..] => (tid.parse::<u64>(), run_ns.parse::<u64>()),
-        _ => panic!("the guest's busy loop: {spin}"),
-    };
-    let (tid, schedstat_ns) = (tid.unwrap(), schedstat_ns.unwrap());
-    // /proc/PID/stat after the pid and the schedstat's three numbers:
-    // utime and stime are its 14th and 15th fields, in USER_HZ (100) ticks.
-    let ticks = |field: usize| words.get(3 + field).and_then(|w| w.parse::<u64>().ok()).unwrap_or(0) * 10_000_000;
-    let thread = rows(&inner, "threads")
-        .iter()
-        .find(|t| n(&t["tid"]) == tid)
-        .unwrap_or_else(|| panic!("the busy loop's thread {tid} in the guest's recording: {spin}"));
-    let total = n(&thread["total_ns"]);
-    let err = total.abs_diff(schedstat_ns) as f64 / schedstat_ns as f64;
-    eprintln!(
-        "{platform}'s guest busy loop {tid}: vtrace {total} ns (user {}, system {}, softirq {}, hardirq {}), \
-         schedstat {schedstat_ns} ns ({:.2} %); stat utime {} ns, stime {} ns",
-        thread["user_ns"],
-        thread["system_ns"],
-        thread["softirq_ns"],
-        thread["hardirq_ns"],
-        err * 100.0,
-        ticks(14),
-        ticks(15)
-    );
-    assert!(schedstat_ns > 0 && err <= 0.02, "{thread} against {spin}");
+    // schedstat (once it exited).
+    vtrace_tests::assert_guest_spin_matches_schedstat(&inner, g.text(&format!("{platform}-spin.out")), platform);
     let (sent, received) = vtrace_tests::assert_guest_eth0_matches_its_counters(&inner, platform);
     assert!(sent > 0 && received > 0);
     let eth0 = rows(&inner, "device_counters")
