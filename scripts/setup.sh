@@ -27,7 +27,7 @@ if [ "$PROFILE" = all ]; then
     mount                                                                      # losetup: the block layer test
     bpftrace linux-perf python3                                                # benches/overhead.py, calibrate.py
     runc crun busybox-static util-linux containerd                             # vtrace lab containers, containerd-runc, kata
-    qemu-system-x86 cpio xz-utils                                              # vtrace lab linuxvm, the VM platforms (xz: the ELF kernel)
+    qemu-system-x86 cpio xz-utils e2fsprogs                                    # vtrace lab linuxvm, the VM platforms (xz: the ELF kernel; mkfs.ext4: the tools disk)
     docker.io lxc liblwip-dev                                                  # vtrace lab docker, lxc, lwip
     nodejs                                                                     # the module-load workload
     chromium fonts-dejavu-core                                                 # the HTML report's browser test
