@@ -669,12 +669,13 @@ impl VfSide<'_> {
     fn trip(&self, start: u64, next: u64) -> Result<packets::RoundTrip, &'static str> {
         // The first delivery of an interrupt the VF raised after the
         // request (an earlier one's entry can come after it).
-        let (i, entry, pt) = self.entries[self.entries.partition_point(|&e| e < start)..]
+        let from = self.entries.partition_point(|&e| e < start);
+        let (i, entry, pt) = self.entries[from..]
             .iter()
-            .take_while(|&&e| e < next)
-            .filter_map(|e| self.delivery.get(e).map(|pt| (*e, *pt)))
-            .find(|(_, pt)| pt.t0_ns >= start)
-            .map(|(e, pt)| (self.entries.partition_point(|&x| x < e), e, pt))
+            .enumerate()
+            .take_while(|&(_, &e)| e < next)
+            .filter_map(|(at, e)| self.delivery.get(e).map(|pt| (from + at, *e, *pt)))
+            .find(|(_, _, pt)| pt.t0_ns >= start)
             .ok_or("no VF interrupt delivered after the request")?;
         let rx = self.guest_rx[*self
             .rx_by_host
